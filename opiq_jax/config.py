@@ -1,0 +1,175 @@
+"""Configuration, split in two as the design asks.
+
+* :class:`StaticConfig` holds shapes and structure (network, buffer size, batch, n-step, counting
+  features, ...). It is closed over at trace time: changing it means compiling again.
+* :class:`HParams` holds numbers (M, C_action, C_bootstrap, beta, the epsilon schedule, reward
+  offset, final-layer bias, learning rate, MMC beta). It is a pytree of float32 arrays with a
+  leading runs axis, so one compiled program trains many settings side by side.
+
+``ENV_DEFAULTS`` are the paper's settings per environment (appendix "Hyperparameters and Network
+architectures", completed by ``REFERENCE.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+EnvName = Literal["chain", "maze"]
+CountFeatures = Literal["simhash", "exact"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticConfig:
+    """Shapes and structure of one compiled experiment (everything that is not a traced number)."""
+
+    env: str = "chain"
+    """Environment: ``chain`` (randomised chain) or ``maze``."""
+    chain_length: int = 100
+    """Number of chain states (the horizon is ``chain_length + 9``)."""
+    network: str = "mlp"
+    """Q-network: ``mlp`` (chain), ``maze_conv`` (maze) or ``nature`` (Atari)."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the MLP."""
+    total_steps: int = 100_000
+    """Environment steps per run."""
+    log_every: int = 1_000
+    """Steps per compiled chunk; one row of metrics per run per chunk."""
+    buffer_size: int = 10_000
+    """Replay capacity per run (environment steps)."""
+    batch_size: int = 64
+    """Minibatch size of every update."""
+    n_step: int = 1
+    """n of the n-step Q-learning target."""
+    train_every: int = 1
+    """One update every this many environment steps."""
+    target_update: int = 200
+    """Copy the online network to the target network every this many environment steps."""
+    gamma: float = 0.99
+    """Discount."""
+    count_features: str = "simhash"
+    """What is counted: ``simhash`` (the paper: SimHash bits of the observation) or ``exact`` (the
+    environment's cell id, no aliasing)."""
+    simhash_bits: int = 32
+    """SimHash code length k (paper: 32 chain, 128 maze)."""
+    sketch_rows: int = 4
+    """Rows of the count-min sketch."""
+    sketch_width: int = 1 << 14
+    """Columns per row of the count-min sketch."""
+    shared_action_mask: bool = False
+    """One action randomisation shared by all runs (the reference code) instead of one per run (the paper)."""
+    grad_clip: float = 5.0
+    """Global gradient-norm clip."""
+    rms_decay: float = 0.99
+    """RMSProp decay (PyTorch's alpha)."""
+    rms_eps: float = 1e-8
+    """RMSProp epsilon, added outside the square root as PyTorch does."""
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` with a one-line message for any inconsistent field."""
+        checks = [
+            (self.env in ("chain", "maze"), f"unknown env {self.env!r}: use chain or maze"),
+            (self.chain_length >= 2, f"chain_length must be >= 2, got {self.chain_length}"),
+            (self.network in ("mlp", "maze_conv", "nature"), f"unknown network {self.network!r}"),
+            (self.total_steps > 0, f"total_steps must be positive, got {self.total_steps}"),
+            (self.log_every > 0, f"log_every must be positive, got {self.log_every}"),
+            (self.total_steps % self.log_every == 0,
+             f"total_steps ({self.total_steps}) must be a multiple of log_every ({self.log_every})"),
+            (self.batch_size > 0, f"batch_size must be positive, got {self.batch_size}"),
+            (self.buffer_size > self.batch_size, f"buffer_size ({self.buffer_size}) must exceed batch_size ({self.batch_size})"),
+            (self.n_step >= 1, f"n_step must be >= 1, got {self.n_step}"),
+            (self.train_every >= 1, f"train_every must be >= 1, got {self.train_every}"),
+            (self.target_update >= 1, f"target_update must be >= 1, got {self.target_update}"),
+            (0.0 <= self.gamma <= 1.0, f"gamma must lie in [0, 1], got {self.gamma}"),
+            (self.count_features in ("simhash", "exact"), f"unknown count_features {self.count_features!r}: use simhash or exact"),
+            (self.simhash_bits >= 1, f"simhash_bits must be >= 1, got {self.simhash_bits}"),
+            (self.sketch_rows >= 1 and self.sketch_width >= 2, "sketch_rows must be >= 1 and sketch_width >= 2"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+@struct.dataclass
+class HParams:
+    """Numbers that differ between runs of one compiled program (each a float32 array)."""
+
+    m: jax.Array
+    """Exponent M of the optimism bonus C / (N + 1)^M."""
+    c_action: jax.Array
+    """C_action: optimism added to Q for action selection (0: act on plain Q)."""
+    c_bootstrap: jax.Array
+    """C_bootstrap: optimism added to the target network's values when bootstrapping (0: plain max)."""
+    beta: jax.Array
+    """Scale of the pseudocount intrinsic reward beta / sqrt(N) (0: none)."""
+    epsilon_start: jax.Array
+    epsilon_end: jax.Array
+    epsilon_decay_steps: jax.Array
+    """Linear epsilon schedule; decay_steps 0 means a fixed epsilon_end."""
+    reward_subtract: jax.Array
+    """Constant subtracted from every stored environment reward (DQN R-Subtract)."""
+    final_bias: jax.Array
+    """Initial value of the output layer's bias (DQN Bias)."""
+    lr: jax.Array
+    """RMSProp learning rate."""
+    beta_mmc: jax.Array
+    """Weight of the Monte Carlo return in the mixed target (0: none)."""
+
+
+HPARAM_FIELDS = tuple(f.name for f in dataclasses.fields(HParams))
+
+BASE_HPARAMS = dict(
+    m=2.0, c_action=0.0, c_bootstrap=0.0, beta=0.0, epsilon_start=0.01, epsilon_end=0.01,
+    epsilon_decay_steps=0.0, reward_subtract=0.0, final_bias=0.0, lr=5e-4, beta_mmc=0.0,
+)
+
+
+def make_hparams(**values: float) -> HParams:
+    """One run's hyperparameters: ``BASE_HPARAMS`` updated with ``values``."""
+    unknown = set(values) - set(HPARAM_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown hyperparameters {sorted(unknown)}; known: {', '.join(HPARAM_FIELDS)}")
+    merged = {**BASE_HPARAMS, **values}
+    return HParams(**{k: jnp.float32(v) for k, v in merged.items()})
+
+
+def stack_hparams(settings: list[HParams]) -> HParams:
+    """Stacks per-run hyperparameters along a new leading runs axis."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *settings)
+
+
+def hparams_to_dict(hparams: HParams) -> dict[str, list[float] | float]:
+    """JSON-friendly form of (possibly stacked) hyperparameters."""
+    return {k: np.asarray(getattr(hparams, k)).tolist() for k in HPARAM_FIELDS}
+
+
+ENV_DEFAULTS: dict[str, dict] = {
+    "chain": dict(
+        env="chain", network="mlp", total_steps=100_000, log_every=1_000, buffer_size=10_000,
+        batch_size=64, n_step=1, train_every=1, target_update=200, simhash_bits=32,
+    ),
+    "maze": dict(
+        env="maze", network="maze_conv", total_steps=1_000_000, log_every=10_000, buffer_size=250_000,
+        batch_size=64, n_step=3, train_every=1, target_update=1_000, simhash_bits=128,
+    ),
+}
+
+# Epsilon of every method except epsilon-greedy DQN (paper appendix).
+ENV_EPSILON = {
+    "chain": dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0),
+    "maze": dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=50_000.0),
+}
+
+
+def static_for_env(env: str, **overrides) -> StaticConfig:
+    """The paper's static configuration for ``env`` with ``overrides`` applied, validated."""
+    if env not in ENV_DEFAULTS:
+        raise ValueError(f"unknown env {env!r}: use one of {', '.join(ENV_DEFAULTS)}")
+    config = StaticConfig(**{**ENV_DEFAULTS[env], **overrides})
+    config.validate()
+    return config

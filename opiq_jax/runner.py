@@ -1,0 +1,271 @@
+"""The thin host loop: compiled chunks in, a results folder out.
+
+A results folder holds
+
+* ``config.json``: the resolved static configuration, the base seed and every run's method, setting
+  label, seed and hyperparameters;
+* ``metrics.csv``: a tidy table ``run, method, setting, seed, step, metric, value``, appended after
+  every chunk;
+* ``checkpoint.msgpack``: the whole training state (networks, optimisers, replay, counts, keys)
+  and the chunk it belongs to, written atomically (temporary file, then rename).
+
+Calling :func:`run_experiment` again on the same folder resumes from the checkpoint: rows of
+``metrics.csv`` past the checkpoint are dropped and the chunks after it are recomputed, so an
+interrupted experiment ends with exactly the parameters and metrics of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import serialization
+from tqdm.auto import tqdm
+
+from .config import HParams, StaticConfig, hparams_to_dict, stack_hparams
+from .trainer import METRICS, Trainer, make_train
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.csv"
+CHECKPOINT_FILE = "checkpoint.msgpack"
+METRICS_HEADER = ("run", "method", "setting", "seed", "step", "metric", "value")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One entry of the runs axis."""
+
+    method: str
+    setting: str  # a label of the hyperparameters, e.g. "m=0.5,c_action=1"
+    seed: int
+    hparams: HParams
+
+
+@dataclass(frozen=True)
+class Experiment:
+    static: StaticConfig
+    runs: tuple[RunSpec, ...]
+    seed: int = 0
+    shared_mask_seed: int = 12345
+
+    def to_json(self) -> dict:
+        return {
+            "static": dataclasses.asdict(self.static),
+            "seed": self.seed,
+            "shared_mask_seed": self.shared_mask_seed,
+            "runs": [
+                {"run": i, "method": r.method, "setting": r.setting, "seed": r.seed, "hparams": hparams_to_dict(r.hparams)}
+                for i, r in enumerate(self.runs)
+            ],
+        }
+
+
+@functools.lru_cache(maxsize=16)
+def compiled_trainer(static: StaticConfig) -> tuple[Trainer, callable, callable]:
+    """``make_train`` plus jitted ``init`` and a donated, jitted ``train_chunk`` (cached per config)."""
+    trainer = make_train(static)
+    return trainer, jax.jit(trainer.init), jax.jit(trainer.train_chunk, donate_argnums=0)
+
+
+def run_keys_for(experiment: Experiment) -> tuple[jax.Array, jax.Array]:
+    """Per-run keys: a run's randomness depends on its seed only, not on its method or setting.
+
+    So the same seed gives every method the same network initialisation, SimHash matrix and action
+    randomisation, which makes method comparisons paired.
+    """
+    base = jax.random.key(experiment.seed)
+    seeds = jnp.array([r.seed for r in experiment.runs], jnp.uint32)
+    run_keys = jax.vmap(lambda s: jax.random.fold_in(base, s))(seeds)
+    if experiment.static.shared_action_mask:
+        shared = jax.random.key(experiment.shared_mask_seed)
+        env_keys = jax.vmap(lambda _: shared)(seeds)
+    else:
+        env_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0x0E4))(run_keys)
+    return run_keys, env_keys
+
+
+# ------------------------------------------------------------------------------------ memory
+
+
+def state_bytes_per_run(static: StaticConfig) -> int:
+    """Device bytes of one run's training state, from the shapes alone (nothing is allocated)."""
+    trainer = make_train(static)
+    keys = jax.random.split(jax.random.key(0), 1)
+    from .config import make_hparams  # local: avoids a cycle in type-only imports
+
+    hp = stack_hparams([make_hparams()])
+    shapes = jax.eval_shape(trainer.init, keys, keys, hp)
+    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(shapes.runs)))
+
+
+def available_device_bytes() -> int:
+    """Free memory of the first local device (host RAM for the CPU backend)."""
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)) * jax.local_device_count()
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+# The donated state, the chunk's temporaries and a checkpoint copy on the host.
+MEMORY_HEADROOM = 3.0
+
+
+def check_fits(static: StaticConfig, num_runs: int) -> None:
+    """Stops with a one-line message when ``num_runs`` runs cannot fit in device memory."""
+    per_run = state_bytes_per_run(static)
+    need = per_run * num_runs * MEMORY_HEADROOM
+    free = available_device_bytes()
+    if need > free:
+        most = max(0, int(free // (per_run * MEMORY_HEADROOM)))
+        raise ValueError(
+            f"{num_runs} runs need about {need / 2**30:.1f} GiB ({per_run / 2**20:.1f} MiB each, x{MEMORY_HEADROOM:g} "
+            f"headroom) but the device has {free / 2**30:.1f} GiB free: use at most {most} runs "
+            f"(fewer seeds or methods) or a smaller --buffer-size"
+        )
+
+
+# ------------------------------------------------------------------------------------ files
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _write_checkpoint(out: Path, state, chunk: int) -> None:
+    payload = {"chunk": chunk, "state": jax.device_get(keys_to_data(state))}
+    _atomic_write_bytes(out / CHECKPOINT_FILE, serialization.to_bytes(payload))
+
+
+def _read_checkpoint(out: Path, template) -> tuple[object, int] | None:
+    path = out / CHECKPOINT_FILE
+    if not path.exists():
+        return None
+    payload = serialization.from_bytes({"chunk": 0, "state": template}, path.read_bytes())
+    return payload["state"], int(payload["chunk"])
+
+
+def _truncate_metrics(out: Path, last_step: int) -> None:
+    """Keeps the header and the rows up to ``last_step`` (rows of an interrupted chunk go)."""
+    path = out / METRICS_FILE
+    if not path.exists():
+        return
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    kept = [rows[0]] + [r for r in rows[1:] if int(r[4]) <= last_step]
+    _atomic_write_bytes(path, "".join(",".join(r) + "\n" for r in kept).encode())
+
+
+def _append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[str, np.ndarray]) -> None:
+    path = out / METRICS_FILE
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        writer = csv.writer(f)
+        if new:
+            writer.writerow(METRICS_HEADER)
+        for i, spec in enumerate(experiment.runs):
+            for name in METRICS:
+                writer.writerow((i, spec.method, spec.setting, spec.seed, step, name, f"{float(metrics[name][i]):.6g}"))
+
+
+def read_metrics(out: str | Path) -> list[dict]:
+    """The tidy metrics table of a results folder as a list of dicts (value as float)."""
+    with open(Path(out) / METRICS_FILE, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["run"], r["seed"], r["step"], r["value"] = int(r["run"]), int(r["seed"]), int(r["step"]), float(r["value"])
+    return rows
+
+
+# ------------------------------------------------------------------------------------ loop
+
+
+def run_experiment(
+    experiment: Experiment,
+    out: str | Path,
+    progress: bool = True,
+    checkpoint_seconds: float = 60.0,
+    stop_after_chunks: int | None = None,
+) -> object:
+    """Trains every run of ``experiment`` to ``static.total_steps``, resuming from ``out`` if possible.
+
+    Args:
+      checkpoint_seconds: write a checkpoint after a chunk when at least this long has passed since
+        the last one (0: after every chunk); the last chunk always writes one.
+      stop_after_chunks: return after this many chunks of this call (for tests and time-boxed runs).
+    Returns the final training state.
+    """
+    out = Path(out)
+    static = experiment.static
+    num_chunks = static.total_steps // static.log_every
+    config = experiment.to_json()
+    if (out / CONFIG_FILE).exists():
+        saved = json.loads((out / CONFIG_FILE).read_text())
+        if saved != json.loads(json.dumps(config)):
+            raise ValueError(f"{out} holds a different experiment: choose another --out or delete it")
+    check_fits(static, len(experiment.runs))
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write_bytes(out / CONFIG_FILE, json.dumps(config, indent=1).encode())
+
+    trainer, init, train_chunk = compiled_trainer(static)
+    hparams = stack_hparams([r.hparams for r in experiment.runs])
+    run_keys, env_keys = run_keys_for(experiment)
+    typed = jax.eval_shape(trainer.init, run_keys, env_keys, hparams)
+    raw = jax.eval_shape(lambda *a: keys_to_data(trainer.init(*a)), run_keys, env_keys, hparams)
+    restored = _read_checkpoint(out, jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), raw))
+    if restored is None:
+        state, chunk = init(run_keys, env_keys, hparams), 0
+        (out / METRICS_FILE).unlink(missing_ok=True)
+    else:
+        host_state, chunk = restored
+        state = keys_from_data(jax.tree.map(jnp.asarray, host_state), typed)
+        _truncate_metrics(out, chunk * static.log_every)
+
+    bar = tqdm(total=static.total_steps, initial=chunk * static.log_every, unit="step", disable=not progress,
+               desc=f"{static.env} x{len(experiment.runs)} runs", dynamic_ncols=True)
+    last_checkpoint = time.monotonic()
+    started, done_here = time.monotonic(), 0
+    while chunk < num_chunks:
+        state, metrics = train_chunk(state)
+        metrics = jax.device_get(metrics)
+        chunk += 1
+        done_here += 1
+        _append_metrics(out, experiment, chunk * static.log_every, metrics)
+        if chunk == num_chunks or time.monotonic() - last_checkpoint >= checkpoint_seconds:
+            _write_checkpoint(out, state, chunk)
+            last_checkpoint = time.monotonic()
+        rate = done_here * static.log_every * len(experiment.runs) / max(time.monotonic() - started, 1e-9)
+        bar.set_postfix_str(f"{rate:,.0f} env steps/s, test {np.nanmedian(metrics['test_return']):.3g}")
+        bar.update(static.log_every)
+        if stop_after_chunks is not None and done_here >= stop_after_chunks:
+            break
+    bar.close()
+    return state
+
+
+def _is_key(x) -> bool:
+    return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def keys_to_data(tree):
+    """Typed PRNG keys as their raw ``uint32`` data, so that the tree serialises."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def keys_from_data(tree, typed_template):
+    """Inverse of :func:`keys_to_data`, guided by a tree that still has typed keys."""
+    return jax.tree.map(lambda x, t: jax.random.wrap_key_data(x) if _is_key(t) else x, tree, typed_template)
