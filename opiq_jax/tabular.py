@@ -220,19 +220,32 @@ class Hyperparams:
 
 @struct.dataclass
 class AgentState:
-    """Per-run learner state: ``q [H, S, A]``, ``counts [H, S, A]`` (``N(s, a, t)``) and a PRNG key."""
+    """Per-run learner state.
+
+    Attributes:
+        q: ``[H, S, A]`` the (pessimistically or optimistically initialised) Q-values.
+        counts: ``[H, S, A]`` int32 visit counts ``N(s, a, t)``.
+        optimism: ``[H, S, A]`` cache of OPIQ's ``H / (N + 1)^M`` (all zero for UCB-H, for which
+            ``Q+ = Q``), updated only at the visited entry: recomputing the power over the whole
+            table every episode dominated the run time.
+        key: PRNG key.
+    """
 
     q: jax.Array
     counts: jax.Array
+    optimism: jax.Array
     key: jax.Array
 
 
 def init_state(config: TabularConfig, mdp: TabularMDP, key: chex.PRNGKey) -> AgentState:
     """Q at 0 for OPIQ (pessimistic), at ``H`` for UCB-H (optimistic); all counts 0."""
     H, S, A = mdp.horizon, mdp.num_states, mdp.num_actions
-    q0 = float(H) if config.algorithm == "ucb_h" else 0.0
+    ucb_h = config.algorithm == "ucb_h"
     return AgentState(
-        q=jnp.full((H, S, A), q0, jnp.float32), counts=jnp.zeros((H, S, A), jnp.int32), key=key
+        q=jnp.full((H, S, A), float(H) if ucb_h else 0.0, jnp.float32),
+        counts=jnp.zeros((H, S, A), jnp.int32),
+        optimism=jnp.full((H, S, A), 0.0 if ucb_h else float(H), jnp.float32),  # H / (0 + 1)^M
+        key=key,
     )
 
 
@@ -246,12 +259,14 @@ def learning_rate(n: jax.Array, horizon: int) -> jax.Array:
     return (horizon + 1.0) / (horizon + n.astype(jnp.float32))
 
 
-def exploration_bonus(
-    n: jax.Array, hp: Hyperparams, horizon: int, num_states: int, num_actions: int, total_steps: int
-) -> jax.Array:
-    """``b_N = c sqrt(H^3 log(S A T / p) / N)`` for ``N >= 1``."""
-    log_term = jnp.log(num_states * num_actions * total_steps / hp.p)
-    return hp.bonus_scale * jnp.sqrt(horizon**3 * log_term / n.astype(jnp.float32))
+def bonus_coefficient(hp: Hyperparams, horizon: int, num_states: int, num_actions: int, total_steps: int):
+    """``c sqrt(H^3 log(S A T / p))``, so that ``b_N = bonus_coefficient / sqrt(N)``."""
+    return hp.bonus_scale * jnp.sqrt(horizon**3 * jnp.log(num_states * num_actions * total_steps / hp.p))
+
+
+def exploration_bonus(n: jax.Array, coefficient: jax.Array) -> jax.Array:
+    """``b_N = c sqrt(H^3 log(S A T / p) / N)`` for ``N >= 1``, given :func:`bonus_coefficient`."""
+    return coefficient * jax.lax.rsqrt(n.astype(jnp.float32))
 
 
 def count_optimism(counts: jax.Array, M: jax.Array, horizon: int) -> jax.Array:
@@ -264,11 +279,9 @@ def q_plus(q: jax.Array, counts: jax.Array, M: jax.Array, horizon: int) -> jax.A
     return q + count_optimism(counts, M, horizon)
 
 
-def acting_values(config: TabularConfig, state: AgentState, hp: Hyperparams) -> jax.Array:
+def acting_values(config: TabularConfig, state: AgentState) -> jax.Array:
     """Values the agent is greedy on: ``Q+`` for OPIQ (unless the ablation), else ``Q``."""
-    if config.algorithm == "opiq" and config.optimistic_acting:
-        return q_plus(state.q, state.counts, hp.M, state.q.shape[0])
-    return state.q
+    return state.q + state.optimism if config.optimistic_acting else state.q
 
 
 def capped_max(values: jax.Array, horizon: int) -> jax.Array:
@@ -276,17 +289,13 @@ def capped_max(values: jax.Array, horizon: int) -> jax.Array:
     return jnp.minimum(float(horizon), values.max(-1))
 
 
-def bootstrap_values(config: TabularConfig, state: AgentState, hp: Hyperparams) -> jax.Array:
+def bootstrap_values(config: TabularConfig, state: AgentState) -> jax.Array:
     """``V_t(s) = min{H, max_a Qb_t(s, a)}`` for ``t = 1..H`` and ``V_{H+1} = 0``: ``[H + 1, S]``.
 
     ``Qb`` is ``Q+`` for OPIQ (unless the ablation), else ``Q``.
     """
     H = state.q.shape[0]
-    if config.algorithm == "opiq" and config.optimistic_bootstrap:
-        qb = q_plus(state.q, state.counts, hp.M, H)
-    else:
-        qb = state.q
-    v = capped_max(qb, H)
+    v = capped_max(state.q + state.optimism if config.optimistic_bootstrap else state.q, H)
     return jnp.concatenate([v, jnp.zeros_like(v[:1])], axis=0)
 
 
@@ -319,9 +328,8 @@ def sample_from_mask(mask: jax.Array, u: jax.Array) -> jax.Array:
     return jnp.argmax(jnp.cumsum(mask) > j)
 
 
-def sample_categorical(probs: jax.Array, u: jax.Array) -> jax.Array:
-    """Inverse-CDF sample from 1-D ``probs``; never returns a zero-probability index."""
-    cdf = jnp.cumsum(probs)
+def sample_from_cdf(cdf: jax.Array, u: jax.Array) -> jax.Array:
+    """Inverse-CDF sample given a 1-D cumulative distribution; never returns a zero-probability index."""
     return jnp.argmax(cdf > u * cdf[-1])
 
 
@@ -335,46 +343,89 @@ def sample_reward(mean, bernoulli, u) -> jax.Array:
 # --------------------------------------------------------------------------------------------------
 
 
-def run_episode(
-    config: TabularConfig, mdp: TabularMDP, hp: Hyperparams, v_star_start: jax.Array, state: AgentState
-) -> tuple[AgentState, jax.Array]:
-    """One episode (a ``lax.scan`` over ``t``); returns the new state and the episode's exact regret."""
+@struct.dataclass
+class _RunConstants:
+    """Per-(MDP, hyperparameter) quantities hoisted out of the episode loop."""
+
+    v_star_start: jax.Array  # V*_1(s_1)
+    transition_cdf: jax.Array  # cumsum of P over s'
+    bonus_coefficient: jax.Array  # b_N * sqrt(N)
+
+
+def _run_constants(config: TabularConfig, mdp: TabularMDP, hp: Hyperparams) -> _RunConstants:
     H, S, A = mdp.horizon, mdp.num_states, mdp.num_actions
-    total_steps = config.num_episodes * H
-    key, k_ep = jax.random.split(state.key)
-    uniforms = jax.random.uniform(k_ep, (H, 3))  # action tie-break, next state, reward
-
-    act_mask = greedy_mask(acting_values(config, state, hp))  # pi_k, fixed within the episode
-    next_v = bootstrap_values(config, state, hp)  # [H + 1, S], fixed within the episode
-    _, v_pi = policy_values(mdp, act_mask / act_mask.sum(-1, keepdims=True))
-    regret = v_star_start - v_pi[0, mdp.start_state]
-
-    def step(carry, xs):
-        q, counts, s = carry
-        t, u = xs
-        a = sample_from_mask(act_mask[t, s], u[0])
-        s_next = sample_categorical(mdp.P[t, s, a], u[1])
-        r = sample_reward(mdp.R[t, s, a], mdp.bernoulli[t, s, a], u[2])
-        n = counts[t, s, a] + 1
-        bonus = exploration_bonus(n, hp, H, S, A, total_steps) if config.use_bonus else 0.0
-        target = td_target(r, bonus, next_v[t + 1, s_next])
-        q = q.at[t, s, a].set(q_update(q[t, s, a], target, n, H))
-        return (q, counts.at[t, s, a].set(n), s_next), None
-
-    (q, counts, _), _ = jax.lax.scan(
-        step, (state.q, state.counts, mdp.start_state), (jnp.arange(H), uniforms), unroll=True
+    _, v_star = optimal_values(mdp)
+    return _RunConstants(
+        v_star_start=v_star[0, mdp.start_state],
+        transition_cdf=jnp.cumsum(mdp.P, -1),
+        bonus_coefficient=bonus_coefficient(hp, H, S, A, config.num_episodes * H),
     )
-    return AgentState(q=q, counts=counts, key=key), regret
+
+
+def run_episode(
+    config: TabularConfig,
+    mdp: TabularMDP,
+    hp: Hyperparams,
+    consts: _RunConstants,
+    state: AgentState,
+    uniforms: jax.Array,
+) -> tuple[AgentState, jax.Array]:
+    """One episode (a ``lax.scan`` over ``t``); returns the new state and the episode's exact regret.
+
+    ``uniforms [H, 3]`` are the episode's ``U[0, 1)`` draws: action tie-break, next state, reward.
+    """
+    H = mdp.horizon
+    act_values = acting_values(config, state)
+    act_mask = greedy_mask(act_values)  # pi_k: fixed within the episode
+    next_v = bootstrap_values(config, state)  # [H + 1, S], fixed within the episode
+    _, v_pi = policy_values(mdp, greedy_policy(act_values))
+    regret = consts.v_star_start - v_pi[0, mdp.start_state]
+
+    def step(s, xs):
+        # Step t only reads/writes the time-t slices, so the scan maps over them and emits the new ones.
+        q_t, n_t, opt_t, mask_t, cdf_t, R_t, bern_t, v_next, u = xs
+        a = sample_from_mask(mask_t[s], u[0])
+        s_next = sample_from_cdf(cdf_t[s, a], u[1])
+        r = sample_reward(R_t[s, a], bern_t[s, a], u[2])
+        n = n_t[s, a] + 1
+        bonus = exploration_bonus(n, consts.bonus_coefficient) if config.use_bonus else 0.0
+        target = td_target(r, bonus, v_next[s_next])
+        q_t = q_t.at[s, a].set(q_update(q_t[s, a], target, n, H))
+        if config.algorithm == "opiq":
+            opt_t = opt_t.at[s, a].set(count_optimism(n, hp.M, H))
+        return s_next, (q_t, n_t.at[s, a].set(n), opt_t)
+
+    xs = (state.q, state.counts, state.optimism, act_mask, consts.transition_cdf, mdp.R,
+          mdp.bernoulli, next_v[1:], uniforms)
+    _, (q, counts, optimism) = jax.lax.scan(step, mdp.start_state, xs, unroll=True)
+    return state.replace(q=q, counts=counts, optimism=optimism), regret
+
+
+_EPISODES_PER_DRAW = 256  # uniforms are drawn for this many episodes at once (much faster than per episode)
 
 
 def run_episodes(
     config: TabularConfig, mdp: TabularMDP, hp: Hyperparams, state: AgentState, num_episodes: int
 ) -> tuple[AgentState, jax.Array]:
     """``num_episodes`` episodes (a ``lax.scan``); returns the state and per-episode regrets ``[num_episodes]``."""
-    _, v_star = optimal_values(mdp)
-    v_star_start = v_star[0, mdp.start_state]
-    episode = functools.partial(run_episode, config, mdp, hp, v_star_start)
-    return jax.lax.scan(lambda st, _: episode(st), state, None, length=num_episodes)
+    episode = functools.partial(run_episode, config, mdp, hp, _run_constants(config, mdp, hp))
+
+    def block(state, n):
+        key, sub = jax.random.split(state.key)
+        uniforms = jax.random.uniform(sub, (n, mdp.horizon, 3))  # tie-break, next state, reward
+        return jax.lax.scan(episode, state.replace(key=key), uniforms)
+
+    num_blocks, rest = divmod(num_episodes, _EPISODES_PER_DRAW)
+    regrets = []
+    if num_blocks:
+        state, r = jax.lax.scan(
+            lambda st, _: block(st, _EPISODES_PER_DRAW), state, None, length=num_blocks
+        )
+        regrets.append(r.reshape(-1))
+    if rest:
+        state, r = block(state, rest)
+        regrets.append(r)
+    return state, jnp.concatenate(regrets)
 
 
 def run(

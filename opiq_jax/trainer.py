@@ -103,6 +103,7 @@ class Trainer:
     train_chunk: Callable[[TrainState], tuple[TrainState, dict[str, jax.Array]]]
     q_values: Callable[[Any, jax.Array], jax.Array]
     count_columns: Callable[[RunState, jax.Array], jax.Array]
+    targets: Callable[[RunState, Transition, jax.Array], jax.Array]
 
 
 def make_env(static: StaticConfig):
@@ -322,5 +323,5 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
 
     return Trainer(
         static=static, env=env, network=network, init=init, train_chunk=train_chunk,
-        q_values=q_values, count_columns=count_columns,
+        q_values=q_values, count_columns=count_columns, targets=targets_for,
     )

@@ -1,0 +1,202 @@
+"""The ``opiq-jax`` command line: ``train`` and ``plot``.
+
+Every option is a documented dataclass field (tyro turns the docstrings into ``--help``). Values are
+checked before anything is compiled; a bad one stops with a single ``opiq-jax: error: ...`` line
+that says what to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import tyro
+
+from .config import HPARAM_FIELDS, make_hparams, static_for_env
+from .methods import METHODS, method_settings
+from .runner import Experiment, RunSpec, check_fits
+
+HPARAM_OPTIONS = ("m", "c_action", "c_bootstrap", "beta", "epsilon_start", "epsilon_end", "epsilon_decay_steps",
+                  "reward_subtract", "final_bias", "lr")
+
+
+@dataclass
+class Train:
+    """Train one or more methods, many seeds each, as one compiled program; write a results folder."""
+
+    env: Literal["chain", "maze"] = "chain"
+    """Environment. The paper's hyperparameters for it are the defaults of every option left unset."""
+    method: tuple[str, ...] = ("opiq",)
+    """Methods to run side by side (space separated): dqn, dqn_pc, dqn_rsubtract, dqn_rsubtract_pc, dqn_bias,
+    dqn_bias_pc, opiq, opiq_no_ob, opiq_no_pc. Each starts from the paper's best setting for the environment."""
+    seeds: int = 4
+    """Independent runs per method."""
+    steps: int | None = None
+    """Environment steps per run (default: the paper's, 100k chain, 1M maze)."""
+    out: Path | None = None
+    """Results folder (default: results/<env>-<methods>-seeds<N>-steps<S>). An existing folder of the same
+    experiment is resumed from its last checkpoint."""
+    log_every: int | None = None
+    """Steps between metric rows (default: 1,000 chain, 10,000 maze); must divide --steps."""
+    seed: int = 0
+    """Base seed; run i of every method uses seed i under it."""
+    chain_length: int = 100
+    """Chain states (chain only); the horizon is chain_length + 9."""
+    count_features: Literal["simhash", "exact"] = "simhash"
+    """What is counted: SimHash codes of the observation (the paper) or the exact cell id (no aliasing)."""
+    simhash_bits: int | None = None
+    """SimHash code length k (default: 32 chain, 128 maze)."""
+    buffer_size: int | None = None
+    """Replay capacity per run (default: 10k chain, 250k maze)."""
+    batch_size: int | None = None
+    """Minibatch size (default 64)."""
+    n_step: int | None = None
+    """n-step target length (default: 1 chain, 3 maze)."""
+    target_update: int | None = None
+    """Target network copy interval in steps (default: 200 chain, 1000 maze)."""
+    hidden: tuple[int, ...] | None = None
+    """MLP hidden widths (chain; default 256 256)."""
+    shared_action_mask: bool = False
+    """Use one action randomisation for all runs (the reference code) instead of one per run (the paper)."""
+    m: float | None = None
+    """Override M, the exponent of the optimism bonus C/(N+1)^M (>= 0)."""
+    c_action: float | None = None
+    """Override C_action, the optimism scale used for action selection (>= 0)."""
+    c_bootstrap: float | None = None
+    """Override C_bootstrap, the optimism scale used for bootstrapping (>= 0)."""
+    beta: float | None = None
+    """Override beta, the scale of the intrinsic reward beta/sqrt(N) (>= 0)."""
+    epsilon_start: float | None = None
+    """Override the initial epsilon (in [0, 1])."""
+    epsilon_end: float | None = None
+    """Override the final epsilon (in [0, 1])."""
+    epsilon_decay_steps: float | None = None
+    """Override the number of steps of the linear epsilon decay (>= 0; 0 = fixed epsilon_end)."""
+    reward_subtract: float | None = None
+    """Override the constant subtracted from environment rewards (R-Subtract)."""
+    final_bias: float | None = None
+    """Override the initial output-layer bias (Bias)."""
+    lr: float | None = None
+    """Override the RMSProp learning rate (> 0; default 5e-4)."""
+    progress: bool = True
+    """Show a progress bar."""
+    plot: bool = True
+    """Draw the plots into the results folder at the end."""
+
+
+@dataclass
+class Plot:
+    """Draw the median across seeds with the 25-75% band per method for a results folder (PNG files)."""
+
+    folder: tyro.conf.Positional[Path]
+    """A results folder written by ``opiq-jax train``."""
+    metrics: tuple[str, ...] = ("train_return", "test_return", "states_visited", "max_return")
+    """Metrics to plot, one PNG each."""
+
+
+class UsageError(ValueError):
+    """A bad command-line value; reported as one line."""
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
+
+
+def hparam_overrides(args: Train) -> dict[str, float]:
+    overrides = {k: float(getattr(args, k)) for k in HPARAM_OPTIONS if getattr(args, k) is not None}
+    for name in ("m", "c_action", "c_bootstrap", "beta", "epsilon_decay_steps"):
+        if name in overrides:
+            _check(overrides[name] >= 0, f"--{name.replace('_', '-')} must be >= 0, got {overrides[name]:g}")
+    for name in ("epsilon_start", "epsilon_end"):
+        if name in overrides:
+            _check(0 <= overrides[name] <= 1, f"--{name.replace('_', '-')} must lie in [0, 1], got {overrides[name]:g}")
+    if "lr" in overrides:
+        _check(overrides["lr"] > 0, f"--lr must be > 0, got {overrides['lr']:g}")
+    assert set(overrides) <= set(HPARAM_FIELDS)
+    return overrides
+
+
+def build_experiment(args: Train) -> tuple[Experiment, Path]:
+    """Validates ``args`` and turns them into an :class:`Experiment` (no compilation)."""
+    unknown = [m for m in args.method if m not in METHODS]
+    _check(not unknown, f"unknown method {', '.join(unknown)}: use any of {', '.join(METHODS)}")
+    _check(len(set(args.method)) == len(args.method), "each --method may appear once")
+    _check(args.seeds >= 1, f"--seeds must be >= 1, got {args.seeds}")
+    overrides = hparam_overrides(args)
+    static_overrides = {
+        k: v for k, v in dict(
+            total_steps=args.steps, log_every=args.log_every, simhash_bits=args.simhash_bits,
+            buffer_size=args.buffer_size, batch_size=args.batch_size, n_step=args.n_step,
+            target_update=args.target_update, hidden=args.hidden,
+        ).items() if v is not None
+    }
+    if args.env == "chain":
+        static_overrides["chain_length"] = args.chain_length
+    static_overrides.update(count_features=args.count_features, shared_action_mask=args.shared_action_mask)
+    total = static_overrides.get("total_steps")
+    if total is not None and "log_every" not in static_overrides:
+        default_log = static_for_env(args.env).log_every
+        static_overrides["log_every"] = default_log if total % default_log == 0 else total
+    try:
+        static = static_for_env(args.env, **static_overrides)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        check_fits(static, len(args.method) * args.seeds)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    setting = ",".join(f"{k}={v:g}" for k, v in sorted(overrides.items())) or "paper"
+    runs = tuple(
+        RunSpec(method=method, setting=setting, seed=seed,
+                hparams=make_hparams(**{**method_settings(args.env, method), **overrides}))
+        for method in args.method for seed in range(args.seeds)
+    )
+    out = args.out or Path("results") / f"{args.env}-{'-'.join(args.method)}-seeds{args.seeds}-steps{static.total_steps}"
+    return Experiment(static=static, runs=runs, seed=args.seed), out
+
+
+def train(args: Train) -> Path:
+    from .plotting import markdown_table, plot_folder, summary_table
+    from .runner import read_metrics, run_experiment
+
+    experiment, out = build_experiment(args)
+    print(f"opiq-jax: {len(experiment.runs)} runs ({', '.join(args.method)} x {args.seeds} seeds) on {args.env}, "
+          f"{experiment.static.total_steps:,} steps each -> {out}", flush=True)
+    started = time.time()
+    run_experiment(experiment, out, progress=args.progress)
+    print(f"opiq-jax: finished in {time.time() - started:.0f} s", flush=True)
+    rows = read_metrics(out)
+    print(markdown_table(summary_table(rows, "train_return"), "train_return"))
+    if args.plot:
+        for path in plot_folder(out):
+            print(f"opiq-jax: wrote {path}")
+    return out
+
+
+def plot(args: Plot) -> None:
+    from .plotting import plot_folder
+
+    _check((args.folder / "metrics.csv").exists(), f"{args.folder} holds no metrics.csv: pass a folder written by opiq-jax train")
+    for path in plot_folder(args.folder, tuple(args.metrics)):
+        print(f"opiq-jax: wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    command = tyro.extras.subcommand_cli_from_dict({"train": Train, "plot": Plot}, args=argv, prog="opiq-jax")
+    try:
+        if isinstance(command, Train):
+            train(command)
+        else:
+            plot(command)
+    except UsageError as e:
+        print(f"opiq-jax: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Figures and summary tables that read only a results folder.
+
+Curves are the paper's: the median across seeds with the 25-75% band, one line per method (and
+setting, when a folder holds several). The summary ranks by the area under the median curve, the
+paper's selection protocol.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from .runner import read_metrics
+
+DEFAULT_METRICS = ("train_return", "test_return", "states_visited", "max_return")
+METRIC_LABELS = {
+    "train_return": "episode return (training)",
+    "test_return": "greedy test return",
+    "max_return": "maximum episode return",
+    "states_visited": "distinct states visited",
+    "state_actions_visited": "distinct state-actions visited",
+    "q_start": "max Q at the start state",
+    "qplus_start": "max Q+ at the start state",
+    "loss": "TD loss",
+    "epsilon": "epsilon",
+}
+
+
+def group_label(row: dict, with_setting: bool) -> str:
+    return f"{row['method']} [{row['setting']}]" if with_setting else row["method"]
+
+
+def curves(rows: list[dict], metric: str) -> dict[str, dict[str, np.ndarray]]:
+    """Per group: ``steps``, ``median``, ``q25``, ``q75`` across seeds, and ``values[seed, step]``."""
+    settings_per_method = defaultdict(set)
+    for r in rows:
+        settings_per_method[r["method"]].add(r["setting"])
+    with_setting = any(len(s) > 1 for s in settings_per_method.values())
+    table: dict[str, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        if r["metric"] == metric:
+            table[group_label(r, with_setting)][r["run"]][r["step"]] = r["value"]
+    result = {}
+    for label, per_run in table.items():
+        steps = np.array(sorted({s for run in per_run.values() for s in run}))
+        values = np.array([[run.get(s, np.nan) for s in steps] for run in per_run.values()], dtype=float)
+        with warnings.catch_warnings():  # all-NaN columns (no episode ended yet) stay NaN quietly
+            warnings.simplefilter("ignore", RuntimeWarning)
+            q25, median, q75 = np.nanpercentile(values, [25, 50, 75], axis=0)
+        result[label] = dict(steps=steps, median=median, q25=q25, q75=q75, values=values)
+    return result
+
+
+def area_under_median(curve: dict[str, np.ndarray]) -> float:
+    """Mean of the median curve over the logged steps (NaN points count as zero)."""
+    return float(np.mean(np.nan_to_num(curve["median"], nan=0.0)))
+
+
+def summary_table(rows: list[dict], metric: str) -> list[dict]:
+    """Final median, quartiles and area under the median curve per group, best first."""
+    table = []
+    for label, c in curves(rows, metric).items():
+        table.append(dict(group=label, final_median=float(c["median"][-1]), final_q25=float(c["q25"][-1]),
+                          final_q75=float(c["q75"][-1]), auc=area_under_median(c), seeds=int(c["values"].shape[0])))
+    return sorted(table, key=lambda t: -t["auc"])
+
+
+def markdown_table(table: list[dict], metric: str) -> str:
+    lines = [f"| method | seeds | final median {metric} (25%, 75%) | area under median |", "|---|---|---|---|"]
+    for t in table:
+        lines.append(f"| {t['group']} | {t['seeds']} | {t['final_median']:.3g} ({t['final_q25']:.3g}, "
+                     f"{t['final_q75']:.3g}) | {t['auc']:.3g} |")
+    return "\n".join(lines)
+
+
+def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: list[str] | None = None) -> None:
+    for label in groups or sorted(metric_curves):
+        if label not in metric_curves:
+            continue
+        c = metric_curves[label]
+        (line,) = ax.plot(c["steps"], c["median"], label=label, lw=1.6)
+        ax.fill_between(c["steps"], c["q25"], c["q75"], color=line.get_color(), alpha=0.2, lw=0)
+
+
+def plot_folder(out: str | Path, metrics: tuple[str, ...] = DEFAULT_METRICS, groups: list[str] | None = None,
+                reference_lines: dict[str, float] | None = None, prefix: str = "plot") -> list[Path]:
+    """One PNG per metric in ``out``: median across seeds with the 25-75% band per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    rows = read_metrics(out)
+    written = []
+    for metric in metrics:
+        metric_curves = curves(rows, metric)
+        if not metric_curves:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        plot_curves(ax, metric_curves, groups)
+        if reference_lines and metric in reference_lines:
+            ax.axhline(reference_lines[metric], color="k", ls=":", lw=1)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+        ax.set_title(f"{out.name}: median and 25-75% across seeds")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"{prefix}_{metric}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written

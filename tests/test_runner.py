@@ -1,0 +1,114 @@
+"""The host loop and the command line: results folder, resume after a kill, plots, one-line errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from opiq_jax.cli import main
+from opiq_jax.config import static_for_env
+from opiq_jax.methods import method_hparams
+from opiq_jax.runner import CHECKPOINT_FILE, METRICS_FILE, Experiment, RunSpec, read_metrics, run_experiment
+
+STATIC = static_for_env("chain", chain_length=8, total_steps=3000, log_every=150, buffer_size=500, hidden=(16,))
+EXPERIMENT = Experiment(STATIC, tuple(RunSpec(m, "paper", s, method_hparams("chain", m)) for m in ("opiq", "dqn_pc") for s in range(2)))
+
+CHILD = """
+import sys
+from tests.test_runner import EXPERIMENT
+from opiq_jax.runner import run_experiment
+run_experiment(EXPERIMENT, sys.argv[1], progress=False, checkpoint_seconds=0)
+"""
+
+
+def checkpoint_chunk(folder: Path) -> int:
+    rows = read_metrics(folder)
+    return max(r["step"] for r in rows) // STATIC.log_every if rows else 0
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
+    interrupted = tmp_path / "interrupted"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(interrupted)], cwd=Path(__file__).parents[1],
+                             env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    deadline = time.monotonic() + 240
+    while not (interrupted / CHECKPOINT_FILE).exists():
+        assert child.poll() is None, "the training process ended before writing a checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint within 240 s"
+        time.sleep(0.02)
+    time.sleep(0.3)  # let it get into the middle of a later chunk
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    killed_at = checkpoint_chunk(interrupted)
+    assert 1 <= killed_at < STATIC.total_steps // STATIC.log_every, "the kill must land mid-experiment"
+
+    resumed_state = run_experiment(EXPERIMENT, interrupted, progress=False, checkpoint_seconds=0)
+    straight_state = run_experiment(EXPERIMENT, tmp_path / "straight", progress=False, checkpoint_seconds=0)
+
+    for a, b in zip(jax.tree.leaves(jax.random.key_data(resumed_state.runs.key)),
+                    jax.tree.leaves(jax.random.key_data(straight_state.runs.key))):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(resumed_state.runs.params), jax.tree.leaves(straight_state.runs.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert (interrupted / METRICS_FILE).read_text() == (tmp_path / "straight" / METRICS_FILE).read_text()
+    rows = read_metrics(interrupted)
+    assert len(rows) == len(EXPERIMENT.runs) * 10 * (STATIC.total_steps // STATIC.log_every)
+
+
+def test_results_folder_contents(tmp_path):
+    run_experiment(EXPERIMENT, tmp_path, progress=False)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["static"]["chain_length"] == 8
+    assert [r["method"] for r in config["runs"]] == ["opiq", "opiq", "dqn_pc", "dqn_pc"]
+    assert config["runs"][0]["hparams"]["m"] == pytest.approx(0.5)
+    header = (tmp_path / METRICS_FILE).read_text().splitlines()[0]
+    assert header == "run,method,setting,seed,step,metric,value"
+    # rerunning a finished experiment is a no-op resume
+    run_experiment(EXPERIMENT, tmp_path, progress=False)
+    other = Experiment(STATIC, EXPERIMENT.runs[:1])
+    with pytest.raises(ValueError, match="different experiment"):
+        run_experiment(other, tmp_path, progress=False)
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["train", "--m", "-1"], "--m must be >= 0"),
+        (["train", "--method", "opiq", "nope"], "unknown method nope"),
+        (["train", "--steps", "1000", "--log-every", "300"], "must be a multiple of log_every"),
+        (["train", "--env", "maze", "--seeds", "100000000"], "use at most"),
+        (["train", "--epsilon-start", "2"], "must lie in [0, 1]"),
+        (["plot", "/nonexistent/folder"], "holds no metrics.csv"),
+    ],
+)
+def test_cli_errors_are_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_cli_rejects_unknown_env():
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--env", "mars"])
+    assert exit_info.value.code != 0
+
+
+def test_cli_train_and_plot(tmp_path, capsys):
+    out = tmp_path / "cli"
+    main(["train", "--env", "chain", "--method", "opiq", "dqn", "--seeds", "2", "--steps", "600", "--log-every", "300",
+          "--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--out", str(out), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert "| opiq |" in printed and "| dqn |" in printed
+    for metric in ("train_return", "test_return", "states_visited", "max_return"):
+        assert (out / f"plot_{metric}.png").stat().st_size > 10_000
+    (out / "plot_test_return.png").unlink()
+    main(["plot", str(out), "--metrics", "test_return"])
+    assert (out / "plot_test_return.png").exists()

@@ -1,0 +1,134 @@
+"""The compiled trainer: learning on a short chain, per-run randomness, the n-step Q+ target with
+counts read at training time, and method equivalences. One compiled program serves the module."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from opiq_jax import counts
+from opiq_jax.config import make_hparams, stack_hparams, static_for_env
+from opiq_jax.methods import method_hparams, method_settings
+from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
+from opiq_jax.trainer import Transition
+
+CHAIN = 20  # horizon 29: a random walk almost never reaches the right end
+SEEDS = 12
+STATIC = static_for_env("chain", chain_length=CHAIN, total_steps=2000, log_every=1000, buffer_size=2000, hidden=(64, 64))
+
+
+def build_runs():
+    runs = [RunSpec("opiq", "paper", s, method_hparams("chain", "opiq")) for s in range(SEEDS)]
+    runs += [RunSpec("dqn", "paper", s, method_hparams("chain", "dqn")) for s in range(SEEDS)]
+    # OPIQ with both optimism scales at zero must be DQN + PC exactly (same seeds 0 and 1).
+    runs += [RunSpec("opiq_c0", "c=0", s, method_hparams("chain", "opiq", c_action=0.0, c_bootstrap=0.0, m=2.0)) for s in range(2)]
+    runs += [RunSpec("dqn_pc", "paper", s, method_hparams("chain", "dqn_pc")) for s in range(2)]
+    return tuple(runs)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    experiment = Experiment(STATIC, build_runs())
+    trainer, init, train_chunk = compiled_trainer(STATIC)
+    run_keys, env_keys = run_keys_for(experiment)
+    state = init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
+    initial = jax.device_get(state)
+    history = []
+    for _ in range(STATIC.total_steps // STATIC.log_every):
+        state, metrics = train_chunk(state)
+        history.append(jax.device_get(metrics))
+    return experiment, trainer, initial, jax.device_get(state), history
+
+
+def indices(experiment, method):
+    return [i for i, r in enumerate(experiment.runs) if r.method == method]
+
+
+def test_opiq_reaches_the_end_of_a_short_chain_that_dqn_does_not(trained):
+    experiment, _, _, _, history = trained
+    visited = history[-1]["states_visited"]
+    opiq = visited[indices(experiment, "opiq")] == CHAIN
+    dqn = visited[indices(experiment, "dqn")] == CHAIN
+    assert opiq.sum() >= 10, f"OPIQ reached the right end in only {opiq.sum()} of {SEEDS} seeds"
+    assert dqn.sum() <= 3, f"epsilon-greedy DQN reached the right end in {dqn.sum()} of {SEEDS} seeds"
+    # reaching the end shows in the returns too: the best possible episode return is 11
+    assert np.nanmedian(history[-1]["max_return"][indices(experiment, "opiq")]) == pytest.approx(11.0)
+
+
+def test_vmapped_runs_get_their_own_randomness(trained):
+    experiment, _, initial, _, _ = trained
+    runs = initial.runs
+    first = indices(experiment, "opiq")[:3]
+    flips = runs.env_params.flips[first]
+    matrices = runs.hash_matrix[first]
+    kernels = runs.params["params"]["Dense_0"]["kernel"][first]
+    for a in range(3):
+        for b in range(a + 1, 3):
+            assert not np.array_equal(flips[a], flips[b])
+            assert not np.allclose(matrices[a], matrices[b])
+            assert not np.allclose(kernels[a], kernels[b])
+    keys = np.asarray(jax.random.key_data(runs.key))[first]
+    assert len({tuple(np.asarray(k).ravel()) for k in keys}) == 3
+
+
+def test_same_seed_shares_randomness_across_methods(trained):
+    experiment, _, initial, _, _ = trained
+    opiq0 = indices(experiment, "opiq")[0]
+    dqn0 = indices(experiment, "dqn")[0]
+    np.testing.assert_array_equal(initial.runs.env_params.flips[opiq0], initial.runs.env_params.flips[dqn0])
+    np.testing.assert_array_equal(initial.runs.hash_matrix[opiq0], initial.runs.hash_matrix[dqn0])
+
+
+def test_opiq_without_optimism_is_bit_identical_to_dqn_pc(trained):
+    experiment, _, _, final, history = trained
+    for a, b in zip(indices(experiment, "opiq_c0"), indices(experiment, "dqn_pc")):
+        for leaf_a, leaf_b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[a], final.runs.params)),
+                                  jax.tree.leaves(jax.tree.map(lambda x: x[b], final.runs.params))):
+            np.testing.assert_array_equal(leaf_a, leaf_b)
+        for metrics in history:
+            for name in ("train_return", "test_return", "states_visited", "loss"):
+                np.testing.assert_array_equal(metrics[name][a], metrics[name][b])
+
+
+def test_shared_action_mask_option():
+    static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200,
+                            hidden=(8,), shared_action_mask=True)
+    runs = tuple(RunSpec("dqn", "paper", s, method_hparams("chain", "dqn")) for s in range(3))
+    trainer, init, _ = compiled_trainer(static)
+    state = init(*run_keys_for(Experiment(static, runs)), stack_hparams([r.hparams for r in runs]))
+    flips = np.asarray(state.runs.env_params.flips)
+    assert np.array_equal(flips[0], flips[1]) and np.array_equal(flips[1], flips[2])
+    assert not np.allclose(state.runs.hash_matrix[0], state.runs.hash_matrix[1])
+
+
+def test_n_step_q_plus_target_by_hand():
+    """A 3-step window through the trainer's own target function, with counts read from the sketch
+    at training time, against the formula worked out by hand."""
+    static = static_for_env("chain", chain_length=6, total_steps=100, log_every=100, buffer_size=100,
+                            hidden=(8,), n_step=3, count_features="exact")
+    trainer, init, _ = compiled_trainer(static)
+    hp = make_hparams(**{**method_settings("chain", "opiq"), "m": 2.0, "c_bootstrap": 3.0, "beta": 0.5})
+    runs = (RunSpec("opiq", "x", 0, hp),)
+    state = init(*run_keys_for(Experiment(static, runs)), stack_hparams([hp]))
+    run = jax.tree.map(lambda x: x[0], state.runs)
+    # counts: N(1, right) = 4, N(2, right) = 1, N(3, left) = 9 ; N(4, .) = (0, 3)
+    for cell, action, times in [(1, 1, 4), (2, 1, 1), (3, 0, 9), (4, 1, 3)]:
+        cols = trainer.count_columns(run, jnp.array([cell], jnp.int32))
+        for _ in range(times):
+            run = run.replace(sketch=counts.update(run.sketch, cols, action))
+    window = Transition(
+        compact=jnp.array([[[1], [2], [3]]], jnp.int32), action=jnp.array([[1, 1, 0]], jnp.int32),
+        reward=jnp.array([[0.0, 1.0, 2.0]]), terminated=jnp.zeros((1, 3), bool), done=jnp.zeros((1, 3), bool),
+        next_compact=jnp.array([[[2], [3], [4]]], jnp.int32),
+    )
+    target = trainer.targets(run, window, jnp.ones((1, 3), bool))
+    q_next = trainer.q_values(run.target_params, trainer.env.obs_from_compact(jnp.array([4]), run.env_params)[None])[0]
+    g = 0.99
+    rewards = [0.0 + 0.5 / 2, 1.0 + 0.5 / 1, 2.0 + 0.5 / 3]
+    boot = max(float(q_next[0]) + 3.0 / 1**2, float(q_next[1]) + 3.0 / 4**2)
+    expected = rewards[0] + g * rewards[1] + g**2 * rewards[2] + g**3 * boot
+    assert float(target[0]) == pytest.approx(expected, rel=1e-5)
+    # the same window cut by a terminal on its second step: no bootstrap, third step ignored
+    window = window.replace(terminated=jnp.array([[False, True, False]]), done=jnp.array([[False, True, False]]))
+    target = trainer.targets(run, window, jnp.ones((1, 3), bool))
+    assert float(target[0]) == pytest.approx(rewards[0] + g * rewards[1], rel=1e-5)
