@@ -172,6 +172,10 @@ class RandomisedChain(environment.Environment[ChainState, ChainParams]):
         chex.assert_shape(compact, (self.compact_dim,))
         return compact[0].astype(jnp.int32)
 
+    def all_compacts(self) -> jax.Array:
+        """int32[num_cells, 1]: the compact state of every cell id, in cell-id order."""
+        return jnp.arange(self.length, dtype=jnp.int32)[:, None]
+
     def start_compact(self, params: ChainParams) -> jax.Array:
         """Compact state of the start position."""
         del params

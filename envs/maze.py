@@ -187,6 +187,11 @@ class Maze(environment.Environment[MazeState, MazeParams]):
         chex.assert_shape(compact, (self.compact_dim,))
         return (compact[0] * MAZE_SIZE + compact[1]).astype(jnp.int32)
 
+    def all_compacts(self) -> jax.Array:
+        """int32[num_cells, 2]: (row, col) of every cell id (walls included), in cell-id order."""
+        ids = jnp.arange(MAZE_SIZE * MAZE_SIZE, dtype=jnp.int32)
+        return jnp.stack([ids // MAZE_SIZE, ids % MAZE_SIZE], axis=1)
+
     def start_compact(self, params: MazeParams) -> jax.Array:
         """Compact state of the start cell."""
         del params

@@ -1,4 +1,4 @@
-"""The ``opiq-jax`` command line: ``train`` and ``plot``.
+"""The ``opiq-jax`` command line: ``train``, ``plot`` and ``bench``.
 
 Every option is a documented dataclass field (tyro turns the docstrings into ``--help``). Values are
 checked before anything is compiled; a bad one stops with a single ``opiq-jax: error: ...`` line
@@ -187,10 +187,19 @@ def plot(args: Plot) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    command = tyro.extras.subcommand_cli_from_dict({"train": Train, "plot": Plot}, args=argv, prog="opiq-jax")
+    from .bench.throughput import Bench, run_bench
+
+    command = tyro.extras.subcommand_cli_from_dict({"train": Train, "plot": Plot, "bench": Bench}, args=argv,
+                                                   prog="opiq-jax")
     try:
         if isinstance(command, Train):
             train(command)
+        elif isinstance(command, Bench):
+            try:
+                command.validate()
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            run_bench(command)
         else:
             plot(command)
     except UsageError as e:

@@ -45,7 +45,9 @@ def simhash_bits(matrix: jax.Array, obs: jax.Array) -> jax.Array:
     flat = jnp.reshape(obs, (-1,)).astype(jnp.float32)
     chex.assert_rank(matrix, 2)
     chex.assert_equal(matrix.shape[1], flat.shape[0])
-    return (matrix @ flat) > 0
+    # Full float32 precision: with TF32 (the GPU default) a projection near zero can change sign
+    # between a batched and an unbatched evaluation, and the same state would get two codes.
+    return jnp.dot(matrix, flat, precision=jax.lax.Precision.HIGHEST) > 0
 
 
 def pack_bits(bits: jax.Array) -> jax.Array:

@@ -35,6 +35,35 @@ class MLP(nn.Module):
         return nn.Dense(self.num_outputs, name=HEAD)(x)
 
 
+class PatchConv(nn.Module):
+    """A VALID, strided 2-D convolution written as patch extraction plus one matrix product.
+
+    Same parameters (``kernel [kh, kw, in, out]``, ``bias``) and outputs as ``nn.Conv``. Under
+    ``vmap`` over runs (one set of weights per run) ``nn.Conv`` becomes a grouped convolution,
+    which is slow on GPUs; this form becomes a batched matrix product instead.
+    """
+
+    features: int
+    kernel_size: tuple[int, int]
+    strides: tuple[int, int]
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        kh, kw = self.kernel_size
+        sh, sw = self.strides
+        batch, height, width, channels = x.shape
+        out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
+        kernel = self.param("kernel", nn.initializers.lecun_normal(), (kh, kw, channels, self.features))
+        bias = self.param("bias", nn.initializers.zeros_init(), (self.features,))
+        patches = jnp.stack(
+            [x[:, i : i + sh * (out_h - 1) + 1 : sh, j : j + sw * (out_w - 1) + 1 : sw, :]
+             for i in range(kh) for j in range(kw)],
+            axis=3,
+        )  # [B, out_h, out_w, kh * kw, C], patch order (i, j) as in the kernel
+        patches = patches.reshape(batch, out_h, out_w, kh * kw * channels)
+        return patches @ kernel.reshape(kh * kw * channels, self.features) + bias
+
+
 class MazeConv(nn.Module):
     """The maze network of the paper's appendix (input ``[B, 24, 24, 1]``)."""
 
@@ -43,8 +72,8 @@ class MazeConv(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = obs.astype(jnp.float32)
-        x = nn.relu(nn.Conv(16, (3, 3), strides=(2, 2), padding="VALID")(x))
-        x = nn.relu(nn.Conv(16, (3, 3), strides=(2, 2), padding="VALID")(x))
+        x = nn.relu(PatchConv(16, (3, 3), (2, 2))(x))
+        x = nn.relu(PatchConv(16, (3, 3), (2, 2))(x))
         x = jnp.reshape(x, (x.shape[0], -1))
         x = nn.relu(nn.Dense(400)(x))
         x = nn.Dense(200)(x)
@@ -59,9 +88,9 @@ class NatureDQN(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = obs.astype(jnp.float32) / 255.0
-        x = nn.relu(nn.Conv(32, (8, 8), strides=(4, 4), padding="VALID")(x))
-        x = nn.relu(nn.Conv(64, (4, 4), strides=(2, 2), padding="VALID")(x))
-        x = nn.relu(nn.Conv(64, (3, 3), strides=(1, 1), padding="VALID")(x))
+        x = nn.relu(PatchConv(32, (8, 8), (4, 4))(x))
+        x = nn.relu(PatchConv(64, (4, 4), (2, 2))(x))
+        x = nn.relu(PatchConv(64, (3, 3), (1, 1))(x))
         x = jnp.reshape(x, (x.shape[0], -1))
         x = nn.relu(nn.Dense(512)(x))
         return nn.Dense(self.num_outputs, name=HEAD)(x)

@@ -200,13 +200,16 @@ def run_experiment(
     progress: bool = True,
     checkpoint_seconds: float = 60.0,
     stop_after_chunks: int | None = None,
+    max_seconds: float | None = None,
 ) -> object:
     """Trains every run of ``experiment`` to ``static.total_steps``, resuming from ``out`` if possible.
 
     Args:
       checkpoint_seconds: write a checkpoint after a chunk when at least this long has passed since
         the last one (0: after every chunk); the last chunk always writes one.
-      stop_after_chunks: return after this many chunks of this call (for tests and time-boxed runs).
+      stop_after_chunks: return after this many chunks of this call (for tests).
+      max_seconds: return after the first chunk that ends past this many seconds of this call,
+        with a checkpoint written, so that a time-boxed job can be resumed by calling again.
     Returns the final training state.
     """
     out = Path(out)
@@ -245,16 +248,25 @@ def run_experiment(
         chunk += 1
         done_here += 1
         _append_metrics(out, experiment, chunk * static.log_every, metrics)
-        if chunk == num_chunks or time.monotonic() - last_checkpoint >= checkpoint_seconds:
+        out_of_time = max_seconds is not None and time.monotonic() - started >= max_seconds
+        if chunk == num_chunks or out_of_time or time.monotonic() - last_checkpoint >= checkpoint_seconds:
             _write_checkpoint(out, state, chunk)
             last_checkpoint = time.monotonic()
         rate = done_here * static.log_every * len(experiment.runs) / max(time.monotonic() - started, 1e-9)
         bar.set_postfix_str(f"{rate:,.0f} env steps/s, test {np.nanmedian(metrics['test_return']):.3g}")
         bar.update(static.log_every)
-        if stop_after_chunks is not None and done_here >= stop_after_chunks:
+        if out_of_time or (stop_after_chunks is not None and done_here >= stop_after_chunks):
             break
     bar.close()
     return state
+
+
+def is_finished(out: str | Path) -> bool:
+    """Whether the results folder holds a checkpoint of the last chunk."""
+    out = Path(out)
+    config = json.loads((out / CONFIG_FILE).read_text())["static"]
+    rows = read_metrics(out) if (out / METRICS_FILE).exists() else []
+    return bool(rows) and max(r["step"] for r in rows) >= config["total_steps"]
 
 
 def _is_key(x) -> bool:

@@ -89,15 +89,16 @@ def make_mdp(P, R, bernoulli=None, start_state: int = 0) -> TabularMDP:
     """Builds a :class:`TabularMDP` from arrays, checking shapes (``bernoulli`` defaults to all false)."""
     P = jnp.asarray(P, jnp.float32)
     R = jnp.asarray(R, jnp.float32)
-    chex.assert_rank(P, 4)
-    H, S, A, _ = P.shape
-    chex.assert_shape(P, (H, S, A, S))
-    chex.assert_shape(R, (H, S, A))
-    bernoulli = jnp.zeros((H, S, A), bool) if bernoulli is None else jnp.asarray(bernoulli, bool)
-    chex.assert_shape(bernoulli, (H, S, A))
-    return TabularMDP(P=P, R=R, bernoulli=bernoulli, start_state=jnp.asarray(start_state, jnp.int32))
+    bernoulli = jnp.zeros(R.shape, bool) if bernoulli is None else jnp.asarray(bernoulli, bool)
+    mdp = TabularMDP(P=P, R=R, bernoulli=bernoulli, start_state=jnp.asarray(start_state, jnp.int32))
+    _check_mdp(mdp)
+    return mdp
 
 
+@functools.partial(
+    jax.jit,
+    static_argnames=("num_states", "num_actions", "horizon", "bernoulli_rewards", "time_homogeneous"),
+)
 def random_mdp(
     key: chex.PRNGKey,
     num_states: int,
@@ -129,6 +130,15 @@ def random_mdp(
 def stack_mdps(mdps) -> TabularMDP:
     """Stacks same-shaped MDPs along a new leading axis (for the batched runners)."""
     return jax.tree.map(lambda *xs: jnp.stack(xs), *mdps)
+
+
+def _check_mdp(mdp: TabularMDP, batch_dims: int = 0) -> None:
+    """Shape checks: ``P [..., H, S, A, S]``, ``R`` and ``bernoulli [..., H, S, A]``, ``start_state [...]``."""
+    chex.assert_rank(mdp.P, 4 + batch_dims)
+    *batch, H, S, A, _ = mdp.P.shape
+    chex.assert_shape(mdp.P, (*batch, H, S, A, S))
+    chex.assert_shape([mdp.R, mdp.bernoulli], (*batch, H, S, A))
+    chex.assert_shape(mdp.start_state, tuple(batch))
 
 
 def _backward_induction(mdp: TabularMDP, state_value) -> tuple[jax.Array, jax.Array]:
@@ -259,9 +269,12 @@ def learning_rate(n: jax.Array, horizon: int) -> jax.Array:
     return (horizon + 1.0) / (horizon + n.astype(jnp.float32))
 
 
-def bonus_coefficient(hp: Hyperparams, horizon: int, num_states: int, num_actions: int, total_steps: int):
+def bonus_coefficient(
+    hp: Hyperparams, horizon: int, num_states: int, num_actions: int, total_steps: int
+) -> jax.Array:
     """``c sqrt(H^3 log(S A T / p))``, so that ``b_N = bonus_coefficient / sqrt(N)``."""
-    return hp.bonus_scale * jnp.sqrt(horizon**3 * jnp.log(num_states * num_actions * total_steps / hp.p))
+    log_term = jnp.log(num_states * num_actions * total_steps / hp.p)
+    return hp.bonus_scale * jnp.sqrt(horizon**3 * log_term)
 
 
 def exploration_bonus(n: jax.Array, coefficient: jax.Array) -> jax.Array:
@@ -344,7 +357,7 @@ def sample_reward(mean, bernoulli, u) -> jax.Array:
 
 
 @struct.dataclass
-class _RunConstants:
+class RunConstants:
     """Per-(MDP, hyperparameter) quantities hoisted out of the episode loop."""
 
     v_star_start: jax.Array  # V*_1(s_1)
@@ -352,10 +365,11 @@ class _RunConstants:
     bonus_coefficient: jax.Array  # b_N * sqrt(N)
 
 
-def _run_constants(config: TabularConfig, mdp: TabularMDP, hp: Hyperparams) -> _RunConstants:
+def run_constants(config: TabularConfig, mdp: TabularMDP, hp: Hyperparams) -> RunConstants:
+    """``V*_1(s_1)``, the transition CDFs and ``b_N``'s coefficient for one (MDP, hyperparameters)."""
     H, S, A = mdp.horizon, mdp.num_states, mdp.num_actions
     _, v_star = optimal_values(mdp)
-    return _RunConstants(
+    return RunConstants(
         v_star_start=v_star[0, mdp.start_state],
         transition_cdf=jnp.cumsum(mdp.P, -1),
         bonus_coefficient=bonus_coefficient(hp, H, S, A, config.num_episodes * H),
@@ -366,7 +380,7 @@ def run_episode(
     config: TabularConfig,
     mdp: TabularMDP,
     hp: Hyperparams,
-    consts: _RunConstants,
+    consts: RunConstants,
     state: AgentState,
     uniforms: jax.Array,
 ) -> tuple[AgentState, jax.Array]:
@@ -401,14 +415,14 @@ def run_episode(
     return state.replace(q=q, counts=counts, optimism=optimism), regret
 
 
-_EPISODES_PER_DRAW = 256  # uniforms are drawn for this many episodes at once (much faster than per episode)
+_EPISODES_PER_DRAW = 256  # uniforms are drawn for this many episodes at once: much faster than per episode
 
 
 def run_episodes(
     config: TabularConfig, mdp: TabularMDP, hp: Hyperparams, state: AgentState, num_episodes: int
 ) -> tuple[AgentState, jax.Array]:
-    """``num_episodes`` episodes (a ``lax.scan``); returns the state and per-episode regrets ``[num_episodes]``."""
-    episode = functools.partial(run_episode, config, mdp, hp, _run_constants(config, mdp, hp))
+    """``num_episodes`` episodes (a ``lax.scan``); returns the state and the regrets ``[num_episodes]``."""
+    episode = functools.partial(run_episode, config, mdp, hp, run_constants(config, mdp, hp))
 
     def block(state, n):
         key, sub = jax.random.split(state.key)
@@ -432,6 +446,7 @@ def run(
     config: TabularConfig, mdp: TabularMDP, hp: Hyperparams, key: chex.PRNGKey
 ) -> tuple[AgentState, jax.Array]:
     """A full run of ``config.num_episodes`` episodes from a fresh agent."""
+    _check_mdp(mdp)
     return run_episodes(config, mdp, hp, init_state(config, mdp, key), config.num_episodes)
 
 
@@ -440,24 +455,29 @@ def run(
 # --------------------------------------------------------------------------------------------------
 
 
-def _check_batch(mdps: TabularMDP, hparams: Hyperparams) -> None:
-    """Shape checks for MDPs ``[n_mdp, ...]`` and hyperparameters ``[n_hp]``."""
-    chex.assert_rank(mdps.P, 5)
-    chex.assert_equal_shape_prefix([mdps.P, mdps.R, mdps.bernoulli], 4)
-    chex.assert_shape(mdps.start_state, (mdps.P.shape[0],))
+def _check_batch(mdps: TabularMDP, hparams: Hyperparams, keys: jax.Array | None = None) -> None:
+    """Shape checks for MDPs ``[n_mdp, ...]``, hyperparameters ``[n_hp]`` and keys ``[n_mdp, n_seed]``
+    (typed keys, or ``[n_mdp, n_seed, 2]`` raw ``uint32`` key data)."""
+    n_mdp = mdps.P.shape[0]
+    _check_mdp(mdps, batch_dims=1)
     chex.assert_rank([hparams.M, hparams.p, hparams.bonus_scale], 1)
     chex.assert_equal_shape([hparams.M, hparams.p, hparams.bonus_scale])
+    if keys is not None:
+        typed = jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
+        chex.assert_shape(keys, (n_mdp, None) if typed else (n_mdp, None, 2))
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def init_states_batched(
     config: TabularConfig, mdps: TabularMDP, hparams: Hyperparams, keys: chex.PRNGKey
 ) -> AgentState:
-    """Fresh states ``[n_hp, n_mdp, n_seed]``; ``keys`` is ``[n_mdp, n_seed, 2]`` and shared across hyperparameters
-    (common random numbers)."""
-    _check_batch(mdps, hparams)
-    n_mdp, n_hp = mdps.P.shape[0], hparams.M.shape[0]
-    chex.assert_shape(keys, (n_mdp, None, 2))
+    """Fresh states ``[n_hp, n_mdp, n_seed]``.
+
+    ``keys [n_mdp, n_seed]`` (or raw ``[n_mdp, n_seed, 2]``) are shared across hyperparameters, so
+    every hyperparameter setting sees the same random numbers.
+    """
+    _check_batch(mdps, hparams, keys)
+    n_hp = hparams.M.shape[0]
     init = jax.vmap(jax.vmap(functools.partial(init_state, config), (None, 0)), (0, 0))
     states = init(mdps, keys)
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_hp,) + x.shape), states)
@@ -471,7 +491,10 @@ def run_episodes_batched(
     states: AgentState,
     num_episodes: int,
 ) -> tuple[AgentState, jax.Array]:
-    """Continues ``states [n_hp, n_mdp, n_seed]`` for ``num_episodes``; regrets ``[n_hp, n_mdp, n_seed, num_episodes]``."""
+    """Continues ``states [n_hp, n_mdp, n_seed]`` for ``num_episodes`` episodes.
+
+    Returns the new states and the per-episode regrets ``[n_hp, n_mdp, n_seed, num_episodes]``.
+    """
     _check_batch(mdps, hparams)
     n_mdp, n_hp = mdps.P.shape[0], hparams.M.shape[0]
     chex.assert_shape(states.q, (n_hp, n_mdp, None) + mdps.R.shape[1:])

@@ -83,6 +83,7 @@ class RunState:
     env_state: Any
     obs: jax.Array
     hash_matrix: jax.Array  # float32[k, obs_dim] (SimHash) or float32[0] (exact counts)
+    cell_columns: jax.Array  # int32[num_cells, rows]: sketch columns of every cell, computed once
     sketch: jax.Array  # int32[num_actions, rows, width]
     buffer: replay.ReplayBuffer
     stats: EpisodeStats
@@ -137,13 +138,22 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         """Q(s, .) for a batch of observations."""
         return network.apply(params, obs)
 
-    def count_columns(run: RunState, compact: jax.Array) -> jax.Array:
-        """Sketch columns of the state ``compact`` under this run's counting features."""
+    def columns_of(hash_matrix: jax.Array, env_params, compact: jax.Array) -> jax.Array:
+        """Sketch columns of the state ``compact`` under the run's counting features."""
         if static.count_features == "exact":
             code = counts.cell_code(env.cell_id(compact))
         else:
-            code = counts.simhash_code(run.hash_matrix, env.obs_from_compact(compact, run.env_params))
+            code = counts.simhash_code(hash_matrix, env.obs_from_compact(compact, env_params))
         return counts.sketch_columns(code, static.sketch_rows, static.sketch_width)
+
+    def count_columns(run: RunState, compact: jax.Array) -> jax.Array:
+        """Sketch columns of ``compact``, looked up in the run's per-cell table.
+
+        The chain and the maze have few cells, so every cell's code is computed once at ``init``:
+        counting then costs a lookup per state instead of a projection, and a state's code cannot
+        depend on how (batched or not) it was computed.
+        """
+        return run.cell_columns[env.cell_id(compact)]
 
     # ---------------------------------------------------------------------------------- init
 
@@ -170,6 +180,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         return RunState(
             key=k_loop, hparams=hp, params=params, target_params=params, opt_state=optimiser.init(params),
             env_params=env_params, env_state=env_state, obs=obs, hash_matrix=hash_matrix,
+            cell_columns=jax.vmap(lambda c: columns_of(hash_matrix, env_params, c))(env.all_compacts()),
             sketch=counts.init_sketch(num_actions, static.sketch_rows, static.sketch_width),
             buffer=replay.init(example, static.buffer_size), stats=stats,
         )

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import linen as nn
 import pytest
 
 from opiq_jax import networks, replay
@@ -143,10 +144,20 @@ def test_network_shapes_and_final_bias(name, obs_shape):
     np.testing.assert_allclose(out, 3.0)  # zero input: only the biases speak (hidden biases start at 0)
 
 
+@pytest.mark.parametrize("kernel,stride,shape", [((3, 3), (2, 2), (2, 24, 24, 1)), ((4, 4), (2, 2), (1, 20, 20, 3))])
+def test_patch_conv_equals_flax_conv(kernel, stride, shape):
+    x = jax.random.normal(jax.random.key(1), shape)
+    conv = networks.PatchConv(5, kernel, stride)
+    params = conv.init(jax.random.key(2), x)
+    reference = nn.Conv(5, kernel, strides=stride, padding="VALID").apply(params, x)
+    np.testing.assert_allclose(conv.apply(params, x), reference, rtol=1e-5, atol=1e-5)
+
+
 def test_maze_conv_layer_sizes():
     net = networks.make_network("maze_conv", 4)
     params = networks.init_params(net, jax.random.key(0), jnp.zeros((24, 24, 1)), 0.0)
     shapes = jax.tree.map(lambda x: x.shape, params["params"])
+    assert shapes["PatchConv_0"]["kernel"] == (3, 3, 1, 16)
     assert shapes["Dense_0"]["kernel"] == (5 * 5 * 16, 400)  # 24 -> 11 -> 5 without padding
     assert shapes["Dense_1"]["kernel"] == (400, 200)
     assert shapes["head"]["kernel"] == (200, 4)

@@ -1,0 +1,193 @@
+"""The throughput benchmark: the plain baseline learns and counts exactly, the FLOP model matches a hand
+count, and the whole bench runs end to end on CPU at tiny sizes.
+
+The plain baseline's tests and the bench share one configuration and two runs, so its step is
+compiled once for the module.
+"""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from opiq_jax.bench import throughput
+from opiq_jax.bench.plain import run_plain
+from opiq_jax.bench.throughput import (
+    TABLE_COLUMNS,
+    Bench,
+    Measurement,
+    _guarded,
+    cached_plain,
+    forward_flops,
+    keeps_growing,
+    layer_macs,
+    main,
+    pair_rows,
+    run_bench,
+    runs_schedule,
+    work_model,
+)
+from opiq_jax.config import stack_hparams
+from opiq_jax.methods import method_hparams
+from opiq_jax.networks import make_network
+from opiq_jax.runner import Experiment, RunSpec, run_keys_for
+
+CHAIN = 8  # horizon 17; the best return is 11 (6 steps to the right end, then +1 on each of 11 steps)
+STEPS = 800
+OPTIONS = Bench(
+    envs=("chain",), max_runs=2, steps_per_measure=100, repeats=1, baseline_steps=20, chain_length=CHAIN,
+    buffer_size=1000, hidden=(16,), probe_bytes=16 * 2**20, matmul_size=256, progress=False,
+)
+STATIC = OPTIONS.static_for("chain")
+
+
+# ------------------------------------------------------------------------------ FLOPs by hand
+
+
+def test_mlp_flops_match_a_hand_count():
+    network = make_network("mlp", 2, (16,))
+    assert layer_macs(network, jnp.zeros((CHAIN,))) == {"Dense_0": CHAIN * 16, "head": 16 * 2}
+    assert forward_flops(network, jnp.zeros((CHAIN,))) == 2 * (CHAIN * 16 + 16 * 2)
+    paper = make_network("mlp", 2, (256, 256))
+    assert forward_flops(paper, jnp.zeros((100,))) == 2 * (100 * 256 + 256 * 256 + 256 * 2)
+
+
+def test_maze_conv_flops_match_a_hand_count():
+    # 24 -> 11 -> 5 with 3x3 stride-2 VALID convolutions of 16 channels, then 400, 200 and 4 units.
+    macs = 11 * 11 * (3 * 3 * 1) * 16 + 5 * 5 * (3 * 3 * 16) * 16 + 400 * 400 + 400 * 200 + 200 * 4
+    assert forward_flops(make_network("maze_conv", 4), jnp.zeros((24, 24, 1))) == 2 * macs
+
+
+def test_work_model_of_a_small_chain():
+    model = work_model(STATIC)
+    assert model.params == CHAIN * 16 + 16 + 16 * 2 + 2
+    fwd, batch = 2 * (CHAIN * 16 + 16 * 2), STATIC.batch_size
+    assert model.forward_flops == fwd
+    assert model.flops["acting forward"] == fwd
+    assert model.flops["online forward+backward"] == 3 * fwd * batch
+    assert model.flops["target forward"] == fwd * batch
+    assert model.flops["simhash"] == 0  # the bench counts exact cell ids by default
+    param_bytes = 4 * model.params
+    assert model.bytes["update params"] == 4 * param_bytes
+    assert model.bytes["target"] == pytest.approx(param_bytes * (1 + 2 / STATIC.target_update))
+    assert model.bytes["replay"] == (batch * STATIC.n_step + 1) * model.replay_item_bytes
+    assert model.total_bytes == pytest.approx(sum(model.bytes.values()))
+
+
+# ------------------------------------------------------------------------------ the plain baseline
+
+
+@pytest.fixture(scope="module")
+def plain_runs():
+    """Six seeds of OPIQ (paper setting) on the short chain, two at a time, ``STEPS`` steps each."""
+    plain = cached_plain(STATIC)
+    finals = []
+    for pair in ((0, 1), (2, 3), (4, 5)):
+        experiment = Experiment(STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq")) for s in pair))
+        run_keys, env_keys = run_keys_for(experiment)
+        state = plain.init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
+        state = run_plain(plain, state, STEPS)
+        finals.append(jax.device_get(state.replace(key=jax.random.key_data(state.key))))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *finals)
+
+
+def test_plain_counts_equal_the_visits_exactly(plain_runs):
+    s = plain_runs
+    assert (s.step == STEPS).all() and (s.replay.size == STEPS).all()
+    for run in range(s.step.shape[0]):
+        cells, actions = s.replay.cell[run, :STEPS], s.replay.action[run, :STEPS]
+        visits = np.zeros_like(s.counts[run])
+        np.add.at(visits, (cells, actions), 1)
+        np.testing.assert_array_equal(s.counts[run], visits)
+        # the stored cells are the true states: thermometer observations, consecutive steps chained
+        np.testing.assert_array_equal(s.replay.obs[run, :STEPS].sum(-1) - 1, cells)
+        np.testing.assert_array_equal(s.replay.next_obs[run, :STEPS].sum(-1) - 1, s.replay.next_cell[run, :STEPS])
+        follows = np.where(s.replay.done[run, : STEPS - 1], 1, s.replay.next_cell[run, : STEPS - 1])
+        np.testing.assert_array_equal(cells[1:], follows)
+        assert cells[0] == 1  # episodes start in state 1
+
+
+def test_plain_learns_the_short_chain(plain_runs):
+    s = plain_runs
+    assert np.isfinite(s.loss).all() and (s.updates == STEPS - STATIC.batch_size).all()
+    best = np.isclose(s.max_return, 11.0)
+    assert best.sum() >= 5, f"only {best.sum()} of 6 seeds reached the best return 11: {s.max_return}"
+    assert (s.episodes == STEPS // (CHAIN + 9)).all()
+
+
+# ------------------------------------------------------------------------------ the sweep
+
+
+def test_runs_schedule_and_stopping_rule():
+    assert runs_schedule(5) == [1, 2, 4]
+    assert runs_schedule(16, min_runs=3) == [4, 8, 16]
+    assert keeps_growing(None, 1.0, 0.1)
+    assert keeps_growing(100.0, 111.0, 0.1) and not keeps_growing(100.0, 109.0, 0.1)
+
+
+def test_sweep_stops_when_the_rate_stops_growing_or_memory_runs_out(monkeypatch):
+    rates = {1: 100.0, 2: 150.0, 4: 160.0, 8: 500.0}
+    fake = lambda static, runs, method, repeats: Measurement(runs=runs, steps_per_s=rates[runs])  # noqa: E731
+    monkeypatch.setattr(throughput, "measure_trainer", fake)
+    options = dataclasses.replace(OPTIONS, max_runs=64)
+    assert [m.runs for m in throughput.sweep_trainer(options, STATIC)] == [1, 2, 4]  # 160 < 1.1 x 150
+
+    def out_of_memory(static, runs, method, repeats):
+        if runs == 4:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB")
+        return Measurement(runs=runs, steps_per_s=100.0 * runs)
+
+    monkeypatch.setattr(throughput, "measure_trainer", out_of_memory)
+    rows = throughput.sweep_trainer(options, STATIC)
+    assert [(m.runs, m.error) for m in rows] == [(1, None), (2, None), (4, "out of memory")]
+
+
+def test_memory_guard():
+    assert _guarded(lambda: Measurement(runs=4), 4, 1 << 60).error == "would not fit"
+    with pytest.raises(ValueError):  # anything but running out of memory is a real error
+        _guarded(lambda: (_ for _ in ()).throw(ValueError("bug")), 1, 1)
+
+
+def test_plain_rows_fall_back_to_the_largest_r_that_fit():
+    trainer = [Measurement(runs=r, steps_per_s=float(r)) for r in (1, 2, 4)]
+    plain = {1: Measurement(runs=1, steps_per_s=1.0), 2: Measurement(runs=2, steps_per_s=2.0),
+             4: Measurement(runs=4, error="would not fit")}
+    assert [p.runs for _, p in pair_rows(trainer, plain)] == [1, 2, 2]
+    assert [p for _, p in pair_rows(trainer, {})] == [None, None, None]
+
+
+def test_bad_options_stop_with_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--max-runs", "0", "--no-progress"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().startswith("opiq-jax bench: error: --max-runs")
+
+
+def test_bench_runs_end_to_end_on_cpu(plain_runs, tmp_path, capsys):
+    report = run_bench(dataclasses.replace(OPTIONS, out=tmp_path))
+    rows = report["envs"]["chain"]["rows"]
+    assert [r["runs"] for r in rows] == [1, 2]
+    for row in rows:
+        t, p = row["trainer"], row["plain"]
+        assert t["error"] is None and t["steps_per_s"] > 0 and t["compile_s"] > 0 and t["program_bytes"] > 0
+        assert p["runs"] == row["runs"] and p["steps_per_s"] > 0
+        assert row["speedup"] == pytest.approx(t["steps_per_s"] / p["steps_per_s"])
+        assert 0 < row["bandwidth_fraction"] and 0 < row["compute_fraction"]
+    assert report["peaks"]["bandwidth"] > 0 and report["peaks"]["flops_f32"] > 0
+
+    printed = capsys.readouterr().out
+    written = (tmp_path / "bench.md").read_text()
+    assert printed.strip() == written.strip()
+    assert jax.devices()[0].device_kind in written
+    lines = [line for line in written.splitlines() if line.startswith("|")]
+    assert lines[0] == "| " + " | ".join(TABLE_COLUMNS) + " |"
+    body = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    assert len(body) == 2 and all(len(cells) == len(TABLE_COLUMNS) for cells in body)
+    for cells in body:
+        filled = dict(zip(TABLE_COLUMNS, cells))
+        assert filled["peak GiB"] == "n/a"  # the CPU backend keeps no memory statistics
+        assert all(v and v != "n/a" for k, v in filled.items() if k != "peak GiB"), filled
+    assert json.loads((tmp_path / "bench.json").read_text())["envs"]["chain"]["rows"][1]["runs"] == 2
