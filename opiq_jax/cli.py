@@ -28,8 +28,13 @@ HPARAM_OPTIONS = ("m", "c_action", "c_bootstrap", "beta", "epsilon_start", "epsi
 class Train:
     """Train one or more methods, many seeds each, as one compiled program; write a results folder."""
 
-    env: Literal["chain", "maze"] = "chain"
-    """Environment. The paper's hyperparameters for it are the defaults of every option left unset."""
+    env: str = "chain"
+    """Environment: chain, maze, or gymnax:NAME for any gymnax environment (e.g. gymnax:DeepSea-bsuite,
+    gymnax:MountainCar-v0). The paper's hyperparameters for chain and maze are the defaults of every option left
+    unset; a gymnax environment gets the chain's."""
+    env_arg: tuple[str, ...] = ()
+    """gymnax only: KEY=VALUE pairs passed to the environment (constructor arguments such as size=20, or EnvParams
+    fields such as max_steps_in_episode=500); values are parsed as Python literals."""
     method: tuple[str, ...] = ("opiq",)
     """Methods to run side by side (space separated): dqn, dqn_pc, dqn_rsubtract, dqn_rsubtract_pc, dqn_bias,
     dqn_bias_pc, opiq, opiq_no_ob, opiq_no_pc. Each starts from the paper's best setting for the environment."""
@@ -121,8 +126,26 @@ def hparam_overrides(args: Train) -> dict[str, float]:
     return overrides
 
 
+def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
+    """``("size=20", "deterministic=True")`` -> ``(("size", 20), ("deterministic", True))``."""
+    import ast
+
+    parsed = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        _check(bool(sep) and key.isidentifier(), f"--env-arg takes KEY=VALUE pairs, got {pair!r}")
+        try:
+            parsed.append((key, ast.literal_eval(value)))
+        except (ValueError, SyntaxError):
+            parsed.append((key, value))
+    return tuple(parsed)
+
+
 def build_experiment(args: Train) -> tuple[Experiment, Path]:
     """Validates ``args`` and turns them into an :class:`Experiment` (no compilation)."""
+    _check(args.env in ("chain", "maze") or (args.env.startswith("gymnax:") and len(args.env) > 7),
+           f"unknown env {args.env!r}: use chain, maze or gymnax:NAME (e.g. gymnax:DeepSea-bsuite)")
+    _check(not args.env_arg or args.env.startswith("gymnax:"), "--env-arg applies to gymnax:NAME environments only")
     unknown = [m for m in args.method if m not in METHODS]
     _check(not unknown, f"unknown method {', '.join(unknown)}: use any of {', '.join(METHODS)}")
     _check(len(set(args.method)) == len(args.method), "each --method may appear once")
@@ -138,13 +161,19 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
     if args.env == "chain":
         static_overrides["chain_length"] = args.chain_length
     static_overrides.update(count_features=args.count_features, shared_action_mask=args.shared_action_mask)
+    if args.env_arg:
+        static_overrides["env_kwargs"] = parse_env_args(args.env_arg)
     total = static_overrides.get("total_steps")
     if total is not None and "log_every" not in static_overrides:
         default_log = static_for_env(args.env).log_every
         static_overrides["log_every"] = default_log if total % default_log == 0 else total
     try:
         static = static_for_env(args.env, **static_overrides)
-    except ValueError as e:
+        if args.env.startswith("gymnax:"):
+            from .trainer import make_env
+
+            make_env(static)  # a missing package or an unknown name fails here, in one line
+    except (ValueError, ImportError) as e:
         raise UsageError(str(e)) from None
     try:
         check_fits(static, len(args.method) * args.seeds)
@@ -156,7 +185,7 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
                 hparams=make_hparams(**{**method_settings(args.env, method), **overrides}))
         for method in args.method for seed in range(args.seeds)
     )
-    out = args.out or Path("results") / f"{args.env}-{'-'.join(args.method)}-seeds{args.seeds}-steps{static.total_steps}"
+    out = args.out or Path("results") / f"{args.env.replace(':', '-')}-{'-'.join(args.method)}-seeds{args.seeds}-steps{static.total_steps}"
     return Experiment(static=static, runs=runs, seed=args.seed), out
 
 

@@ -29,11 +29,14 @@ class StaticConfig:
     """Shapes and structure of one compiled experiment (everything that is not a traced number)."""
 
     env: str = "chain"
-    """Environment: ``chain`` (randomised chain) or ``maze``."""
+    """Environment: ``chain`` (randomised chain), ``maze``, or ``gymnax:NAME`` (any gymnax environment)."""
+    env_kwargs: tuple[tuple[str, object], ...] = ()
+    """Extra (name, value) pairs for a gymnax environment: constructor arguments or EnvParams fields."""
     chain_length: int = 100
     """Number of chain states (the horizon is ``chain_length + 9``)."""
     network: str = "mlp"
-    """Q-network: ``mlp`` (chain), ``maze_conv`` (maze) or ``nature`` (Atari)."""
+    """Q-network: ``mlp`` (chain), ``maze_conv`` (maze), ``nature`` (Atari) or ``auto`` (from the
+    observation's shape: ``mlp`` for vectors, ``maze_conv`` for images)."""
     hidden: tuple[int, ...] = (256, 256)
     """Hidden layer widths of the MLP."""
     total_steps: int = 100_000
@@ -73,9 +76,10 @@ class StaticConfig:
     def validate(self) -> None:
         """Raises ``ValueError`` with a one-line message for any inconsistent field."""
         checks = [
-            (self.env in ("chain", "maze"), f"unknown env {self.env!r}: use chain or maze"),
+            (self.env in ("chain", "maze") or (self.env.startswith("gymnax:") and len(self.env) > 7),
+             f"unknown env {self.env!r}: use chain, maze or gymnax:NAME"),
             (self.chain_length >= 2, f"chain_length must be >= 2, got {self.chain_length}"),
-            (self.network in ("mlp", "maze_conv", "nature"), f"unknown network {self.network!r}"),
+            (self.network in ("mlp", "maze_conv", "nature", "auto"), f"unknown network {self.network!r}"),
             (self.total_steps > 0, f"total_steps must be positive, got {self.total_steps}"),
             (self.log_every > 0, f"log_every must be positive, got {self.log_every}"),
             (self.total_steps % self.log_every == 0,
@@ -163,13 +167,31 @@ ENV_DEFAULTS: dict[str, dict] = {
 ENV_EPSILON = {
     "chain": dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0),
     "maze": dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=50_000.0),
+    "gymnax": dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0),
 }
+
+
+# A gymnax environment gets the chain's training settings (1-step targets, replay 10k, ...), an
+# automatically chosen network and 32-bit SimHash codes; override any of them.
+GYMNAX_DEFAULTS = dict(
+    network="auto", total_steps=100_000, log_every=1_000, buffer_size=10_000, batch_size=64, n_step=1,
+    train_every=1, target_update=200, simhash_bits=32,
+)
+
+
+def env_family(env: str) -> str:
+    """``chain``, ``maze`` or ``gymnax`` (for ``gymnax:NAME``)."""
+    return "gymnax" if env.startswith("gymnax:") else env
 
 
 def static_for_env(env: str, **overrides) -> StaticConfig:
     """The paper's static configuration for ``env`` with ``overrides`` applied, validated."""
-    if env not in ENV_DEFAULTS:
-        raise ValueError(f"unknown env {env!r}: use one of {', '.join(ENV_DEFAULTS)}")
-    config = StaticConfig(**{**ENV_DEFAULTS[env], **overrides})
+    if env.startswith("gymnax:"):
+        defaults = {**GYMNAX_DEFAULTS, "env": env}
+    elif env in ENV_DEFAULTS:
+        defaults = ENV_DEFAULTS[env]
+    else:
+        raise ValueError(f"unknown env {env!r}: use chain, maze or gymnax:NAME")
+    config = StaticConfig(**{**defaults, **overrides})
     config.validate()
     return config

@@ -11,7 +11,7 @@ use the nearest one it gives and say so in ``NOTES``.
 
 from __future__ import annotations
 
-from .config import ENV_EPSILON, HParams, make_hparams
+from .config import ENV_EPSILON, HParams, env_family, make_hparams
 
 METHOD_DESCRIPTIONS: dict[str, str] = {
     "dqn": "epsilon-greedy DQN (epsilon decayed linearly from 1 to 0.01)",
@@ -62,7 +62,11 @@ METHODS = tuple(METHOD_DESCRIPTIONS)
 
 
 def method_settings(env: str, method: str) -> dict[str, float]:
-    """The paper's best hyperparameters of ``method`` on ``env`` as a plain dict."""
+    """The paper's best hyperparameters of ``method`` on ``env`` as a plain dict.
+
+    A ``gymnax:NAME`` environment gets the chain's settings (the paper has none for it).
+    """
+    env = "chain" if env_family(env) == "gymnax" else env
     if env not in _BEST:
         raise ValueError(f"unknown env {env!r}: use one of {', '.join(_BEST)}")
     if method not in _BEST[env]:

@@ -113,7 +113,19 @@ def make_env(static: StaticConfig):
         return RandomisedChain(length=static.chain_length)
     if static.env == "maze":
         return Maze()
+    if static.env.startswith("gymnax:"):
+        from envs.gymnax_adapter import GymnaxAdapter  # imports gymnax's registry only when asked
+
+        return GymnaxAdapter(static.env.removeprefix("gymnax:"), **dict(static.env_kwargs))
     raise ValueError(f"unknown env {static.env!r}")
+
+
+def network_name(static: StaticConfig, env) -> str:
+    """``static.network``, or for ``auto`` an MLP for vector observations and the small conv net for images."""
+    if static.network != "auto":
+        return static.network
+    shape = env.observation_space(env.default_params).shape
+    return "maze_conv" if len(shape) == 3 else "mlp"
 
 
 def make_optimiser(static: StaticConfig) -> optax.GradientTransformation:
@@ -128,7 +140,8 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
     """Builds the pure ``init`` and ``train_chunk`` functions of one experiment."""
     static.validate()
     env = make_env(static) if env is None else env
-    network = make_network(static.network, env.num_actions, static.hidden)
+    network = make_network(network_name(static, env), env.num_actions, static.hidden)
+    has_cell_table = hasattr(env, "all_compacts")
     optimiser = make_optimiser(static)
     num_actions = env.num_actions
     horizon = int(env.default_params.max_steps_in_episode)
@@ -147,13 +160,15 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         return counts.sketch_columns(code, static.sketch_rows, static.sketch_width)
 
     def count_columns(run: RunState, compact: jax.Array) -> jax.Array:
-        """Sketch columns of ``compact``, looked up in the run's per-cell table.
+        """Sketch columns of ``compact``, looked up in the run's per-cell table where there is one.
 
         The chain and the maze have few cells, so every cell's code is computed once at ``init``:
         counting then costs a lookup per state instead of a projection, and a state's code cannot
-        depend on how (batched or not) it was computed.
+        depend on how (batched or not) it was computed. Other environments hash every time.
         """
-        return run.cell_columns[env.cell_id(compact)]
+        if has_cell_table:
+            return run.cell_columns[env.cell_id(compact)]
+        return columns_of(run.hash_matrix, run.env_params, compact)
 
     # ---------------------------------------------------------------------------------- init
 
@@ -180,7 +195,8 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         return RunState(
             key=k_loop, hparams=hp, params=params, target_params=params, opt_state=optimiser.init(params),
             env_params=env_params, env_state=env_state, obs=obs, hash_matrix=hash_matrix,
-            cell_columns=jax.vmap(lambda c: columns_of(hash_matrix, env_params, c))(env.all_compacts()),
+            cell_columns=(jax.vmap(lambda c: columns_of(hash_matrix, env_params, c))(env.all_compacts())
+                          if has_cell_table else jnp.zeros((0, static.sketch_rows), jnp.int32)),
             sketch=counts.init_sketch(num_actions, static.sketch_rows, static.sketch_width),
             buffer=replay.init(example, static.buffer_size), stats=stats,
         )
