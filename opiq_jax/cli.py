@@ -1,4 +1,4 @@
-"""The ``opiq-jax`` command line: ``train``, ``plot`` and ``bench``.
+"""The ``opiq-jax`` command line: ``train``, ``sweep``, ``plot`` and ``bench``.
 
 Every option is a documented dataclass field (tyro turns the docstrings into ``--help``). Values are
 checked before anything is compiled; a bad one stops with a single ``opiq-jax: error: ...`` line
@@ -101,6 +101,22 @@ class Plot:
     """A results folder written by ``opiq-jax train``."""
     metrics: tuple[str, ...] = ("train_return", "test_return", "states_visited", "max_return")
     """Metrics to plot, one PNG each."""
+
+
+@dataclass
+class Sweep:
+    """Run a grid of settings x methods x seeds as few compiled programs as memory allows, then rank the
+    settings of each method by the area under the median curve (the paper's selection protocol)."""
+
+    preset: tyro.conf.Positional[str]
+    """A shipped preset (chain_opiq, chain_baselines, maze_opiq, maze_baselines) or the path of a JSON file
+    written like them (see opiq_jax/presets/)."""
+    out: Path | None = None
+    """Results folder (default results/sweep-<preset>); an interrupted sweep resumes where it stopped."""
+    max_batch_runs: int | None = None
+    """Cap on runs per compiled batch (default: as many as fit in device memory)."""
+    progress: bool = True
+    """Show a progress bar."""
 
 
 class UsageError(ValueError):
@@ -207,6 +223,18 @@ def train(args: Train) -> Path:
     return out
 
 
+def sweep(args: Sweep) -> None:
+    from .sweep import load_preset, run_sweep
+
+    try:
+        preset = load_preset(args.preset)
+    except (ValueError, KeyError) as e:
+        raise UsageError(str(e)) from None
+    _check(args.max_batch_runs is None or args.max_batch_runs >= 1, "--max-batch-runs must be >= 1")
+    out = args.out or Path("results") / f"sweep-{Path(args.preset).stem}"
+    run_sweep(preset, out, progress=args.progress, max_batch_runs=args.max_batch_runs)
+
+
 def plot(args: Plot) -> None:
     from .plotting import plot_folder
 
@@ -218,11 +246,13 @@ def plot(args: Plot) -> None:
 def main(argv: list[str] | None = None) -> None:
     from .bench.throughput import Bench, run_bench
 
-    command = tyro.extras.subcommand_cli_from_dict({"train": Train, "plot": Plot, "bench": Bench}, args=argv,
-                                                   prog="opiq-jax")
+    command = tyro.extras.subcommand_cli_from_dict(
+        {"train": Train, "sweep": Sweep, "plot": Plot, "bench": Bench}, args=argv, prog="opiq-jax")
     try:
         if isinstance(command, Train):
             train(command)
+        elif isinstance(command, Sweep):
+            sweep(command)
         elif isinstance(command, Bench):
             try:
                 command.validate()

@@ -1,0 +1,64 @@
+"""Sweeps: grid expansion, batching by memory, resume, and the selection protocol."""
+
+import json
+
+import pytest
+
+from opiq_jax.cli import main
+from opiq_jax.sweep import best_per_method, expand, load_preset, plan_batches, preset_names, split
+
+TINY = {
+    "env": "chain", "seeds": 2, "metric": "test_return",
+    "static": {"chain_length": 8, "total_steps": 400, "log_every": 200, "buffer_size": 400, "hidden": [16]},
+    "grids": [
+        {"method": "opiq", "grid": {"c_action": [0.0, 1.0], "c_bootstrap": [0.0, 1.0]}},
+        {"method": "dqn", "grid": {"epsilon_decay_steps": [100]}},
+    ],
+}
+
+
+def test_shipped_presets_expand_to_the_paper_grids():
+    assert {"chain_opiq", "chain_baselines", "maze_opiq", "maze_baselines"} <= set(preset_names())
+    chain = load_preset("chain_opiq")
+    assert len(expand(chain)) == 48 * 20
+    maze = load_preset("maze_opiq")
+    assert len(expand(maze)) == 16 * 8 and maze.seeds == 8
+    settings = {r.setting for r in expand(load_preset("chain_baselines")) if r.method == "opiq_no_pc"}
+    assert len(settings) == 48
+
+
+def test_batches_are_as_few_as_fit_and_equal():
+    assert plan_batches(960, per_run_bytes=2**20, free_bytes=2**40) == 1
+    assert plan_batches(960, per_run_bytes=2**20, free_bytes=3 * 2**20 * 100) == 10
+    runs = list(range(7))
+    batches = split(runs, 3)
+    assert [len(b) for b in batches] == [3, 3, 3] and batches[-1] == (6, 6, 6)
+
+
+def test_bad_presets_fail_clearly(tmp_path):
+    with pytest.raises(ValueError, match="unknown preset"):
+        load_preset("no_such_preset")
+    bad = dict(TINY, grids=[{"method": "opiq", "grid": {"mm": [1]}}])
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="unknown hyperparameters"):
+        load_preset(str(tmp_path / "bad.json"))
+
+
+def test_sweep_runs_in_batches_resumes_and_ranks(tmp_path, capsys):
+    preset = tmp_path / "tiny.json"
+    preset.write_text(json.dumps(TINY))
+    out = tmp_path / "sweep"
+    main(["sweep", str(preset), "--out", str(out), "--max-batch-runs", "4", "--no-progress"])
+    printed = capsys.readouterr().out
+    assert "3 batch(es) of 4 runs" in printed
+    rows = (out / "settings.csv").read_text().splitlines()
+    assert rows[0] == "method,setting,auc,final_median,seeds" and len(rows) == 1 + 5
+    assert "| opiq |" in (out / "best.md").read_text() and "| dqn |" in (out / "best.md").read_text()
+    main(["sweep", str(preset), "--out", str(out), "--max-batch-runs", "4", "--no-progress"])
+    assert printed.count("batch 1/3") == 1 and "already finished" in capsys.readouterr().out
+
+
+def test_best_per_method_picks_largest_area():
+    ranking = [dict(method="a", setting="x", auc=1.0), dict(method="a", setting="y", auc=2.0),
+               dict(method="b", setting="z", auc=0.5)]
+    assert [(t["method"], t["setting"]) for t in best_per_method(ranking)] == [("a", "y"), ("b", "z")]
