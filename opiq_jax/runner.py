@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import serialization
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from .config import HParams, StaticConfig, hparams_to_dict, stack_hparams
@@ -134,6 +135,31 @@ def check_fits(static: StaticConfig, num_runs: int) -> None:
         )
 
 
+# ------------------------------------------------------------------------------------ devices
+
+
+def shard_over_devices(state, num_runs: int, verbose: bool = True):
+    """Splits the runs axis over all local devices (data parallelism: runs never communicate).
+
+    The step counter is replicated; every leaf of ``state.runs`` is sharded along its leading axis,
+    and ``train_chunk`` (jitted without explicit shardings) follows the placement of its input. With
+    one device, or a number of runs the devices do not divide, the state stays where it is.
+    """
+    devices = jax.local_devices()
+    if len(devices) == 1:
+        return state
+    if num_runs % len(devices):
+        if verbose:
+            print(f"opiq-jax: {num_runs} runs do not divide over {len(devices)} devices; using one device", flush=True)
+        return state
+    mesh = Mesh(np.array(devices), ("runs",))
+    by_run, replicated = NamedSharding(mesh, PartitionSpec("runs")), NamedSharding(mesh, PartitionSpec())
+    return state.replace(
+        step=jax.device_put(state.step, replicated),
+        runs=jax.tree.map(lambda x: jax.device_put(x, by_run), state.runs),
+    )
+
+
 # ------------------------------------------------------------------------------------ files
 
 
@@ -237,6 +263,7 @@ def run_experiment(
         host_state, chunk = restored
         state = keys_from_data(jax.tree.map(jnp.asarray, host_state), typed)
         _truncate_metrics(out, chunk * static.log_every)
+    state = shard_over_devices(state, len(experiment.runs), progress)
 
     bar = tqdm(total=static.total_steps, initial=chunk * static.log_every, unit="step", disable=not progress,
                desc=f"{static.env} x{len(experiment.runs)} runs", dynamic_ncols=True)
