@@ -109,7 +109,8 @@ def split(runs: list[RunSpec], num_batches: int) -> list[tuple[RunSpec, ...]]:
     return batches
 
 
-def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_runs: int | None = None) -> list[dict]:
+def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_runs: int | None = None,
+              checkpoint_seconds: float = 300.0) -> list[dict]:
     """Runs (or resumes) every batch, then writes ``settings.csv`` and ``best.md``; returns the ranking."""
     out = Path(out)
     static = static_for_env(preset.env, **preset.static)
@@ -130,7 +131,8 @@ def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_
             print(f"sweep: batch {i + 1}/{len(batches)} already finished", flush=True)
             continue
         print(f"sweep: batch {i + 1}/{len(batches)}", flush=True)
-        run_experiment(Experiment(static, batch, seed=preset.seed), folder, progress=progress)
+        run_experiment(Experiment(static, batch, seed=preset.seed), folder, progress=progress,
+                       checkpoint_seconds=checkpoint_seconds)
     ranking = rank_settings(out, preset.metric, len(runs))
     write_tables(out, ranking, preset.metric)
     return ranking
