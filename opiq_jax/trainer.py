@@ -52,7 +52,7 @@ METRICS = (
 class Transition:
     """One stored environment step, compact: observations are rebuilt from ``compact`` on demand."""
 
-    compact: jax.Array  # int32[compact_dim]: s_t
+    compact: jax.Array  # [compact_dim]: s_t (int32 cell coordinates; float32 observation for gymnax envs)
     action: jax.Array  # int32
     reward: jax.Array  # float32: the training reward (after R-Subtract)
     terminated: jax.Array  # bool: s_{t+1} is a true terminal

@@ -1,0 +1,338 @@
+"""DeepSea scaling: how many episodes OPIQ, epsilon-greedy DQN and DQN + PC need as the sea grows.
+
+gymnax's DeepSea-bsuite (``deterministic=True``, its default): an N x N grid, one-hot observation of
+the agent's cell, start top-left, every step moves one row down and one column left or right, so an
+episode is exactly N steps. Which action moves right is drawn per cell (each run draws its own
+mapping from its seed: see ``envs/gymnax_adapter.py``). Moving right costs 0.01 / N; moving right
+from the bottom-right cell pays +1 (the treasure). An episode's return is therefore 0.99 when it
+finds the treasure (it must move right on all N steps) and at most 0 otherwise, so we say
+**found** when a return exceeds ``FOUND = 0.5``. A uniformly random policy finds it with
+probability 2^-N per episode.
+
+For every size N (one compiled program per size: the observation's shape changes with N; all
+methods x seeds of a size are one vmapped program) and every run we measure
+
+* **episodes until the treasure is first found**: the first logged step at which the run's largest
+  training-episode return exceeds ``FOUND``, divided by N;
+* **episodes until the greedy policy finds it reliably**: the first logged step from which the
+  greedy test episode (plain Q, no optimism, no epsilon) finds the treasure at *every* later log
+  point up to the budget, divided by N.
+
+Both are resolved to ``log_episodes`` episodes (the metrics are logged once per chunk). A run that
+never succeeds within its size's budget is censored: drawn at the budget with an open marker, and
+counted as ``> budget`` in the medians and quartiles. These are empirical quantiles (inverted CDF: a
+censored value is never interpolated, and with an even number of seeds the median is the lower of
+the two middle runs).
+
+The budget of size N is ``budget_per_n * N`` episodes (``budget_per_n * N**2`` environment steps per
+run), rounded up to a multiple of ``log_episodes``: with the defaults 10/20/30/40 get
+1,000/2,000/3,000/4,000 episodes (10k/40k/90k/160k steps per run, 300k in all).
+
+Hyperparameters are the paper's chain settings for each method (``opiq_jax.methods``; a gymnax
+environment gets the chain's): DQN decays epsilon from 1 to 0.01 over 100 steps, DQN + PC and
+OPIQ keep epsilon at 0.01. Counts are the paper's 32-bit SimHash of the (one-hot) observation; with
+a one-hot input each cell's code is the sign pattern of one column of the Gaussian projection, so
+two cells collide with probability 2^-32 and SimHash counting is, in effect, exact. ``--count-features
+exact`` counts the adapter's cell id (row, column) instead, with no hashing at all.
+
+Writes into ``--out``: ``size_<N>/`` (each a resumable results folder: ``config.json``,
+``metrics.csv``, ``checkpoint.msgpack``), ``deepsea_scaling.png``, ``deepsea_scaling.md`` and
+``deepsea_scaling.csv`` (the table), ``deepsea_runs.csv`` (every run's two numbers) and
+``run_info.json`` (device, wall-clock per size, command).
+
+Run: ``python -m experiments.deepsea --out results/deepsea`` (then again with the same arguments to
+resume an interrupted or time-boxed run; ``--max-minutes`` stops cleanly between chunks).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import jax
+import matplotlib
+import numpy as np
+import tyro
+
+from opiq_jax.config import static_for_env
+from opiq_jax.methods import method_hparams
+from opiq_jax.runner import Experiment, RunSpec, is_finished, read_metrics, run_experiment
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ENV = "gymnax:DeepSea-bsuite"
+FOUND = 0.5  # an episode return above this found the treasure (0.99 if found, <= 0 otherwise)
+METHOD_LABELS = {"opiq": "OPIQ", "dqn": "ε-greedy DQN", "dqn_pc": "DQN + PC"}
+METHOD_STYLE = {"opiq": ("C0", "o"), "dqn": ("C3", "s"), "dqn_pc": ("C2", "^")}
+
+
+@dataclass
+class Args:
+    out: Path = Path("results/deepsea")
+    """Results folder (one resumable subfolder per size; rerun the same command to resume)."""
+    sizes: tuple[int, ...] = (10, 20, 30, 40)
+    """DeepSea sizes N (the grid is N x N and an episode N steps)."""
+    methods: tuple[str, ...] = ("opiq", "dqn", "dqn_pc")
+    """Methods (any of opiq_jax.methods; each with the paper's chain setting)."""
+    seeds: int = 8
+    """Independent runs per method and size (seed i draws run i's network, SimHash matrix and action mapping)."""
+    budget_per_n: int = 100
+    """Episode budget of size N: budget_per_n * N episodes (= budget_per_n * N^2 steps), rounded up to a
+    multiple of log_episodes."""
+    log_episodes: int = 25
+    """Episodes per logged chunk (the resolution of both measures): log_every = log_episodes * N steps."""
+    count_features: Literal["simhash", "exact"] = "simhash"
+    """simhash: the paper's 32-bit SimHash of the one-hot observation (in effect exact on DeepSea);
+    exact: the adapter's cell id (row * N + column)."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden widths of the MLP Q-network (the same network for every method)."""
+    buffer_size: int = 10_000
+    """Replay capacity per run (environment steps)."""
+    seed: int = 0
+    """Base seed of every size's experiment."""
+    progress: bool = True
+    """Show a progress bar per size."""
+    max_minutes: float | None = None
+    """Stop cleanly (checkpoint written) after about this many minutes in all; rerun to resume."""
+    checkpoint_minutes: float = 2.0
+    """Minutes between checkpoints within a size."""
+    plot_only: bool = False
+    """Only redraw the figure and tables from the results already in --out."""
+
+
+def budget_episodes(args: Args, size: int) -> int:
+    """The episode budget of ``size``: ``budget_per_n * size`` rounded up to a multiple of ``log_episodes``."""
+    return int(math.ceil(args.budget_per_n * size / args.log_episodes) * args.log_episodes)
+
+
+def build(args: Args, size: int) -> Experiment:
+    """All methods x seeds of one size as one experiment (one compiled program)."""
+    static = static_for_env(
+        ENV, env_kwargs=(("size", size),), total_steps=budget_episodes(args, size) * size,
+        log_every=args.log_episodes * size, buffer_size=args.buffer_size, hidden=tuple(args.hidden),
+        count_features=args.count_features,
+    )
+    runs = tuple(RunSpec(m, "paper", s, method_hparams(ENV, m)) for m in args.methods for s in range(args.seeds))
+    return Experiment(static, runs, seed=args.seed)
+
+
+def size_folder(out: Path, size: int) -> Path:
+    return out / f"size_{size}"
+
+
+# ------------------------------------------------------------------------------------ measures
+
+
+def run_measures(rows: list[dict], size: int) -> list[dict]:
+    """Per run: episodes until the treasure was first found and until the greedy policy finds it at
+    every later log point (``inf`` when never within the budget)."""
+    by_run: dict[int, dict] = {}
+    for r in rows:
+        if r["metric"] not in ("max_return", "test_return"):
+            continue
+        entry = by_run.setdefault(r["run"], {"method": r["method"], "seed": r["seed"], "max_return": {}, "test_return": {}})
+        entry[r["metric"]][r["step"]] = r["value"]
+    measures = []
+    for run, entry in sorted(by_run.items()):
+        steps = sorted(entry["test_return"])
+        found = [s for s in steps if entry["max_return"].get(s, math.nan) > FOUND]  # NaN (no episode yet) > x is False
+        greedy_ok = [entry["test_return"][s] > FOUND for s in steps]
+        reliable = math.inf
+        for i in range(len(steps) - 1, -1, -1):  # walk back while the greedy policy keeps finding it
+            if not greedy_ok[i]:
+                break
+            reliable = steps[i] / size
+        measures.append(dict(
+            size=size, run=run, method=entry["method"], seed=entry["seed"],
+            first_found=found[0] / size if found else math.inf, reliable=reliable, budget=steps[-1] / size,
+        ))
+    return measures
+
+
+def quantiles(values: list[float]) -> tuple[float, float, float]:
+    """Empirical 25/50/75% quantiles (no interpolation, so a censored ``inf`` never mixes with a number)."""
+    q = np.quantile(np.asarray(values, float), [0.25, 0.5, 0.75], method="inverted_cdf")
+    return float(q[0]), float(q[1]), float(q[2])
+
+
+def summarise(measures: list[dict], methods: tuple[str, ...]) -> list[dict]:
+    table = []
+    for size in sorted({m["size"] for m in measures}):
+        for method in methods:
+            runs = [m for m in measures if m["size"] == size and m["method"] == method]
+            if not runs:
+                continue
+            row = dict(size=size, method=method, seeds=len(runs), budget_episodes=runs[0]["budget"])
+            for key in ("first_found", "reliable"):
+                values = [r[key] for r in runs]
+                q25, q50, q75 = quantiles(values)
+                row.update({f"{key}_runs": int(np.isfinite(values).sum()), f"{key}_q25": q25,
+                            f"{key}_median": q50, f"{key}_q75": q75})
+            table.append(row)
+    return table
+
+
+def _fmt(value: float, budget: float) -> str:
+    return f"> {budget:,.0f}" if not math.isfinite(value) else f"{value:,.0f}"
+
+
+def markdown(table: list[dict]) -> str:
+    lines = [
+        "| N | method | budget (episodes) | found: runs | found: median episodes (25%, 75%) "
+        "| greedy reliable: runs | greedy reliable: median episodes (25%, 75%) |",
+        "|---:|---|---:|---:|---|---:|---|",
+    ]
+    for r in table:
+        b = r["budget_episodes"]
+        cells = []
+        for key in ("first_found", "reliable"):
+            cells += [f"{r[f'{key}_runs']}/{r['seeds']}",
+                      f"{_fmt(r[f'{key}_median'], b)} ({_fmt(r[f'{key}_q25'], b)}, {_fmt(r[f'{key}_q75'], b)})"]
+        lines.append(f"| {r['size']} | {METHOD_LABELS.get(r['method'], r['method'])} | {b:,.0f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.items()})
+
+
+def figure(path: Path, measures: list[dict], table: list[dict], methods: tuple[str, ...], title: str) -> Path:
+    """Two log-scale panels (first found, greedy reliable): median and quartiles per method against
+    N, every run as a small dot; censored runs and censored medians at the budget, open markers."""
+    sizes = sorted({m["size"] for m in measures})
+    budgets = {r["size"]: r["budget_episodes"] for r in table}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharey=True)
+    offsets = {m: (i - (len(methods) - 1) / 2) * 0.01 for i, m in enumerate(methods)}  # dex, to unclutter
+    for ax, key, name in zip(axes, ("first_found", "reliable"),
+                             ("episodes until the treasure is first found", "episodes until the greedy policy finds it reliably")):
+        ax.plot(sizes, [budgets[s] for s in sizes], color="0.6", ls="--", lw=2, zorder=1, label="budget")
+        grid = np.linspace(min(sizes), max(sizes), 50)
+        ax.plot(grid, 2.0 ** grid, color="0.3", ls=":", lw=1, zorder=1, label="random policy: 2^N")
+        for method in methods:
+            color, marker = METHOD_STYLE.get(method, ("C7", "D"))
+            rows = [r for r in table if r["method"] == method]
+            if not rows:
+                continue
+            xs = np.array([r["size"] for r in rows], float) * 10 ** offsets[method]
+            cap = lambda v, s: min(v, budgets[s])  # noqa: E731
+            med = np.array([cap(r[f"{key}_median"], r["size"]) for r in rows])
+            lo = np.array([cap(r[f"{key}_q25"], r["size"]) for r in rows])
+            hi = np.array([cap(r[f"{key}_q75"], r["size"]) for r in rows])
+            censored = np.array([not math.isfinite(r[f"{key}_median"]) for r in rows])
+            ax.errorbar(xs, med, yerr=[med - lo, hi - med], color=color, lw=1.2, capsize=3, ls="-",
+                        label=METHOD_LABELS.get(method, method))
+            ax.scatter(xs[~censored], med[~censored], color=color, marker=marker, s=45, zorder=3)
+            ax.scatter(xs[censored], med[censored], facecolors="white", edgecolors=color, marker=marker, s=45, zorder=3)
+            runs = [m for m in measures if m["method"] == method]
+            rx = np.array([m["size"] for m in runs], float) * 10 ** offsets[method]
+            ry = np.array([min(m[key], budgets[m["size"]]) for m in runs])
+            never = np.array([not math.isfinite(m[key]) for m in runs])
+            ax.scatter(rx[~never], ry[~never], color=color, marker=".", s=10, alpha=0.5, zorder=2)
+            ax.scatter(rx[never], ry[never], facecolors="none", edgecolors=color, marker=marker, s=14, alpha=0.6,
+                       lw=0.7, zorder=2)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([str(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("DeepSea size N")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3, which="major")
+        ax.set_ylim(top=2 * max(budgets.values()))
+    axes[0].set_ylabel("episodes (median, 25-75%)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels), frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def report(args: Args) -> str:
+    measures = []
+    for size in args.sizes:
+        folder = size_folder(args.out, size)
+        if (folder / "metrics.csv").exists() and is_finished(folder):
+            measures += run_measures(read_metrics(folder), size)
+    if not measures:
+        return "no finished size yet"
+    methods = tuple(m for m in args.methods if any(x["method"] == m for x in measures))
+    table = summarise(measures, methods)
+    features = "SimHash k=32" if args.count_features == "simhash" else "exact cell counts"
+    title = (f"DeepSea (deterministic): {args.seeds} seeds per method and size, budget {args.budget_per_n}·N episodes, "
+             f"{features}; open markers: not within the budget")
+    figure(args.out / "deepsea_scaling.png", measures, table, methods, title)
+    text = markdown(table)
+    (args.out / "deepsea_scaling.md").write_text(text + "\n")
+    write_csv(args.out / "deepsea_scaling.csv", table)
+    write_csv(args.out / "deepsea_runs.csv", measures)
+    return text
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
+    for size in args.sizes:
+        if size < 2:
+            raise SystemExit(f"deepsea: error: sizes must be >= 2, got {size}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    info_path = args.out / "run_info.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {"sizes": {}}
+    device = jax.devices()[0]
+    started = time.time()
+    stopped_early = False
+    if not args.plot_only:
+        for size in args.sizes:
+            folder = size_folder(args.out, size)
+            experiment = build(args, size)
+            if (folder / "metrics.csv").exists() and is_finished(folder):
+                continue
+            left = None if args.max_minutes is None else 60 * args.max_minutes - (time.time() - started)
+            if left is not None and left <= 0:
+                stopped_early = True
+                break
+            t0 = time.time()
+            run_experiment(experiment, folder, progress=args.progress, checkpoint_seconds=60 * args.checkpoint_minutes,
+                           max_seconds=left)
+            seconds = time.time() - t0
+            entry = info["sizes"].setdefault(str(size), {"seconds_per_invocation": []})
+            entry["seconds_per_invocation"].append(seconds)
+            entry.update(seconds=sum(entry["seconds_per_invocation"]), runs=len(experiment.runs),
+                         steps_per_run=experiment.static.total_steps, budget_episodes=budget_episodes(args, size),
+                         log_every=experiment.static.log_every)
+            print(f"deepsea N={size}: {len(experiment.runs)} runs x {experiment.static.total_steps:,} steps "
+                  f"({budget_episodes(args, size):,} episodes) in {seconds:.0f} s on {device.device_kind}", flush=True)
+            if not is_finished(folder):
+                stopped_early = True
+                break
+        info.update(
+            device=device.device_kind, platform=device.platform, devices=jax.device_count(), jax=jax.__version__,
+            host=platform.node(), command="python -m experiments.deepsea " + " ".join(sys.argv[1:] if argv is None else argv),
+            sizes_requested=list(args.sizes), methods=list(args.methods), seeds=args.seeds, budget_per_n=args.budget_per_n,
+            log_episodes=args.log_episodes, count_features=args.count_features, hidden=list(args.hidden),
+            total_seconds=sum(e["seconds"] for e in info["sizes"].values()),
+            total_env_steps=sum(e["steps_per_run"] * e["runs"] for e in info["sizes"].values()),
+        )
+        info_path.write_text(json.dumps(info, indent=1))
+    if stopped_early:
+        print(f"deepsea: stopped before the end; run the same command again to resume from {args.out}")
+    print(report(args))
+
+
+if __name__ == "__main__":
+    main()
