@@ -106,7 +106,7 @@ def plot_folder(out: str | Path, metrics: tuple[str, ...] = DEFAULT_METRICS, gro
             ax.axhline(reference_lines[metric], color="k", ls=":", lw=1)
         ax.set_xlabel("environment steps")
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-        ax.set_title(f"{out.name}: median and 25-75% across seeds")
+        ax.set_title(f"{out.name}\nmedian and 25-75% across seeds", fontsize=9)
         ax.legend(fontsize=8)
         fig.tight_layout()
         path = out / f"{prefix}_{metric}.png"

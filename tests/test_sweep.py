@@ -11,7 +11,7 @@ TINY = {
     "env": "chain", "seeds": 2, "metric": "test_return",
     "static": {"chain_length": 8, "total_steps": 400, "log_every": 200, "buffer_size": 400, "hidden": [16]},
     "grids": [
-        {"method": "opiq", "grid": {"c_action": [0.0, 1.0], "c_bootstrap": [0.0, 1.0]}},
+        {"method": "opiq", "grid": {"m": [0.5, 2.0], "c_action": [0.0, 1.0]}},
         {"method": "dqn", "grid": {"epsilon_decay_steps": [100]}},
     ],
 }
@@ -56,6 +56,13 @@ def test_sweep_runs_in_batches_resumes_and_ranks(tmp_path, capsys):
     assert "| opiq |" in (out / "best.md").read_text() and "| dqn |" in (out / "best.md").read_text()
     main(["sweep", str(preset), "--out", str(out), "--max-batch-runs", "4", "--no-progress"])
     assert printed.count("batch 1/3") == 1 and "already finished" in capsys.readouterr().out
+    # the appendix's M figure reads the finished sweep
+    from experiments import chain_m_comparison
+
+    chain_m_comparison.main(["--sweep", str(out)])
+    assert (out / "m_comparison_test_return.png").exists()
+    table = (out / "m_comparison.md").read_text()
+    assert "| 0.5 | m=0.5," in table and "| 2 | m=2," in table
 
 
 def test_best_per_method_picks_largest_area():
