@@ -238,8 +238,9 @@ class GymnaxAdapter(environment.Environment):
         obs, env_state, reward, terminated, truncated, info = self.env.step(key, state.env_state, action, params)
         env_state = self._fix_state(env_state, params)
         if "final_observation" not in info:
-            raise NotImplementedError(
-                f"gymnax:{self.env_name}.step returns no info['final_observation'] (the pre-reset observation)"
+            raise ValueError(
+                f"gymnax:{self.env_name} is not supported: its step returns no info['final_observation'] "
+                "(the pre-reset observation needed to bootstrap after a truncation)"
             )
         final = self.flatten(info["final_observation"])
         compact = self.flatten(obs)
@@ -255,7 +256,7 @@ class GymnaxAdapter(environment.Environment):
         )
 
     def step_env(self, key, state, action, params):
-        raise NotImplementedError("GymnaxAdapter steps through the wrapped environment's own step")
+        raise TypeError("GymnaxAdapter has no step_env: call step, which runs the wrapped environment's own step")
 
     def reset_env(self, key, params):
         return self.reset(key, params)

@@ -32,7 +32,7 @@ from flax import serialization
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from .config import HParams, StaticConfig, hparams_to_dict, stack_hparams
+from .config import HParams, StaticConfig, hparams_to_dict, make_hparams, stack_hparams
 from .trainer import METRICS, Trainer, make_train
 
 CONFIG_FILE = "config.json"
@@ -100,9 +100,7 @@ def run_keys_for(experiment: Experiment) -> tuple[jax.Array, jax.Array]:
 def state_bytes_per_run(static: StaticConfig) -> int:
     """Device bytes of one run's training state, from the shapes alone (nothing is allocated)."""
     trainer = make_train(static)
-    keys = jax.random.split(jax.random.key(0), 1)
-    from .config import make_hparams  # local: avoids a cycle in type-only imports
-
+    keys = jax.random.split(jax.random.key(0), 1)  # shapes only: eval_shape allocates nothing
     hp = stack_hparams([make_hparams()])
     shapes = jax.eval_shape(trainer.init, keys, keys, hp)
     return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(shapes.runs)))
