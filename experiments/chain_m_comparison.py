@@ -13,14 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
 import tyro
 
-from opiq_jax.plotting import area_under_median, curves, plot_curves
-from opiq_jax.sweep import BATCH_PREFIX, sweep_rows
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from opiq_jax.plotting import area_under_median, curves, save_curve_figure
+from opiq_jax.sweep import BATCH_PREFIX, sweep_rows, sweep_run_count
 
 
 @dataclass
@@ -56,22 +52,13 @@ def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
     if not any(args.sweep.glob(f"{BATCH_PREFIX}*")):
         raise SystemExit(f"chain_m_comparison: error: {args.sweep} holds no sweep batches; run opiq-jax sweep chain_opiq first")
-    num_runs = sum(1 + max(int(line.split(",", 1)[0]) for line in (f / "metrics.csv").read_text().splitlines()[1:])
-                   for f in sorted(args.sweep.glob(f"{BATCH_PREFIX}*")))
-    rows = sweep_rows(args.sweep, num_runs)
+    rows = sweep_rows(args.sweep, sweep_run_count(args.sweep))
     chosen = best_setting_per_m(rows, args.method, args.metric)
     selected = [dict(r, method=f"M={m_of(r['setting'])}: {r['setting']}") for r in rows
                 if r["method"] == args.method and r["setting"] in chosen.values()]
     for metric in ("train_return", "test_return"):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        plot_curves(ax, curves(selected, metric))
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel({"train_return": "episode return", "test_return": "greedy test return"}[metric])
-        ax.set_title(f"chain: {args.method}, best setting per M (by area under median {args.metric})", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(args.sweep / f"m_comparison_{metric}.png", dpi=120)
-        plt.close(fig)
+        save_curve_figure(args.sweep / f"m_comparison_{metric}.png", curves(selected, metric), metric,
+                          f"chain: {args.method}, best setting per M (by area under median {args.metric})")
     table = ["| M | best setting |", "|---|---|"] + [f"| {m} | {s} |" for m, s in chosen.items()]
     (args.sweep / "m_comparison.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))

@@ -25,16 +25,12 @@ from pathlib import Path
 from typing import Literal
 
 import jax
-import matplotlib
 import tyro
 
 from opiq_jax.config import static_for_env
 from opiq_jax.methods import method_hparams
-from opiq_jax.plotting import markdown_table, plot_curves, curves, summary_table
+from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table
 from opiq_jax.runner import Experiment, RunSpec, is_finished, read_metrics, run_experiment
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 BASELINES = ("opiq", "dqn", "dqn_pc", "dqn_bias", "dqn_bias_pc", "dqn_rsubtract", "dqn_rsubtract_pc")
 ABLATIONS = ("opiq", "opiq_no_ob", "opiq_no_pc")
@@ -87,30 +83,15 @@ def build(args: Args) -> Experiment:
     return Experiment(static, runs)
 
 
-def figure(out: Path, rows, metric: str, groups: tuple[str, ...], title: str, name: str, hline: float | None = None) -> Path:
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    plot_curves(ax, curves(rows, metric), list(groups))
-    if hline is not None:
-        ax.axhline(hline, color="k", ls=":", lw=1)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel({"train_return": "episode return", "test_return": "greedy test return",
-                   "states_visited": "distinct states visited"}.get(metric, metric))
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / name
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def report(out: Path, env: str, count_features: str, num_states: int) -> None:
     rows = read_metrics(out)
     features = "exact state counts" if count_features == "exact" else f"SimHash k={32 if env == 'chain' else 128}"
     for metric in ("train_return", "test_return", "states_visited"):
         hline = num_states if metric == "states_visited" else None
-        figure(out, rows, metric, BASELINES, f"{env} ({features}): OPIQ vs baselines", f"{env}_baselines_{metric}.png", hline)
-        figure(out, rows, metric, ABLATIONS, f"{env} ({features}): OPIQ vs ablations", f"{env}_ablations_{metric}.png", hline)
+        metric_curves = curves(rows, metric)
+        for name, groups in (("baselines", BASELINES), ("ablations", ABLATIONS)):
+            save_curve_figure(out / f"{env}_{name}_{metric}.png", metric_curves, metric,
+                              f"{env} ({features}): OPIQ vs {name}", list(groups), hline)
     tables = {m: summary_table(rows, m) for m in ("train_return", "test_return", "states_visited")}
     text = "\n\n".join(f"### {m}\n\n{markdown_table(t, m)}" for m, t in tables.items())
     (out / "summary.md").write_text(text + "\n")

@@ -17,7 +17,7 @@ from .runner import read_metrics
 
 DEFAULT_METRICS = ("train_return", "test_return", "states_visited", "max_return")
 METRIC_LABELS = {
-    "train_return": "episode return (training)",
+    "train_return": "episode return",
     "test_return": "greedy test return",
     "max_return": "maximum episode return",
     "states_visited": "distinct states visited",
@@ -85,32 +85,38 @@ def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: lis
         ax.fill_between(c["steps"], c["q25"], c["q75"], color=line.get_color(), alpha=0.2, lw=0)
 
 
-def plot_folder(out: str | Path, metrics: tuple[str, ...] = DEFAULT_METRICS, groups: list[str] | None = None,
-                reference_lines: dict[str, float] | None = None, prefix: str = "plot") -> list[Path]:
-    """One PNG per metric in ``out``: median across seeds with the 25-75% band per method."""
+def save_curve_figure(path: Path, metric_curves: dict[str, dict[str, np.ndarray]], metric: str, title: str,
+                      groups: list[str] | None = None, hline: float | None = None) -> Path:
+    """Writes one PNG: the median and 25-75% band of every group, an optional dotted reference line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    plot_curves(ax, metric_curves, groups)
+    if hline is not None:
+        ax.axhline(hline, color="k", ls=":", lw=1)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_folder(out: str | Path, metrics: tuple[str, ...] = DEFAULT_METRICS, groups: list[str] | None = None,
+                reference_lines: dict[str, float] | None = None, prefix: str = "plot") -> list[Path]:
+    """One PNG per metric in ``out``: median across seeds with the 25-75% band per method."""
     out = Path(out)
     rows = read_metrics(out)
     written = []
     for metric in metrics:
         metric_curves = curves(rows, metric)
-        if not metric_curves:
-            continue
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        plot_curves(ax, metric_curves, groups)
-        if reference_lines and metric in reference_lines:
-            ax.axhline(reference_lines[metric], color="k", ls=":", lw=1)
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-        ax.set_title(f"{out.name}\nmedian and 25-75% across seeds", fontsize=9)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out / f"{prefix}_{metric}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        if metric_curves:
+            written.append(save_curve_figure(
+                out / f"{prefix}_{metric}.png", metric_curves, metric, f"{out.name}\nmedian and 25-75% across seeds",
+                groups, (reference_lines or {}).get(metric)))
     return written

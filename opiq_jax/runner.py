@@ -99,7 +99,7 @@ def run_keys_for(experiment: Experiment) -> tuple[jax.Array, jax.Array]:
 
 def state_bytes_per_run(static: StaticConfig) -> int:
     """Device bytes of one run's training state, from the shapes alone (nothing is allocated)."""
-    trainer = make_train(static)
+    trainer = compiled_trainer(static)[0]
     keys = jax.random.split(jax.random.key(0), 1)  # shapes only: eval_shape allocates nothing
     hp = stack_hparams([make_hparams()])
     shapes = jax.eval_shape(trainer.init, keys, keys, hp)
@@ -252,7 +252,7 @@ def run_experiment(
     hparams = stack_hparams([r.hparams for r in experiment.runs])
     run_keys, env_keys = run_keys_for(experiment)
     typed = jax.eval_shape(trainer.init, run_keys, env_keys, hparams)
-    raw = jax.eval_shape(lambda *a: keys_to_data(trainer.init(*a)), run_keys, env_keys, hparams)
+    raw = jax.eval_shape(keys_to_data, typed)
     restored = _read_checkpoint(out, jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), raw))
     if restored is None:
         state, chunk = init(run_keys, env_keys, hparams), 0

@@ -138,6 +138,11 @@ def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_
     return ranking
 
 
+def sweep_run_count(out: Path) -> int:
+    """Runs of the sweep in ``out`` (without the batches' padding), from the preset it saved."""
+    return len(expand(load_preset(str(Path(out) / "preset.json"))))
+
+
 def sweep_rows(out: Path, num_runs: int) -> list[dict]:
     """The metrics of every batch, with run ids made global and the padding runs dropped."""
     rows, offset = [], 0
