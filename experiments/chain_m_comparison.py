@@ -16,7 +16,7 @@ from pathlib import Path
 import tyro
 
 from opiq_jax.plotting import area_under_median, curves, save_curve_figure
-from opiq_jax.sweep import BATCH_PREFIX, sweep_rows, sweep_run_count
+from opiq_jax.sweep import BATCH_PREFIX, sweep_rows
 
 
 @dataclass
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
     if not any(args.sweep.glob(f"{BATCH_PREFIX}*")):
         raise SystemExit(f"chain_m_comparison: error: {args.sweep} holds no sweep batches; run opiq-jax sweep chain_opiq first")
-    rows = sweep_rows(args.sweep, sweep_run_count(args.sweep))
+    rows = sweep_rows(args.sweep)
     chosen = best_setting_per_m(rows, args.method, args.metric)
     selected = [dict(r, method=f"M={m_of(r['setting'])}: {r['setting']}") for r in rows
                 if r["method"] == args.method and r["setting"] in chosen.values()]

@@ -2,7 +2,8 @@
 (Figures 4 and 5: episode reward and distinct states visited against the baselines and the ablations).
 
 All methods that differ only in numbers run side by side as one compiled, vmapped program
-(methods x seeds on the runs axis). Writes into ``--out``:
+(methods x seeds on the runs axis); DORA (and DORA OA), RND and BSP each run as a program of their
+own, in a subfolder of ``--out``, with the same seeds. Writes into ``--out``:
 
 * ``<env>_baselines_<metric>.png``: OPIQ against the baselines (chain: Figure 3 left; maze: Figure 4);
 * ``<env>_ablations_<metric>.png``: OPIQ against its ablations (chain: Figure 3 right; maze: Figure 5);
@@ -30,9 +31,10 @@ import tyro
 from opiq_jax.config import static_for_env
 from opiq_jax.methods import method_hparams
 from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table
-from opiq_jax.runner import Experiment, RunSpec, is_finished, read_metrics, run_experiment
+from opiq_jax.runner import Experiment, RunSpec, is_finished, read_metrics, run_methods
 
-BASELINES = ("opiq", "dqn", "dqn_pc", "dqn_bias", "dqn_bias_pc", "dqn_rsubtract", "dqn_rsubtract_pc")
+BASELINES = ("opiq", "dqn", "dqn_pc", "dqn_bias", "dqn_bias_pc", "dqn_rsubtract", "dqn_rsubtract_pc",
+             "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
 ABLATIONS = ("opiq", "opiq_no_ob", "opiq_no_pc")
 
 
@@ -103,8 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     args = resolve(tyro.cli(Args, args=argv))
     experiment = build(args)
     started = time.time()
-    run_experiment(experiment, args.out, progress=args.progress, checkpoint_seconds=60 * args.checkpoint_minutes,
-                   max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
+    run_methods(experiment, args.out, progress=args.progress, checkpoint_seconds=60 * args.checkpoint_minutes,
+                max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
     seconds = time.time() - started
     info_path = args.out / "run_info.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {"seconds_per_invocation": []}

@@ -18,10 +18,10 @@ import tyro
 
 from .config import HPARAM_FIELDS, make_hparams, static_for_env
 from .methods import METHODS, method_settings
-from .runner import Experiment, RunSpec, check_fits
+from .runner import Experiment, RunSpec, check_fits, split_by_structure
 
 HPARAM_OPTIONS = ("m", "c_action", "c_bootstrap", "beta", "epsilon_start", "epsilon_end", "epsilon_decay_steps",
-                  "reward_subtract", "final_bias", "lr")
+                  "reward_subtract", "final_bias", "lr", "beta_dora", "beta_dora_action", "beta_rnd", "beta_bsp")
 
 
 @dataclass
@@ -37,7 +37,9 @@ class Train:
     fields such as max_steps_in_episode=500); values are parsed as Python literals."""
     method: tuple[str, ...] = ("opiq",)
     """Methods to run side by side (space separated): dqn, dqn_pc, dqn_rsubtract, dqn_rsubtract_pc, dqn_bias,
-    dqn_bias_pc, opiq, opiq_no_ob, opiq_no_pc. Each starts from the paper's best setting for the environment."""
+    dqn_bias_pc, dqn_dora, dqn_dora_oa, dqn_rnd, bsp, opiq, opiq_no_ob, opiq_no_pc. Each starts from the paper's
+    best setting for the environment. Methods that differ only in numbers share one compiled program; DORA, RND and
+    BSP each add networks and run as a program of their own (a subfolder of the results folder)."""
     seeds: int = 4
     """Independent runs per method."""
     steps: int | None = None
@@ -87,6 +89,16 @@ class Train:
     """Override the initial output-layer bias (Bias)."""
     lr: float | None = None
     """Override the RMSProp learning rate (> 0; default 5e-4)."""
+    beta_dora: float | None = None
+    """Override DORA's intrinsic reward scale beta_dora / sqrt(-log E) (dqn_dora, dqn_dora_oa)."""
+    beta_dora_action: float | None = None
+    """Override DORA OA's action-selection bonus scale (dqn_dora_oa)."""
+    beta_rnd: float | None = None
+    """Override RND's intrinsic reward scale (dqn_rnd)."""
+    beta_bsp: float | None = None
+    """Override BSP's prior scale (bsp)."""
+    bsp_heads: int = 10
+    """BSP's number of heads K (paper: 10)."""
     progress: bool = True
     """Show a progress bar."""
     plot: bool = True
@@ -130,7 +142,8 @@ def _check(ok: bool, message: str) -> None:
 
 def hparam_overrides(args: Train) -> dict[str, float]:
     overrides = {k: float(getattr(args, k)) for k in HPARAM_OPTIONS if getattr(args, k) is not None}
-    for name in ("m", "c_action", "c_bootstrap", "beta", "epsilon_decay_steps"):
+    for name in ("m", "c_action", "c_bootstrap", "beta", "epsilon_decay_steps", "beta_dora", "beta_dora_action",
+                 "beta_rnd", "beta_bsp"):
         if name in overrides:
             _check(overrides[name] >= 0, f"--{name.replace('_', '-')} must be >= 0, got {overrides[name]:g}")
     for name in ("epsilon_start", "epsilon_end"):
@@ -166,6 +179,7 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
     _check(not unknown, f"unknown method {', '.join(unknown)}: use any of {', '.join(METHODS)}")
     _check(len(set(args.method)) == len(args.method), "each --method may appear once")
     _check(args.seeds >= 1, f"--seeds must be >= 1, got {args.seeds}")
+    _check(args.bsp_heads >= 2, f"--bsp-heads must be >= 2, got {args.bsp_heads}")
     overrides = hparam_overrides(args)
     static_overrides = {
         k: v for k, v in dict(
@@ -191,29 +205,34 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
             make_env(static)  # a missing package or an unknown name fails here, in one line
     except (ValueError, ImportError) as e:
         raise UsageError(str(e)) from None
-    try:
-        check_fits(static, len(args.method) * args.seeds)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
     setting = ",".join(f"{k}={v:g}" for k, v in sorted(overrides.items())) or "paper"
     runs = tuple(
         RunSpec(method=method, setting=setting, seed=seed,
                 hparams=make_hparams(**{**method_settings(args.env, method), **overrides}))
         for method in args.method for seed in range(args.seeds)
     )
+    experiment = Experiment(static=static, runs=runs, seed=args.seed)
+    try:
+        for group in split_by_structure(experiment, args.bsp_heads).values():
+            check_fits(group.static, len(group.runs))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     out = args.out or Path("results") / f"{args.env.replace(':', '-')}-{'-'.join(args.method)}-seeds{args.seeds}-steps{static.total_steps}"
-    return Experiment(static=static, runs=runs, seed=args.seed), out
+    return experiment, out
 
 
 def train(args: Train) -> Path:
     from .plotting import markdown_table, plot_folder, summary_table
-    from .runner import read_metrics, run_experiment
+    from .runner import read_metrics, run_methods
 
     experiment, out = build_experiment(args)
     print(f"opiq-jax: {len(experiment.runs)} runs ({', '.join(args.method)} x {args.seeds} seeds) on {args.env}, "
           f"{experiment.static.total_steps:,} steps each -> {out}", flush=True)
     started = time.time()
-    run_experiment(experiment, out, progress=args.progress)
+    try:
+        run_methods(experiment, out, bsp_heads=args.bsp_heads, progress=args.progress)
+    except ValueError as e:  # a results folder of another experiment
+        raise UsageError(str(e)) from None
     print(f"opiq-jax: finished in {time.time() - started:.0f} s", flush=True)
     rows = read_metrics(out)
     print(markdown_table(summary_table(rows, "train_return"), "train_return"))
@@ -238,7 +257,9 @@ def sweep(args: Sweep) -> None:
 def plot(args: Plot) -> None:
     from .plotting import plot_folder
 
-    _check((args.folder / "metrics.csv").exists(), f"{args.folder} holds no metrics.csv: pass a folder written by opiq-jax train")
+    from .runner import experiment_folders
+
+    _check(bool(experiment_folders(args.folder)), f"{args.folder} holds no results: pass a folder written by opiq-jax train")
     for path in plot_folder(args.folder, tuple(args.metrics)):
         print(f"opiq-jax: wrote {path}")
 

@@ -29,7 +29,8 @@ class StaticConfig:
     """Shapes and structure of one compiled experiment (everything that is not a traced number)."""
 
     env: str = "chain"
-    """Environment: ``chain`` (randomised chain), ``maze``, or ``gymnax:NAME`` (any gymnax environment)."""
+    """Environment: ``chain`` (randomised chain), ``maze``, ``montezuma`` (EnvPool, the Atari extra) or
+    ``gymnax:NAME`` (any gymnax environment)."""
     env_kwargs: tuple[tuple[str, object], ...] = ()
     """Extra (name, value) pairs for a gymnax environment: constructor arguments or EnvParams fields."""
     chain_length: int = 100
@@ -57,7 +58,7 @@ class StaticConfig:
     """Discount."""
     count_features: str = "simhash"
     """What is counted: ``simhash`` (the paper: SimHash bits of the observation) or ``exact`` (the
-    environment's cell id, no aliasing)."""
+    environment's cell id, no aliasing). Montezuma always counts the paper's 8x11, 8-level frame feature."""
     simhash_bits: int = 32
     """SimHash code length k (paper: 32 chain, 128 maze)."""
     sketch_rows: int = 4
@@ -72,12 +73,25 @@ class StaticConfig:
     """RMSProp decay (PyTorch's alpha)."""
     rms_eps: float = 1e-8
     """RMSProp epsilon, added outside the square root as PyTorch does."""
+    bonus_network: str = "none"
+    """A learned bonus source with networks of its own: ``none``, ``dora`` (an E-value network trained by
+    SARSA on zero rewards; DQN + DORA and DORA OA) or ``rnd`` (random network distillation; DQN + RND)."""
+    bsp_heads: int = 0
+    """Bootstrapped DQN with randomised priors (BSP): the number K of Q-heads on a shared torso (0: one plain Q)."""
+    rnd_outputs: int = 128
+    """Output size of RND's target and predictor networks (paper: 128 chain and maze, 512 Atari)."""
+    rnd_batch: int = 32
+    """RND's predictor takes one gradient step per update on this many most recent states."""
+    dora_buffer_factor: int = 4
+    """DORA's E-network trains on a small ring of the ``dora_buffer_factor * batch_size`` most recent steps."""
+    dora_gamma: float = 0.99
+    """Discount gamma_E of DORA's E-value SARSA."""
 
     def validate(self) -> None:
         """Raises ``ValueError`` with a one-line message for any inconsistent field."""
         checks = [
-            (self.env in ("chain", "maze") or (self.env.startswith("gymnax:") and len(self.env) > 7),
-             f"unknown env {self.env!r}: use chain, maze or gymnax:NAME"),
+            (self.env in ("chain", "maze", "montezuma") or (self.env.startswith("gymnax:") and len(self.env) > 7),
+             f"unknown env {self.env!r}: use chain, maze, montezuma or gymnax:NAME"),
             (self.chain_length >= 2, f"chain_length must be >= 2, got {self.chain_length}"),
             (self.network in ("mlp", "maze_conv", "nature", "auto"), f"unknown network {self.network!r}"),
             (self.total_steps > 0, f"total_steps must be positive, got {self.total_steps}"),
@@ -93,6 +107,12 @@ class StaticConfig:
             (self.count_features in ("simhash", "exact"), f"unknown count_features {self.count_features!r}: use simhash or exact"),
             (self.simhash_bits >= 1, f"simhash_bits must be >= 1, got {self.simhash_bits}"),
             (self.sketch_rows >= 1 and self.sketch_width >= 2, "sketch_rows must be >= 1 and sketch_width >= 2"),
+            (self.bonus_network in ("none", "dora", "rnd"), f"unknown bonus_network {self.bonus_network!r}: use none, dora or rnd"),
+            (self.bsp_heads >= 0 and self.bsp_heads != 1, f"bsp_heads must be 0 (no BSP) or >= 2, got {self.bsp_heads}"),
+            (self.rnd_outputs >= 1, f"rnd_outputs must be >= 1, got {self.rnd_outputs}"),
+            (1 <= self.rnd_batch <= self.buffer_size, f"rnd_batch must lie in [1, buffer_size], got {self.rnd_batch}"),
+            (self.dora_buffer_factor >= 1, f"dora_buffer_factor must be >= 1, got {self.dora_buffer_factor}"),
+            (0.0 <= self.dora_gamma <= 1.0, f"dora_gamma must lie in [0, 1], got {self.dora_gamma}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -123,6 +143,14 @@ class HParams:
     """RMSProp learning rate."""
     beta_mmc: jax.Array
     """Weight of the Monte Carlo return in the mixed target (0: none)."""
+    beta_dora: jax.Array
+    """DQN + DORA: scale of the intrinsic reward beta_dora / sqrt(-log E(s, a)) (needs bonus_network=dora)."""
+    beta_dora_action: jax.Array
+    """DQN + DORA OA: scale of the action-selection bonus beta_dora_action / sqrt(-log E(s, a))."""
+    beta_rnd: jax.Array
+    """DQN + RND: scale of the intrinsic reward beta_rnd * ||predictor(s') - target(s')||^2 (needs bonus_network=rnd)."""
+    beta_bsp: jax.Array
+    """BSP: scale of each head's fixed random prior, Q_k + beta_bsp * p_k (needs bsp_heads >= 2)."""
 
 
 HPARAM_FIELDS = tuple(f.name for f in dataclasses.fields(HParams))
@@ -130,6 +158,7 @@ HPARAM_FIELDS = tuple(f.name for f in dataclasses.fields(HParams))
 BASE_HPARAMS = dict(
     m=2.0, c_action=0.0, c_bootstrap=0.0, beta=0.0, epsilon_start=0.01, epsilon_end=0.01,
     epsilon_decay_steps=0.0, reward_subtract=0.0, final_bias=0.0, lr=5e-4, beta_mmc=0.0,
+    beta_dora=0.0, beta_dora_action=0.0, beta_rnd=0.0, beta_bsp=0.0,
 )
 
 
@@ -161,12 +190,17 @@ ENV_DEFAULTS: dict[str, dict] = {
         env="maze", network="maze_conv", total_steps=1_000_000, log_every=10_000, buffer_size=250_000,
         batch_size=64, n_step=3, train_every=1, target_update=1_000, simhash_bits=128,
     ),
+    "montezuma": dict(
+        env="montezuma", network="nature", total_steps=12_500_000, log_every=50_000, buffer_size=1_000_000,
+        batch_size=32, n_step=3, train_every=4, target_update=8_000,
+    ),
 }
 
 # Epsilon of every method except epsilon-greedy DQN (paper appendix).
 ENV_EPSILON = {
     "chain": dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0),
     "maze": dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=50_000.0),
+    "montezuma": dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=1_000_000.0),
     "gymnax": dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0),
 }
 
@@ -191,7 +225,7 @@ def static_for_env(env: str, **overrides) -> StaticConfig:
     elif env in ENV_DEFAULTS:
         defaults = ENV_DEFAULTS[env]
     else:
-        raise ValueError(f"unknown env {env!r}: use chain, maze or gymnax:NAME")
+        raise ValueError(f"unknown env {env!r}: use chain, maze, montezuma or gymnax:NAME")
     config = StaticConfig(**{**defaults, **overrides})
     config.validate()
     return config

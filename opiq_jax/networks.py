@@ -4,6 +4,8 @@
 * ``MazeConv``: two 3x3 stride-2 convolutions of 16 channels without padding (24 -> 11 -> 5),
   FC 400 with ReLU, FC 200 *without* ReLU (as the paper's appendix lists it), then the outputs.
 * ``NatureDQN``: the Atari torso of Mnih et al. (2015) with a 512 unit layer.
+* ``BootstrappedQ``: BSP's network, one of the above split into a shared torso and ``K`` heads
+  (output ``[B, K, A]``).
 
 Every network names its output layer ``head`` so that the optimistic-initialisation baseline
 (DQN Bias) can set exactly that layer's bias.
@@ -96,6 +98,90 @@ class NatureDQN(nn.Module):
         return nn.Dense(self.num_outputs, name=HEAD)(x)
 
 
+class Torso(nn.Module):
+    """The shared part of a network in BSP: the convolutions (maze, Atari) or the first hidden layer (MLP)."""
+
+    name_: str
+    hidden: Sequence[int] = (256, 256)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = obs.astype(jnp.float32)
+        if self.name_ == "mlp":
+            return nn.relu(nn.Dense(self.hidden[0])(jnp.reshape(x, (x.shape[0], -1))))
+        if self.name_ == "maze_conv":
+            x = nn.relu(PatchConv(16, (3, 3), (2, 2))(x))
+            x = nn.relu(PatchConv(16, (3, 3), (2, 2))(x))
+        else:
+            x = x / 255.0
+            x = nn.relu(PatchConv(32, (8, 8), (4, 4))(x))
+            x = nn.relu(PatchConv(64, (4, 4), (2, 2))(x))
+            x = nn.relu(PatchConv(64, (3, 3), (1, 1))(x))
+        return jnp.reshape(x, (x.shape[0], -1))
+
+
+class Head(nn.Module):
+    """One BSP head: the layers of the network after its torso."""
+
+    name_: str
+    num_outputs: int
+    hidden: Sequence[int] = (256, 256)
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if self.name_ == "mlp":
+            for width in self.hidden[1:]:
+                x = nn.relu(nn.Dense(width)(x))
+        elif self.name_ == "maze_conv":
+            x = nn.Dense(200)(nn.relu(nn.Dense(400)(x)))
+        else:
+            x = nn.relu(nn.Dense(512)(x))
+        return nn.Dense(self.num_outputs, name=HEAD)(x)
+
+
+class BootstrappedQ(nn.Module):
+    """``num_heads`` Q-heads on one shared torso (bootstrapped DQN); returns ``[B, num_heads, num_outputs]``.
+
+    The torso is what the paper's BSP architecture shares (the maze's convolutions; the Atari
+    convolutions; for the chain's MLP, whose split the paper does not give, the first hidden layer).
+    """
+
+    name_: str
+    num_outputs: int
+    num_heads: int
+    hidden: Sequence[int] = (256, 256)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        features = Torso(self.name_, self.hidden, name="torso")(obs)
+        heads = nn.vmap(
+            Head, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None, out_axes=1,
+            axis_size=self.num_heads,
+        )(self.name_, self.num_outputs, self.hidden, name="heads")
+        return heads(features)
+
+
+def make_bootstrapped_network(name: str, num_outputs: int, num_heads: int, hidden: Sequence[int] = (256, 256)) -> nn.Module:
+    """BSP's K-headed form of the network ``name`` (``mlp``, ``maze_conv`` or ``nature``)."""
+    if name not in ("mlp", "maze_conv", "nature"):
+        raise ValueError(f"unknown network {name!r}; choose mlp, maze_conv or nature")
+    return BootstrappedQ(name_=name, num_outputs=num_outputs, num_heads=num_heads, hidden=tuple(hidden))
+
+
+def scale_torso_gradients(grads: chex.ArrayTree, factor: float) -> chex.ArrayTree:
+    """Multiplies the gradients of BSP's shared torso by ``factor`` (the paper normalises them by 1/K)."""
+    params = grads["params"]
+    torso = jax.tree.map(lambda g: g * factor, params["torso"])
+    return {**grads, "params": {**params, "torso": torso}}
+
+
+def zero_final_layer(params: chex.ArrayTree) -> chex.ArrayTree:
+    """Sets the output layer's weights and bias to zero (DORA's E-network starts at sigmoid(0) = 0.5 everywhere)."""
+    head = params["params"][HEAD]
+    new_head = jax.tree.map(jnp.zeros_like, head)
+    return {**params, "params": {**params["params"], HEAD: new_head}}
+
+
 def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256)) -> nn.Module:
     """Builds a network by name: ``mlp``, ``maze_conv`` or ``nature``."""
     if name == "mlp":
@@ -108,10 +194,15 @@ def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256)
 
 
 def set_final_bias(params: chex.ArrayTree, bias: jax.Array) -> chex.ArrayTree:
-    """Sets every entry of the output layer's bias to ``bias`` (the DQN Bias baseline)."""
-    head = params["params"][HEAD]
+    """Sets every entry of the output layer's bias to ``bias`` (the DQN Bias baseline); for BSP, every head's."""
+    inner = params["params"]
+    if HEAD not in inner:  # BootstrappedQ: the heads' output layers
+        heads = inner["heads"]
+        new_heads = {**heads, HEAD: {**heads[HEAD], "bias": jnp.full_like(heads[HEAD]["bias"], bias)}}
+        return {**params, "params": {**inner, "heads": new_heads}}
+    head = inner[HEAD]
     new_head = {**head, "bias": jnp.full_like(head["bias"], bias)}
-    return {**params, "params": {**params["params"], HEAD: new_head}}
+    return {**params, "params": {**inner, HEAD: new_head}}
 
 
 def init_params(network: nn.Module, key: chex.PRNGKey, example_obs: jax.Array, final_bias: jax.Array) -> chex.ArrayTree:

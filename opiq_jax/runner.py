@@ -12,6 +12,11 @@ A results folder holds
 Calling :func:`run_experiment` again on the same folder resumes from the checkpoint: rows of
 ``metrics.csv`` past the checkpoint are dropped and the chunks after it are recomputed, so an
 interrupted experiment ends with exactly the parameters and metrics of an uninterrupted one.
+
+Methods that need networks of their own (DORA, RND, BSP) compile into programs of their own.
+:func:`run_methods` runs such a mix as one program per structure, each in a subfolder named after
+it (``plain``, ``dora``, ``rnd``, ``bsp``); :func:`read_metrics` and :func:`is_finished` read such a
+folder as one experiment. Every run keeps its seed's keys, so comparisons stay paired.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from .config import HParams, StaticConfig, hparams_to_dict, make_hparams, stack_hparams
+from .methods import method_structure
 from .trainer import METRICS, Trainer, make_train
 
 CONFIG_FILE = "config.json"
@@ -92,6 +98,53 @@ def run_keys_for(experiment: Experiment) -> tuple[jax.Array, jax.Array]:
     else:
         env_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0x0E4))(run_keys)
     return run_keys, env_keys
+
+
+def split_by_structure(experiment: Experiment, bsp_heads: int = 10) -> dict[str, Experiment]:
+    """One experiment per program structure, in order of first appearance, each with its static options."""
+    groups: dict[str, list[RunSpec]] = {}
+    for run in experiment.runs:
+        groups.setdefault(method_structure(run.method, bsp_heads)[0], []).append(run)
+    return {
+        name: dataclasses.replace(
+            experiment, static=dataclasses.replace(experiment.static, **method_structure(runs[0].method, bsp_heads)[1]),
+            runs=tuple(runs),
+        )
+        for name, runs in groups.items()
+    }
+
+
+def run_methods(experiment: Experiment, out: str | Path, bsp_heads: int = 10, **kwargs) -> dict[str, object]:
+    """Runs ``experiment`` as one program per structure; a single structure uses ``out`` itself.
+
+    Keyword arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call (the
+    structures run one after another). Returns the final state of each structure that ran.
+    """
+    out = Path(out)
+    groups = split_by_structure(experiment, bsp_heads)
+    if len(groups) == 1:
+        (name, group), = groups.items()
+        return {name: run_experiment(group, out, **kwargs)}
+    if (out / CONFIG_FILE).exists():
+        raise ValueError(f"{out} holds a different experiment: choose another --out or delete it")
+    for name, group in groups.items():  # fail before training anything if some group cannot fit
+        check_fits(group.static, len(group.runs))
+    max_seconds, started, states = kwargs.pop("max_seconds", None), time.monotonic(), {}
+    for name, group in groups.items():
+        left = None if max_seconds is None else max_seconds - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            break
+        if not ((out / name / CONFIG_FILE).exists() and is_finished(out / name)):
+            states[name] = run_experiment(group, out / name, max_seconds=left, **kwargs)
+    return states
+
+
+def experiment_folders(out: str | Path) -> list[Path]:
+    """The results folders of an experiment: ``out`` itself, or its per-structure subfolders."""
+    out = Path(out)
+    if (out / CONFIG_FILE).exists():
+        return [out]
+    return [sub for sub in sorted(out.iterdir()) if (sub / CONFIG_FILE).exists()] if out.is_dir() else []
 
 
 # ------------------------------------------------------------------------------------ memory
@@ -194,7 +247,8 @@ def _truncate_metrics(out: Path, last_step: int) -> None:
     _atomic_write_bytes(path, "".join(",".join(r) + "\n" for r in kept).encode())
 
 
-def _append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[str, np.ndarray]) -> None:
+def _append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[str, np.ndarray],
+                    names: tuple[str, ...] = METRICS) -> None:
     path = out / METRICS_FILE
     new = not path.exists()
     with open(path, "a", newline="") as f:
@@ -202,17 +256,29 @@ def _append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[
         if new:
             writer.writerow(METRICS_HEADER)
         for i, spec in enumerate(experiment.runs):
-            for name in METRICS:
+            for name in names:
                 writer.writerow((i, spec.method, spec.setting, spec.seed, step, name, f"{float(metrics[name][i]):.6g}"))
 
 
 def read_metrics(out: str | Path) -> list[dict]:
-    """The tidy metrics table of a results folder as a list of dicts (value as float)."""
-    with open(Path(out) / METRICS_FILE, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        r["run"], r["seed"], r["step"], r["value"] = int(r["run"]), int(r["seed"]), int(r["step"]), float(r["value"])
-    return rows
+    """The tidy metrics table of a results folder as a list of dicts (value as float).
+
+    A folder of per-structure subfolders (see :func:`run_methods`) reads as one table, run ids
+    numbered on across the subfolders.
+    """
+    folders = experiment_folders(out)
+    if not folders:
+        raise FileNotFoundError(f"{out} holds no results (no {CONFIG_FILE})")
+    table, offset = [], 0
+    for folder in folders:
+        with open(folder / METRICS_FILE, newline="") as f:
+            rows = list(csv.DictReader(f))
+        for r in rows:
+            r["run"], r["seed"], r["step"], r["value"] = (
+                offset + int(r["run"]), int(r["seed"]), int(r["step"]), float(r["value"]))
+        table += rows
+        offset += len(json.loads((folder / CONFIG_FILE).read_text())["runs"])
+    return table
 
 
 # ------------------------------------------------------------------------------------ loop
@@ -287,11 +353,14 @@ def run_experiment(
 
 
 def is_finished(out: str | Path) -> bool:
-    """Whether the results folder holds a checkpoint of the last chunk."""
-    out = Path(out)
-    config = json.loads((out / CONFIG_FILE).read_text())["static"]
-    rows = read_metrics(out) if (out / METRICS_FILE).exists() else []
-    return bool(rows) and max(r["step"] for r in rows) >= config["total_steps"]
+    """Whether the results folder (every per-structure subfolder) holds metrics of the last chunk."""
+    folders = experiment_folders(out)
+    for folder in folders:
+        config = json.loads((folder / CONFIG_FILE).read_text())["static"]
+        rows = read_metrics(folder) if (folder / METRICS_FILE).exists() else []
+        if not rows or max(r["step"] for r in rows) < config["total_steps"]:
+            return False
+    return bool(folders)
 
 
 def _is_key(x) -> bool:

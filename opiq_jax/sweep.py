@@ -8,9 +8,10 @@ A preset is a plain JSON file (the ones shipped live in ``opiq_jax/presets/``; c
                {"method": "dqn", "grid": {"epsilon_decay_steps": [100, 50000]}}]}
 
 Every method's grid is expanded to the product of its values (each setting starts from the method's
-best setting in ``methods.py``), and every setting runs ``seeds`` seeds. All runs share one static
-configuration, so they form one flat runs axis; when it does not fit in device memory it is split
-into equal batches (one compiled program serves them all), each its own resumable results folder.
+best setting in ``methods.py``), and every setting runs ``seeds`` seeds. All runs of one program
+structure (plain; DORA, RND and BSP each add networks) share one static configuration, so they form
+one flat runs axis; when it does not fit in device memory it is split into equal batches (one
+compiled program serves them all), each its own resumable results folder.
 
 The selection protocol of the paper: rank the settings of each method by the area under the median
 (across seeds) curve of ``metric`` and keep the best.
@@ -31,7 +32,7 @@ from .methods import METHODS, method_hparams
 from .plotting import area_under_median, curves
 from .runner import (
     MEMORY_HEADROOM, Experiment, RunSpec, available_device_bytes, is_finished, read_metrics, run_experiment,
-    state_bytes_per_run,
+    split_by_structure, state_bytes_per_run,
 )
 
 BATCH_PREFIX = "batch_"
@@ -109,20 +110,31 @@ def split(runs: list[RunSpec], num_batches: int) -> list[tuple[RunSpec, ...]]:
     return batches
 
 
+def plan_sweep(preset: Preset, max_batch_runs: int | None = None) -> list[Experiment]:
+    """The sweep as compiled batches: per program structure, the fewest equal batches that fit."""
+    static = static_for_env(preset.env, **preset.static)
+    free = available_device_bytes()
+    batches = []
+    for name, group in split_by_structure(Experiment(static, tuple(expand(preset)), seed=preset.seed)).items():
+        per_run = state_bytes_per_run(group.static)
+        num_batches = plan_batches(len(group.runs), per_run, free)
+        if max_batch_runs is not None:
+            num_batches = max(num_batches, math.ceil(len(group.runs) / max_batch_runs))
+        parts = split(list(group.runs), num_batches)
+        print(f"sweep: {name}: {len(group.runs)} runs, {per_run / 2**20:.1f} MiB per run, {free / 2**30:.1f} GiB free "
+              f"-> {len(parts)} batch(es) of {len(parts[0])} runs", flush=True)
+        batches += [Experiment(group.static, part, seed=preset.seed) for part in parts]
+    return batches
+
+
 def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_runs: int | None = None,
               checkpoint_seconds: float = 300.0) -> list[dict]:
     """Runs (or resumes) every batch, then writes ``settings.csv`` and ``best.md``; returns the ranking."""
     out = Path(out)
-    static = static_for_env(preset.env, **preset.static)
     runs = expand(preset)
-    per_run, free = state_bytes_per_run(static), available_device_bytes()
-    num_batches = plan_batches(len(runs), per_run, free)
-    if max_batch_runs is not None:
-        num_batches = max(num_batches, math.ceil(len(runs) / max_batch_runs))
-    batches = split(runs, num_batches)
-    print(f"sweep: {len(runs)} runs ({len(runs) // preset.seeds} settings x {preset.seeds} seeds) on {preset.env}; "
-          f"{per_run / 2**20:.1f} MiB per run, {free / 2**30:.1f} GiB free -> {len(batches)} batch(es) of "
-          f"{len(batches[0])} runs", flush=True)
+    print(f"sweep: {len(runs)} runs ({len(runs) // preset.seeds} settings x {preset.seeds} seeds) on {preset.env}",
+          flush=True)
+    batches = plan_sweep(preset, max_batch_runs)
     out.mkdir(parents=True, exist_ok=True)
     (out / "preset.json").write_text(json.dumps(preset.__dict__, indent=1, default=list))
     for i, batch in enumerate(batches):
@@ -131,34 +143,32 @@ def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_
             print(f"sweep: batch {i + 1}/{len(batches)} already finished", flush=True)
             continue
         print(f"sweep: batch {i + 1}/{len(batches)}", flush=True)
-        run_experiment(Experiment(static, batch, seed=preset.seed), folder, progress=progress,
-                       checkpoint_seconds=checkpoint_seconds)
-    ranking = rank_settings(out, preset.metric, len(runs))
+        run_experiment(batch, folder, progress=progress, checkpoint_seconds=checkpoint_seconds)
+    ranking = rank_settings(out, preset.metric)
     write_tables(out, ranking, preset.metric)
     return ranking
 
 
-def sweep_run_count(out: Path) -> int:
-    """Runs of the sweep in ``out`` (without the batches' padding), from the preset it saved."""
-    return len(expand(load_preset(str(Path(out) / "preset.json"))))
+def sweep_rows(out: Path) -> list[dict]:
+    """The metrics of every batch, with run ids made global and the batches' padding runs dropped.
 
-
-def sweep_rows(out: Path, num_runs: int) -> list[dict]:
-    """The metrics of every batch, with run ids made global and the padding runs dropped."""
-    rows, offset = [], 0
+    Padding repeats a batch's final run, so a (method, setting, seed) seen in an earlier run is padding.
+    """
+    rows, offset, seen = [], 0, {}
     for folder in sorted(out.glob(f"{BATCH_PREFIX}*")):
         batch_rows = read_metrics(folder)
-        size = 1 + max(r["run"] for r in batch_rows)
         for r in batch_rows:
-            if offset + r["run"] < num_runs:
-                rows.append({**r, "run": offset + r["run"]})
-        offset += size
+            key = (r["method"], r["setting"], r["seed"])
+            run = seen.setdefault(key, offset + r["run"])
+            if run == offset + r["run"]:
+                rows.append({**r, "run": run})
+        offset += 1 + max(r["run"] for r in batch_rows)
     return rows
 
 
-def rank_settings(out: Path, metric: str, num_runs: int) -> list[dict]:
+def rank_settings(out: Path, metric: str) -> list[dict]:
     """Every (method, setting) with its area under the median curve of ``metric``, best first per method."""
-    rows = sweep_rows(out, num_runs)
+    rows = sweep_rows(out)
     table = []
     for method in dict.fromkeys(r["method"] for r in rows):
         method_rows = [r for r in rows if r["method"] == method]

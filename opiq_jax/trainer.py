@@ -12,6 +12,12 @@ Order within one environment step (``REFERENCE.md``): choose the action with the
 step the environment, increment ``N(s_t, a_t)``, store the transition, then train. What is common
 to all runs (the step counter, "train now", "copy the target now") stays outside the vmap, so it
 remains a real ``lax.cond`` instead of a select that would run both branches for every run.
+
+The baselines that need networks of their own are static switches of this one trainer:
+``static.bonus_network`` adds DORA's E-network or RND's predictor and target (``RunState.dora`` /
+``RunState.rnd``), and ``static.bsp_heads = K`` makes the Q-network K-headed with a fixed prior
+(``RunState.prior_params``). Every Q-value inside the trainer carries a heads axis ``[..., K, A]``
+(``K = 1`` without BSP), so one code path serves all methods.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ from flax import struct
 
 from envs import Maze, RandomisedChain
 
-from . import counts, replay
+from . import bonuses, counts, replay
 from .config import HParams, StaticConfig
-from .networks import init_params, make_network
+from .networks import init_params, make_bootstrapped_network, make_network, scale_torso_gradients, zero_final_layer
 from .optimism import intrinsic_reward, linear_epsilon, optimism_bonus
 from .targets import bootstrap_value, n_step_return, td_loss, window_mask
 
@@ -45,6 +51,7 @@ METRICS = (
     "qplus_start",  # max_a Q(s_0, a) + C_action / (N(s_0, a) + 1)^M
     "loss",  # mean TD loss of the chunk's updates
     "epsilon",  # epsilon at the end of the chunk
+    "intrinsic_reward",  # mean intrinsic reward of the chunk's sampled transitions (all bonus sources)
 )
 
 
@@ -68,8 +75,27 @@ class EpisodeStats:
     max_return: jax.Array
     chunk_loss_sum: jax.Array
     chunk_updates: jax.Array
+    chunk_intrinsic_sum: jax.Array
     visited_states: jax.Array  # bool[num_cells]
     visited_state_actions: jax.Array  # bool[num_cells, num_actions]
+
+
+@struct.dataclass
+class DoraState:
+    """DORA's E-value network (logits; E = sigmoid), its optimiser and its small ring of recent steps."""
+
+    params: Any
+    opt_state: Any
+    buffer: replay.ReplayBuffer
+
+
+@struct.dataclass
+class RndState:
+    """RND's trained predictor, its optimiser and the fixed random target network."""
+
+    params: Any
+    opt_state: Any
+    target_params: Any
 
 
 @struct.dataclass
@@ -87,6 +113,10 @@ class RunState:
     sketch: jax.Array  # int32[num_actions, rows, width]
     buffer: replay.ReplayBuffer
     stats: EpisodeStats
+    active_head: jax.Array  # int32: the BSP head acting in this episode (0 without BSP)
+    prior_params: Any = None  # BSP's fixed random prior network (None without BSP)
+    dora: DoraState | None = None
+    rnd: RndState | None = None
 
 
 @struct.dataclass
@@ -103,6 +133,7 @@ class Trainer:
     init: Callable[[jax.Array, jax.Array, HParams], TrainState]
     train_chunk: Callable[[TrainState], tuple[TrainState, dict[str, jax.Array]]]
     q_values: Callable[[Any, jax.Array], jax.Array]
+    head_values: Callable[[RunState, Any, jax.Array], jax.Array]
     count_columns: Callable[[RunState, jax.Array], jax.Array]
     targets: Callable[[RunState, Transition, jax.Array], jax.Array]
 
@@ -140,16 +171,42 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
     """Builds the pure ``init`` and ``train_chunk`` functions of one experiment."""
     static.validate()
     env = make_env(static) if env is None else env
-    network = make_network(network_name(static, env), env.num_actions, static.hidden)
+    num_actions = env.num_actions
+    net_name = network_name(static, env)
+    num_heads = max(1, static.bsp_heads)
+    if static.bsp_heads:
+        network = make_bootstrapped_network(net_name, num_actions, static.bsp_heads, static.hidden)
+    else:
+        network = make_network(net_name, num_actions, static.hidden)
+    e_network = make_network(net_name, num_actions, static.hidden)  # DORA's E-values (logits)
+    rnd_network = make_network(net_name, static.rnd_outputs, static.hidden)
     has_cell_table = hasattr(env, "all_compacts")
     optimiser = make_optimiser(static)
-    num_actions = env.num_actions
     horizon = int(env.default_params.max_steps_in_episode)
     obs_dim = int(np.prod(env.observation_space(env.default_params).shape))
 
     def q_values(params, obs: jax.Array) -> jax.Array:
-        """Q(s, .) for a batch of observations."""
+        """The Q-network's output for a batch of observations: ``[B, A]`` (``[B, K, A]`` for BSP, no prior)."""
         return network.apply(params, obs)
+
+    def head_values(run: RunState, params, obs: jax.Array) -> jax.Array:
+        """``[B, K, A]``: what each head acts and bootstraps on (BSP: ``Q_k + beta_bsp * p_k``; else ``K = 1``)."""
+        if not static.bsp_heads:
+            return q_values(params, obs)[:, None, :]
+        return bonuses.with_prior(q_values(params, obs), q_values(run.prior_params, obs), run.hparams.beta_bsp)
+
+    def obs_of(run: RunState, compact: jax.Array) -> jax.Array:
+        """Observations of a batch of compact states (any leading shape)."""
+        lead = compact.shape[: compact.ndim - 1]
+        flat = compact.reshape((-1, compact.shape[-1]))
+        obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(flat, run.env_params)
+        return obs.reshape(lead + obs.shape[1:])
+
+    def apply_flat(net, params, obs: jax.Array, lead: tuple[int, ...]) -> jax.Array:
+        """``net`` on observations with leading shape ``lead``, flattened into one batch and back."""
+        flat = obs.reshape((-1,) + obs.shape[len(lead):])
+        out = net.apply(params, flat)
+        return out.reshape(lead + out.shape[1:])
 
     def columns_of(hash_matrix: jax.Array, env_params, compact: jax.Array) -> jax.Array:
         """Sketch columns of the state ``compact`` under the run's counting features."""
@@ -170,6 +227,10 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
             return run.cell_columns[env.cell_id(compact)]
         return columns_of(run.hash_matrix, run.env_params, compact)
 
+    def sgd_step(params, opt_state, grads, lr):
+        updates, opt_state = optimiser.update(grads, opt_state, params)
+        return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
+
     # ---------------------------------------------------------------------------------- init
 
     def init_run(run_key: jax.Array, env_key: jax.Array, hp: HParams) -> RunState:
@@ -189,9 +250,25 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         stats = EpisodeStats(
             episode_return=jnp.float32(0), chunk_return_sum=jnp.float32(0), chunk_episodes=jnp.int32(0),
             max_return=jnp.float32(-jnp.inf), chunk_loss_sum=jnp.float32(0), chunk_updates=jnp.int32(0),
+            chunk_intrinsic_sum=jnp.float32(0),
             visited_states=jnp.zeros((env.num_cells,), bool).at[env.cell_id(compact)].set(True),
             visited_state_actions=jnp.zeros((env.num_cells, num_actions), bool),
         )
+        # the baselines' extra networks draw from a key of their own, so the shared streams stay unchanged
+        k_prior, k_e, k_pred, k_tgt, k_head = jax.random.split(jax.random.fold_in(run_key, 0xBA5E), 5)
+        extra = {}
+        if static.bsp_heads:
+            extra["prior_params"] = network.init(k_prior, obs[None])
+        if static.bonus_network == "dora":
+            e_params = zero_final_layer(e_network.init(k_e, obs[None]))
+            extra["dora"] = DoraState(
+                params=e_params, opt_state=optimiser.init(e_params),
+                buffer=replay.init(example, static.dora_buffer_factor * static.batch_size),
+            )
+        if static.bonus_network == "rnd":
+            predictor = rnd_network.init(k_pred, obs[None])
+            extra["rnd"] = RndState(params=predictor, opt_state=optimiser.init(predictor),
+                                    target_params=rnd_network.init(k_tgt, obs[None]))
         return RunState(
             key=k_loop, hparams=hp, params=params, target_params=params, opt_state=optimiser.init(params),
             env_params=env_params, env_state=env_state, obs=obs, hash_matrix=hash_matrix,
@@ -199,6 +276,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
                           if has_cell_table else jnp.zeros((0, static.sketch_rows), jnp.int32)),
             sketch=counts.init_sketch(num_actions, static.sketch_rows, static.sketch_width),
             buffer=replay.init(example, static.buffer_size), stats=stats,
+            active_head=jax.random.randint(k_head, (), 0, num_heads), **extra,
         )
 
     def init(run_keys: jax.Array, env_keys: jax.Array, hparams: HParams) -> TrainState:
@@ -210,14 +288,21 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
 
     # ---------------------------------------------------------------------------------- acting
 
+    def action_bonus(run: RunState, obs: jax.Array, n_sa: jax.Array) -> jax.Array:
+        """What is added to Q for action selection: OPIQ's ``C_action / (N + 1)^M`` and DORA OA's bonus."""
+        bonus = optimism_bonus(n_sa, run.hparams.c_action, run.hparams.m)
+        if static.bonus_network == "dora":
+            bonus = bonus + bonuses.dora_bonus(e_network.apply(run.dora.params, obs[None])[0], run.hparams.beta_dora_action)
+        return bonus
+
     def act_and_store(run: RunState, step: jax.Array) -> RunState:
         hp = run.hparams
         key, k_explore, k_random, k_env = jax.random.split(run.key, 4)
         compact = env.compact_state(run.env_state)
         columns = count_columns(run, compact)
-        q = q_values(run.params, run.obs[None])[0]
+        q = head_values(run, run.params, run.obs[None])[0, run.active_head]
         n_sa = counts.query_all_actions(run.sketch, columns)
-        greedy = jnp.argmax(q + optimism_bonus(n_sa, hp.c_action, hp.m))
+        greedy = jnp.argmax(q + action_bonus(run, run.obs, n_sa))
         epsilon = linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps)
         explore = jax.random.uniform(k_explore) < epsilon
         action = jnp.where(explore, jax.random.randint(k_random, (), 0, num_actions), greedy).astype(jnp.int32)
@@ -240,50 +325,116 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
             visited_states=stats.visited_states.at[info["cell_id"]].set(True),
             visited_state_actions=stats.visited_state_actions.at[cell, action].set(True),
         )
+        extra = {}
+        if static.bonus_network == "dora":
+            extra["dora"] = run.dora.replace(buffer=replay.add(run.dora.buffer, transition))
         return run.replace(
             key=key, obs=obs, env_state=env_state, sketch=sketch,
             buffer=replay.add(run.buffer, transition), stats=stats,
+            active_head=jnp.where(done, jax.random.randint(jax.random.fold_in(k_env, 1), (), 0, num_heads),
+                                  run.active_head), **extra,
         )
 
     # ---------------------------------------------------------------------------------- learning
 
-    def targets_for(run: RunState, windows: Transition, exists: jax.Array) -> jax.Array:
-        """n-step targets with intrinsic rewards recomputed from the current counts (every step)."""
+    def intrinsic_rewards(run: RunState, windows: Transition) -> jax.Array:
+        """``[B, n]`` intrinsic reward of every sampled step, recomputed from the current bonus sources."""
         hp = run.hparams
-        included = window_mask(windows.done, exists)
         step_columns = jax.vmap(jax.vmap(lambda c: count_columns(run, c)))(windows.compact)
         step_counts = jax.vmap(jax.vmap(lambda cols, a: counts.query(run.sketch, cols, a)))(step_columns, windows.action)
-        rewards = windows.reward + intrinsic_reward(step_counts, hp.beta)
+        reward = intrinsic_reward(step_counts, hp.beta)
+        lead = windows.action.shape
+        if static.bonus_network == "dora":
+            logits = apply_flat(e_network, run.dora.params, obs_of(run, windows.compact), lead)
+            taken = jnp.take_along_axis(logits, windows.action[..., None], axis=-1)[..., 0]
+            reward = reward + bonuses.dora_bonus(taken, hp.beta_dora)
+        if static.bonus_network == "rnd":  # the error at the state the step reached (Burda et al.)
+            next_obs = obs_of(run, windows.next_compact)
+            predicted = apply_flat(rnd_network, run.rnd.params, next_obs, lead)
+            target = apply_flat(rnd_network, run.rnd.target_params, next_obs, lead)
+            reward = reward + bonuses.rnd_bonus(predicted, target, hp.beta_rnd)
+        return reward
+
+    def targets_for(run: RunState, windows: Transition, exists: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``[B, K]`` n-step targets per head, with intrinsic rewards recomputed now; and the intrinsic rewards."""
+        hp = run.hparams
+        included = window_mask(windows.done, exists)
+        intrinsic = intrinsic_rewards(run, windows)
         partial, discount, last = jax.vmap(n_step_return, in_axes=(0, 0, 0, None))(
-            rewards, windows.terminated, included, static.gamma
+            windows.reward + intrinsic, windows.terminated, included, static.gamma
         )
         next_compact = jnp.take_along_axis(windows.next_compact, last[:, None, None], axis=1)[:, 0]
-        next_obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(next_compact, run.env_params)
         next_columns = jax.vmap(lambda c: count_columns(run, c))(next_compact)
         next_counts = jax.vmap(lambda cols: counts.query_all_actions(run.sketch, cols))(next_columns)
-        q_next = q_values(run.target_params, next_obs)
-        values = bootstrap_value(q_next, optimism_bonus(next_counts, hp.c_bootstrap, hp.m))
-        return partial + discount * values
+        q_next = head_values(run, run.target_params, obs_of(run, next_compact))  # [B, K, A]
+        bonus = optimism_bonus(next_counts, hp.c_bootstrap, hp.m)[:, None, :]
+        values = bootstrap_value(q_next, jnp.broadcast_to(bonus, q_next.shape))
+        return partial[:, None] + discount[:, None] * values, intrinsic
 
-    def update(run: RunState) -> RunState:
-        key, k_sample = jax.random.split(run.key)
-        windows, exists = replay.sample_windows(run.buffer, k_sample, static.batch_size, static.n_step)
-        targets = targets_for(run, windows, exists)
+    def td_loss_per_head(params, run: RunState, obs: jax.Array, actions: jax.Array, targets: jax.Array) -> jax.Array:
+        """Sum over heads of each head's mean squared TD error (every head learns from every sample)."""
+        q = head_values(run, params, obs)  # [B, K, A]
+        q_taken = jnp.take_along_axis(q, jnp.broadcast_to(actions[:, None, None], q.shape[:2] + (1,)), axis=2)[..., 0]
+        return num_heads * td_loss(q_taken, targets)
+
+    def update_q(run: RunState, key: jax.Array) -> RunState:
+        windows, exists = replay.sample_windows(run.buffer, key, static.batch_size, static.n_step)
+        targets, intrinsic = targets_for(run, windows, exists)
         first = jax.tree.map(lambda x: x[:, 0], windows)
-        obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(first.compact, run.env_params)
+        obs = obs_of(run, first.compact)
+        loss, grads = jax.value_and_grad(td_loss_per_head)(run.params, run, obs, first.action, targets)
+        if static.bsp_heads:
+            grads = scale_torso_gradients(grads, 1.0 / static.bsp_heads)
+        params, opt_state = sgd_step(run.params, run.opt_state, grads, run.hparams.lr)
+        stats = run.stats.replace(
+            chunk_loss_sum=run.stats.chunk_loss_sum + loss / num_heads, chunk_updates=run.stats.chunk_updates + 1,
+            chunk_intrinsic_sum=run.stats.chunk_intrinsic_sum + jnp.mean(intrinsic[:, 0]),
+        )
+        return run.replace(params=params, opt_state=opt_state, stats=stats)
+
+    def update_dora(run: RunState, key: jax.Array) -> RunState:
+        """One n-step SARSA step of the E-values (zero reward) on a batch from DORA's ring of recent steps."""
+        windows, exists = replay.sample_windows(run.dora.buffer, key, static.batch_size, static.n_step + 1)
+        lead = windows.action.shape
+        next_e = jax.nn.sigmoid(apply_flat(e_network, run.dora.params, obs_of(run, windows.next_compact), lead))
+        targets, _ = jax.vmap(bonuses.dora_sarsa_target, in_axes=(0, 0, 0, 0, 0, None))(
+            next_e, windows.action, windows.done, windows.terminated, exists, static.dora_gamma
+        )
+        obs = obs_of(run, windows.compact[:, 0])
 
         def loss_fn(params):
-            q = q_values(params, obs)
-            q_taken = jnp.take_along_axis(q, first.action[:, None], axis=1)[:, 0]
-            return td_loss(q_taken, targets)
+            logits = e_network.apply(params, obs)
+            e_taken = jax.nn.sigmoid(jnp.take_along_axis(logits, windows.action[:, :1], axis=1)[:, 0])
+            return td_loss(e_taken, targets)
 
-        loss, grads = jax.value_and_grad(loss_fn)(run.params)
-        updates, opt_state = optimiser.update(grads, run.opt_state, run.params)
-        params = jax.tree.map(lambda p, u: p - run.hparams.lr * u, run.params, updates)
-        stats = run.stats.replace(
-            chunk_loss_sum=run.stats.chunk_loss_sum + loss, chunk_updates=run.stats.chunk_updates + 1
-        )
-        return run.replace(key=key, params=params, opt_state=opt_state, stats=stats)
+        grads = jax.grad(loss_fn)(run.dora.params)
+        params, opt_state = sgd_step(run.dora.params, run.dora.opt_state, grads, run.hparams.lr)
+        return run.replace(dora=run.dora.replace(params=params, opt_state=opt_state))
+
+    def update_rnd(run: RunState) -> RunState:
+        """One predictor step on the ``rnd_batch`` most recently reached states."""
+        ages = jnp.arange(static.rnd_batch)
+        slots = (run.buffer.position - 1 - ages) % run.buffer.capacity
+        stored = (ages < run.buffer.size).astype(jnp.float32)
+        obs = obs_of(run, run.buffer.items.next_compact[slots])
+        target = rnd_network.apply(run.rnd.target_params, obs)
+
+        def loss_fn(params):
+            errors = jnp.sum(jnp.square(rnd_network.apply(params, obs) - target), axis=-1)
+            return jnp.sum(errors * stored) / jnp.maximum(jnp.sum(stored), 1.0)
+
+        grads = jax.grad(loss_fn)(run.rnd.params)
+        params, opt_state = sgd_step(run.rnd.params, run.rnd.opt_state, grads, run.hparams.lr)
+        return run.replace(rnd=run.rnd.replace(params=params, opt_state=opt_state))
+
+    def update(run: RunState) -> RunState:
+        key, k_q = jax.random.split(run.key)
+        run = update_q(run, k_q)
+        if static.bonus_network == "dora":
+            run = update_dora(run, jax.random.fold_in(k_q, 1))
+        if static.bonus_network == "rnd":
+            run = update_rnd(run)
+        return run.replace(key=key)
 
     def copy_target(run: RunState) -> RunState:
         return run.replace(target_params=run.params)
@@ -298,6 +449,10 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
 
     # ---------------------------------------------------------------------------------- metrics
 
+    def greedy_action(run: RunState, obs: jax.Array) -> jax.Array:
+        """The test policy: greedy on plain Q; for BSP the majority vote of the heads (prior included)."""
+        return bonuses.majority_vote(head_values(run, run.params, obs[None])[0])
+
     def greedy_test_return(run: RunState) -> tuple[jax.Array, jax.Array]:
         """One episode acting greedily on plain Q (the paper's test protocol); uses its own key."""
         key, k_reset, k_steps = jax.random.split(run.key, 3)
@@ -305,7 +460,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
 
         def body(carry, k):
             obs, env_state, total, alive = carry
-            action = jnp.argmax(q_values(run.params, obs[None])[0])
+            action = greedy_action(run, obs)
             obs, env_state, reward, terminated, truncated, _ = env.step(k, env_state, action, run.env_params)
             total = total + jnp.where(alive, reward, 0.0)
             alive = alive & ~(terminated | truncated)
@@ -320,26 +475,30 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         hp = run.hparams
         test_return, key = greedy_test_return(run)
         start = env.start_compact(run.env_params)
-        q0 = q_values(run.params, env.obs_from_compact(start, run.env_params)[None])[0]
+        start_obs = env.obs_from_compact(start, run.env_params)
+        q0 = jnp.mean(head_values(run, run.params, start_obs[None])[0], axis=0)
         n0 = counts.query_all_actions(run.sketch, count_columns(run, start))
         stats = run.stats
+
+        def chunk_mean(total, count):
+            return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
         metrics = {
-            "train_return": jnp.where(
-                stats.chunk_episodes > 0, stats.chunk_return_sum / jnp.maximum(stats.chunk_episodes, 1), jnp.nan
-            ),
+            "train_return": chunk_mean(stats.chunk_return_sum, stats.chunk_episodes),
             "episodes": stats.chunk_episodes.astype(jnp.float32),
             "test_return": test_return,
             "max_return": jnp.where(jnp.isfinite(stats.max_return), stats.max_return, jnp.nan),
             "states_visited": jnp.sum(stats.visited_states).astype(jnp.float32),
             "state_actions_visited": jnp.sum(stats.visited_state_actions).astype(jnp.float32),
             "q_start": jnp.max(q0),
-            "qplus_start": jnp.max(q0 + optimism_bonus(n0, hp.c_action, hp.m)),
-            "loss": jnp.where(stats.chunk_updates > 0, stats.chunk_loss_sum / jnp.maximum(stats.chunk_updates, 1), jnp.nan),
+            "qplus_start": jnp.max(q0 + action_bonus(run, start_obs, n0)),
+            "loss": chunk_mean(stats.chunk_loss_sum, stats.chunk_updates),
             "epsilon": linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps),
+            "intrinsic_reward": chunk_mean(stats.chunk_intrinsic_sum, stats.chunk_updates),
         }
         stats = stats.replace(
             chunk_return_sum=jnp.float32(0), chunk_episodes=jnp.int32(0),
-            chunk_loss_sum=jnp.float32(0), chunk_updates=jnp.int32(0),
+            chunk_loss_sum=jnp.float32(0), chunk_updates=jnp.int32(0), chunk_intrinsic_sum=jnp.float32(0),
         )
         return run.replace(key=key, stats=stats), metrics
 
@@ -350,5 +509,5 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
 
     return Trainer(
         static=static, env=env, network=network, init=init, train_chunk=train_chunk,
-        q_values=q_values, count_columns=count_columns, targets=targets_for,
+        q_values=q_values, head_values=head_values, count_columns=count_columns, targets=targets_for,
     )

@@ -15,6 +15,7 @@ import pytest
 from opiq_jax.cli import main
 from opiq_jax.config import static_for_env
 from opiq_jax.methods import method_hparams
+from opiq_jax.trainer import METRICS
 from opiq_jax.runner import CHECKPOINT_FILE, METRICS_FILE, Experiment, RunSpec, read_metrics, run_experiment
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=3000, log_every=150, buffer_size=500, hidden=(16,))
@@ -58,7 +59,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert (interrupted / METRICS_FILE).read_text() == (tmp_path / "straight" / METRICS_FILE).read_text()
     rows = read_metrics(interrupted)
-    assert len(rows) == len(EXPERIMENT.runs) * 10 * (STATIC.total_steps // STATIC.log_every)
+    assert len(rows) == len(EXPERIMENT.runs) * len(METRICS) * (STATIC.total_steps // STATIC.log_every)
 
 
 def test_results_folder_contents(tmp_path):

@@ -121,14 +121,15 @@ def test_n_step_q_plus_target_by_hand():
         reward=jnp.array([[0.0, 1.0, 2.0]]), terminated=jnp.zeros((1, 3), bool), done=jnp.zeros((1, 3), bool),
         next_compact=jnp.array([[[2], [3], [4]]], jnp.int32),
     )
-    target = trainer.targets(run, window, jnp.ones((1, 3), bool))
+    target, _ = trainer.targets(run, window, jnp.ones((1, 3), bool))
+    assert target.shape == (1, 1)  # [batch, heads]
     q_next = trainer.q_values(run.target_params, trainer.env.obs_from_compact(jnp.array([4]), run.env_params)[None])[0]
     g = 0.99
     rewards = [0.0 + 0.5 / 2, 1.0 + 0.5 / 1, 2.0 + 0.5 / 3]
     boot = max(float(q_next[0]) + 3.0 / 1**2, float(q_next[1]) + 3.0 / 4**2)
     expected = rewards[0] + g * rewards[1] + g**2 * rewards[2] + g**3 * boot
-    assert float(target[0]) == pytest.approx(expected, rel=1e-5)
+    assert float(target[0, 0]) == pytest.approx(expected, rel=1e-5)
     # the same window cut by a terminal on its second step: no bootstrap, third step ignored
     window = window.replace(terminated=jnp.array([[False, True, False]]), done=jnp.array([[False, True, False]]))
-    target = trainer.targets(run, window, jnp.ones((1, 3), bool))
-    assert float(target[0]) == pytest.approx(rewards[0] + g * rewards[1], rel=1e-5)
+    target, _ = trainer.targets(run, window, jnp.ones((1, 3), bool))
+    assert float(target[0, 0]) == pytest.approx(rewards[0] + g * rewards[1], rel=1e-5)

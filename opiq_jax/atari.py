@@ -1,0 +1,335 @@
+"""Montezuma's Revenge: OPIQ and its count-based baselines over one EnvPool pool, compiled end to end.
+
+The same pieces as the chain and maze trainer (counts, optimism, targets, networks, optimiser,
+:class:`~opiq_jax.config.HParams`), arranged around what Atari needs:
+
+* one EnvPool pool holds one environment per run; it is stepped through EnvPool's XLA interface
+  *inside* the compiled ``lax.scan`` (a pool cannot be vmapped, so acting and recording are
+  vmapped over runs and the pool step sits between them, its handle threaded through the carry);
+* the replay stores single uint8 frames (:mod:`opiq_jax.frame_replay`) with 4-frame stacks rebuilt
+  at sampling, never across an episode; EnvPool's reset step is stored as a ``first`` slot, so it
+  is never a transition, never in an n-step window and never counted;
+* counts are over the 8x11, 8-level feature of the newest frame (``counts.montezuma_code``);
+* training rewards are clipped to [-1, 1]; episode returns are reported unclipped; the room is
+  RAM byte 3 and ``rooms_visited`` counts the distinct rooms seen;
+* the mixed Monte Carlo target: when an episode ends, each of its stored transitions gets its
+  discounted clipped extrinsic return (``frame_replay.fill_episode_returns``, under a ``lax.cond``
+  taken only on steps where some run's episode ended), and the target is
+  ``(1 - beta_mmc) y + beta_mmc G`` with ``G = 0`` while the episode is unfinished.
+
+Why a module of its own rather than a branch of ``trainer.make_train``: the chain and the maze
+store compact states from which any observation is rebuilt, run a greedy test episode per chunk
+and can be checkpointed whole; here the replay is a frame ring, there is no test episode (the
+paper reports training episodes for Montezuma) and the emulators' state lives outside JAX, so a
+run cannot be resumed bit for bit. Sharing the pure pieces keeps one place for each idea.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from envs.montezuma import StepOutput, clip_reward, newest_frame
+
+from . import counts, frame_replay
+from .config import HParams, StaticConfig
+from .networks import init_params, make_network
+from .optimism import intrinsic_reward, linear_epsilon, optimism_bonus
+from .targets import bootstrap_value, mixed_monte_carlo, n_step_return
+from .trainer import make_optimiser
+
+NUM_ROOMS = 256  # RAM byte 3 takes byte values; Montezuma has 24 rooms per level
+ATARI_METRICS = (
+    "train_return",  # mean unclipped return of the episodes that ended in the chunk (NaN if none)
+    "episodes",  # episodes that ended in the chunk
+    "max_return",  # largest episode return so far
+    "rooms_visited",  # distinct rooms (RAM byte 3) seen so far
+    "loss",  # mean TD loss of the chunk's updates
+    "epsilon",  # epsilon at the end of the chunk
+    "intrinsic_reward",  # mean intrinsic reward of the chunk's sampled transitions
+)
+
+
+@struct.dataclass
+class AtariRun:
+    key: jax.Array
+    hparams: HParams
+    params: Any
+    target_params: Any
+    opt_state: Any
+    sketch: jax.Array  # int32[A, rows, width]
+    buffer: frame_replay.FrameReplay
+    obs: jax.Array  # uint8[4, 84, 84]: the current stack (EnvPool's layout, oldest frame first)
+    episode_return: jax.Array  # unclipped return of the running episode
+    chunk_return_sum: jax.Array
+    chunk_episodes: jax.Array
+    max_return: jax.Array
+    chunk_loss_sum: jax.Array
+    chunk_updates: jax.Array
+    chunk_intrinsic_sum: jax.Array
+    rooms: jax.Array  # bool[NUM_ROOMS]
+
+
+@struct.dataclass
+class AtariState:
+    step: jax.Array  # int32: agent steps taken by every run
+    handle: jax.Array  # EnvPool's XLA handle
+    runs: AtariRun  # leading runs axis
+
+
+@dataclasses.dataclass(frozen=True)
+class AtariTrainer:
+    static: StaticConfig
+    network: Any
+    init: Callable[[jax.Array, HParams, jax.Array, StepOutput], AtariState]
+    train_chunk: Callable[[AtariState], tuple[AtariState, dict[str, jax.Array]]]
+
+
+def to_network_input(stack: jax.Array) -> jax.Array:
+    """EnvPool's ``[..., 4, 84, 84]`` stacks as the Nature network's ``[..., 84, 84, 4]``."""
+    return jnp.moveaxis(stack, -3, -1)
+
+
+def make_atari_train(static: StaticConfig, pool) -> AtariTrainer:
+    """``init`` and ``train_chunk`` for runs that each own one environment of ``pool`` (a MontezumaPool)."""
+    static.validate()
+    if static.bonus_network != "none" or static.bsp_heads:
+        raise ValueError("Montezuma runs the count-based methods (dqn, dqn_pc, opiq and its ablations); "
+                         "DORA, RND and BSP are implemented for the chain and the maze only")
+    num_actions = pool.num_actions
+    network = make_network("nature", num_actions)
+    optimiser = make_optimiser(static)
+    window = min(pool.max_episode_steps + 1, static.buffer_size)
+
+    def columns_of_frame(frame: jax.Array) -> jax.Array:
+        return counts.sketch_columns(counts.montezuma_code(frame), static.sketch_rows, static.sketch_width)
+
+    def q_values(params, stacks: jax.Array) -> jax.Array:
+        return network.apply(params, to_network_input(stacks))
+
+    # ---------------------------------------------------------------------------------- init
+
+    def init_run(key: jax.Array, hp: HParams, obs: jax.Array, room: jax.Array) -> AtariRun:
+        k_net, k_loop = jax.random.split(key)
+        params = init_params(network, k_net, to_network_input(obs), hp.final_bias)
+        buffer = frame_replay.init(static.buffer_size, obs.shape[1:])
+        buffer = frame_replay.add(buffer, newest_frame(obs), jnp.int32(0), jnp.float32(0), jnp.bool_(False),
+                                  jnp.bool_(False), jnp.bool_(True))
+        zero = jnp.float32(0)
+        return AtariRun(
+            key=k_loop, hparams=hp, params=params, target_params=params, opt_state=optimiser.init(params),
+            sketch=counts.init_sketch(num_actions, static.sketch_rows, static.sketch_width), buffer=buffer, obs=obs,
+            episode_return=zero, chunk_return_sum=zero, chunk_episodes=jnp.int32(0), max_return=jnp.float32(-jnp.inf),
+            chunk_loss_sum=zero, chunk_updates=jnp.int32(0), chunk_intrinsic_sum=zero,
+            rooms=jnp.zeros((NUM_ROOMS,), bool).at[room].set(True),
+        )
+
+    def init(run_keys: jax.Array, hparams: HParams, handle: jax.Array, first: StepOutput) -> AtariState:
+        num_runs = run_keys.shape[0]
+        chex.assert_tree_shape_prefix(hparams, (num_runs,))
+        chex.assert_shape(first.obs, (num_runs, *pool.obs_shape))
+        runs = jax.vmap(init_run)(run_keys, hparams, first.obs, first.room)
+        return AtariState(step=jnp.int32(0), handle=handle, runs=runs)
+
+    # ---------------------------------------------------------------------------------- acting
+
+    def choose_action(run: AtariRun, step: jax.Array) -> tuple[AtariRun, jax.Array, jax.Array]:
+        hp = run.hparams
+        key, k_explore, k_random = jax.random.split(run.key, 3)
+        columns = columns_of_frame(newest_frame(run.obs))
+        q = q_values(run.params, run.obs[None])[0]
+        greedy = jnp.argmax(q + optimism_bonus(counts.query_all_actions(run.sketch, columns), hp.c_action, hp.m))
+        epsilon = linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps)
+        explore = jax.random.uniform(k_explore) < epsilon
+        action = jnp.where(explore, jax.random.randint(k_random, (), 0, num_actions), greedy).astype(jnp.int32)
+        return run.replace(key=key), action, columns
+
+    def record(run: AtariRun, action: jax.Array, columns: jax.Array, out: StepOutput) -> AtariRun:
+        """Counts ``(s_t, a_t)``, stores the received frame and updates the episode statistics."""
+        real = ~out.first  # EnvPool's reset step: the action was ignored, nothing to count
+        done = out.terminated | out.truncated
+        buffer = frame_replay.add(run.buffer, newest_frame(out.obs), action, clip_reward(out.reward),
+                                  out.terminated, out.truncated, out.first)
+        episode_return = run.episode_return + out.reward
+        return run.replace(
+            sketch=counts.update(run.sketch, columns, action, real), buffer=buffer, obs=out.obs,
+            episode_return=jnp.where(done, 0.0, episode_return),
+            chunk_return_sum=run.chunk_return_sum + jnp.where(done, episode_return, 0.0),
+            chunk_episodes=run.chunk_episodes + done.astype(jnp.int32),
+            max_return=jnp.where(done, jnp.maximum(run.max_return, episode_return), run.max_return),
+            rooms=run.rooms.at[out.room].set(True),
+        )
+
+    def fill_returns(run: AtariRun, ended: jax.Array) -> AtariRun:
+        return run.replace(buffer=frame_replay.fill_episode_returns(run.buffer, static.gamma, window, ended))
+
+    # ---------------------------------------------------------------------------------- learning
+
+    def update(run: AtariRun) -> AtariRun:
+        hp = run.hparams
+        key, k_sample = jax.random.split(run.key)
+        batch = frame_replay.sample(run.buffer, k_sample, static.batch_size, static.n_step)
+        step_columns = jax.vmap(jax.vmap(columns_of_frame))(batch.count_frames)
+        step_counts = jax.vmap(jax.vmap(lambda cols, a: counts.query(run.sketch, cols, a)))(step_columns, batch.actions)
+        intrinsic = intrinsic_reward(step_counts, hp.beta)
+        partial, discount, _ = jax.vmap(n_step_return, in_axes=(0, 0, 0, None))(
+            batch.rewards + intrinsic, batch.terminated, batch.included, static.gamma
+        )
+        next_columns = jax.vmap(columns_of_frame)(newest_frame(batch.next_obs))
+        next_counts = jax.vmap(lambda cols: counts.query_all_actions(run.sketch, cols))(next_columns)
+        values = bootstrap_value(q_values(run.target_params, batch.next_obs),
+                                 optimism_bonus(next_counts, hp.c_bootstrap, hp.m))
+        targets = mixed_monte_carlo(partial + discount * values, batch.mc_return, hp.beta_mmc)
+        weight = batch.valid.astype(jnp.float32)
+
+        def loss_fn(params):
+            q = q_values(params, batch.obs)
+            q_taken = jnp.take_along_axis(q, batch.actions[:, :1], axis=1)[:, 0]
+            errors = jnp.square(q_taken - jax.lax.stop_gradient(targets))
+            return jnp.sum(errors * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+
+        loss, grads = jax.value_and_grad(loss_fn)(run.params)
+        updates, opt_state = optimiser.update(grads, run.opt_state, run.params)
+        params = jax.tree.map(lambda p, u: p - hp.lr * u, run.params, updates)
+        return run.replace(
+            key=key, params=params, opt_state=opt_state, chunk_loss_sum=run.chunk_loss_sum + loss,
+            chunk_updates=run.chunk_updates + 1, chunk_intrinsic_sum=run.chunk_intrinsic_sum + jnp.mean(intrinsic[:, 0]),
+        )
+
+    def env_step(state: AtariState, _) -> tuple[AtariState, None]:
+        runs, actions, columns = jax.vmap(choose_action, in_axes=(0, None))(state.runs, state.step)
+        handle, out = pool.step(state.handle, actions)
+        runs = jax.vmap(record)(runs, actions, columns, out)
+        ended = out.terminated | out.truncated
+        runs = jax.lax.cond(jnp.any(ended), jax.vmap(fill_returns), lambda r, e: r, runs, ended)
+        stored = state.step + 1
+        train_now = (stored > static.batch_size) & (stored % static.train_every == 0)
+        runs = jax.lax.cond(train_now, jax.vmap(update), lambda r: r, runs)
+        runs = jax.lax.cond(stored % static.target_update == 0,
+                            jax.vmap(lambda r: r.replace(target_params=r.params)), lambda r: r, runs)
+        return AtariState(step=stored, handle=handle, runs=runs), None
+
+    # ---------------------------------------------------------------------------------- metrics
+
+    def chunk_metrics(run: AtariRun, step: jax.Array) -> tuple[AtariRun, dict[str, jax.Array]]:
+        hp = run.hparams
+
+        def mean(total, count):
+            return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+        metrics = {
+            "train_return": mean(run.chunk_return_sum, run.chunk_episodes),
+            "episodes": run.chunk_episodes.astype(jnp.float32),
+            "max_return": jnp.where(jnp.isfinite(run.max_return), run.max_return, jnp.nan),
+            "rooms_visited": jnp.sum(run.rooms).astype(jnp.float32),
+            "loss": mean(run.chunk_loss_sum, run.chunk_updates),
+            "epsilon": linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps),
+            "intrinsic_reward": mean(run.chunk_intrinsic_sum, run.chunk_updates),
+        }
+        zero = jnp.float32(0)
+        run = run.replace(chunk_return_sum=zero, chunk_episodes=jnp.int32(0), chunk_loss_sum=zero,
+                          chunk_updates=jnp.int32(0), chunk_intrinsic_sum=zero)
+        return run, metrics
+
+    def train_chunk(state: AtariState) -> tuple[AtariState, dict[str, jax.Array]]:
+        state, _ = jax.lax.scan(env_step, state, None, length=static.log_every)
+        runs, metrics = jax.vmap(chunk_metrics, in_axes=(0, None))(state.runs, state.step)
+        return state.replace(runs=runs), metrics
+
+    return AtariTrainer(static=static, network=network, init=init, train_chunk=train_chunk)
+
+
+# ------------------------------------------------------------------------------------ host loop
+
+
+def state_bytes_per_run(static: StaticConfig) -> int:
+    """Device bytes of one Montezuma run's state (replay frames dominate: 7,056 bytes per slot)."""
+    import numpy as np
+
+    from .config import make_hparams, stack_hparams
+
+    class _Shapes:  # the pool's shapes without starting emulators
+        num_actions, obs_shape, max_episode_steps = 18, (4, 84, 84), 4500
+
+    trainer = make_atari_train(static, _Shapes)
+    keys = jax.random.split(jax.random.key(0), 1)
+    first = StepOutput(obs=jnp.zeros((1, 4, 84, 84), jnp.uint8), reward=jnp.zeros(1), terminated=jnp.zeros(1, bool),
+                       truncated=jnp.zeros(1, bool), first=jnp.ones(1, bool), room=jnp.ones(1, jnp.int32),
+                       lives=jnp.zeros(1, jnp.int32))
+    shapes = jax.eval_shape(trainer.init, keys, stack_hparams([make_hparams()]), jnp.zeros(8, jnp.uint8), first)
+    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(shapes.runs)))
+
+
+def run_atari_experiment(experiment, out, progress: bool = True, max_seconds: float | None = None,
+                         **pool_overrides) -> AtariState:
+    """Trains every run of ``experiment`` on Montezuma, one pool environment per run; writes ``out``.
+
+    The results folder has the same ``config.json`` and tidy ``metrics.csv`` as the other
+    environments, plus ``run_info.json`` (device, wall-clock, environment steps per second). The
+    emulators' state lives in EnvPool, outside JAX, so an experiment cannot be resumed: an
+    unfinished folder is started again from the beginning (``max_seconds`` stops it early, keeping
+    the metrics written so far).
+    """
+    import json
+    import time
+    from pathlib import Path
+
+    import numpy as np
+    from tqdm.auto import tqdm
+
+    from envs.montezuma import MontezumaPool
+
+    from .config import stack_hparams
+    from .runner import CONFIG_FILE, METRICS_FILE, _append_metrics, _atomic_write_bytes, available_device_bytes, run_keys_for
+
+    out = Path(out)
+    static = experiment.static
+    num_runs = len(experiment.runs)
+    per_run = state_bytes_per_run(static)
+    free = available_device_bytes()
+    if per_run * num_runs * 1.2 > free:  # the replay is one large buffer per run; little else is temporary
+        raise ValueError(f"{num_runs} Montezuma runs need about {per_run * num_runs / 2**30:.1f} GiB "
+                         f"({per_run / 2**30:.2f} GiB each) but the device has {free / 2**30:.1f} GiB free: "
+                         f"use fewer runs or a smaller --buffer-size")
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
+    (out / METRICS_FILE).unlink(missing_ok=True)
+
+    pool = MontezumaPool(num_envs=num_runs, seed=experiment.seed, **pool_overrides)
+    trainer = make_atari_train(static, pool)
+    handle, first = pool.reset()
+    run_keys, _ = run_keys_for(experiment)
+    hparams = stack_hparams([r.hparams for r in experiment.runs])
+    started = time.monotonic()
+    state = jax.jit(trainer.init)(run_keys, hparams, handle, first)
+    train_chunk = jax.jit(trainer.train_chunk, donate_argnums=0)
+    num_chunks = static.total_steps // static.log_every
+    bar = tqdm(total=static.total_steps, unit="step", disable=not progress, desc=f"montezuma x{num_runs} runs",
+               dynamic_ncols=True)
+    compile_done, chunk = None, 0
+    while chunk < num_chunks:
+        state, metrics = train_chunk(state)
+        metrics = jax.device_get(metrics)
+        chunk += 1
+        if compile_done is None:
+            compile_done = time.monotonic()
+        _append_metrics(out, experiment, chunk * static.log_every, metrics, ATARI_METRICS)
+        bar.set_postfix_str(f"return {np.nanmedian(metrics['train_return']):.3g}, "
+                            f"rooms {np.median(metrics['rooms_visited']):.0f}")
+        bar.update(static.log_every)
+        if max_seconds is not None and time.monotonic() - started >= max_seconds:
+            break
+    bar.close()
+    seconds = time.monotonic() - started
+    steady = time.monotonic() - compile_done
+    info = dict(device=jax.devices()[0].device_kind, runs=num_runs, steps_per_run=chunk * static.log_every,
+                finished=chunk == num_chunks, seconds=seconds,
+                env_steps_per_second=(chunk - 1) * static.log_every * num_runs / steady if chunk > 1 else None,
+                state_bytes_per_run=per_run)
+    (out / "run_info.json").write_text(json.dumps(info, indent=1))
+    return state
