@@ -191,7 +191,7 @@ class MontezumaPool:
         self.num_actions = int(self.env.action_space.n)
         self.obs_shape = tuple(int(d) for d in self.env.observation_space.shape)
         self.max_episode_steps = int(self.settings["max_episode_steps"])
-        self._handle, _recv, _send, self._xla_step = self.env.xla()
+        self._handle, self._xla_recv, self._xla_send, self._xla_step = self.env.xla()
 
     def reset(self) -> tuple[jax.Array, StepOutput]:
         """Resets every environment (host side) and returns ``(handle, first)``.
@@ -216,4 +216,21 @@ class MontezumaPool:
         if actions.shape != (self.num_envs,):
             raise ValueError(f"expected actions of shape ({self.num_envs},), got {actions.shape}")
         handle, (obs, reward, terminated, truncated, info) = self._xla_step(handle, actions)
+        return handle, _step_output(obs, reward, terminated, truncated, info)
+
+    def send(self, handle: jax.Array, actions: jax.Array) -> jax.Array:
+        """The first half of :meth:`step`: hands ``actions`` to the emulators and returns at once.
+
+        The emulators step on EnvPool's threads while the compiled program goes on (the agent
+        learns meanwhile); :meth:`recv` then waits for the results. ``send`` then ``recv`` is
+        exactly ``step``.
+        """
+        actions = jnp.asarray(actions, jnp.int32)
+        if actions.shape != (self.num_envs,):
+            raise ValueError(f"expected actions of shape ({self.num_envs},), got {actions.shape}")
+        return self._xla_send(handle, actions, jnp.arange(self.num_envs, dtype=jnp.int32))
+
+    def recv(self, handle: jax.Array) -> tuple[jax.Array, StepOutput]:
+        """The second half of :meth:`step`: waits for the results of the last :meth:`send`."""
+        handle, (obs, reward, terminated, truncated, info) = self._xla_recv(handle)
         return handle, _step_output(obs, reward, terminated, truncated, info)

@@ -3,7 +3,9 @@
 * ``raw``: random actions through EnvPool's XLA interface in a compiled ``lax.scan`` (the ceiling:
   the emulators and nothing else);
 * ``agent``: the whole OPIQ training step of ``opiq_jax.atari`` (acting on Q+, counting, frame
-  replay, MMC, one update of batch 32 every 4 steps per run), one environment per run.
+  replay, MMC, one update of batch 32 every 4 steps per run), one environment per run, learning
+  while the emulators step (the default);
+* ``agent_strict``: the same without that overlap (step, store, then train).
 
 Both use the same pool sizes and the same number of steps after a warm-up chunk (compilation
 excluded, reported apart). Writes ``montezuma_bench.json`` and ``montezuma_bench.md`` into ``--out``.
@@ -63,14 +65,14 @@ def time_raw(pool_size: int, steps: int) -> dict:
                 first_call_seconds=compile_and_first)
 
 
-def time_agent(pool_size: int, steps: int, buffer_size: int) -> dict:
+def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True) -> dict:
     from envs.montezuma import MontezumaPool
     from opiq_jax.atari import make_atari_train, state_bytes_per_run
 
     static = static_for_env("montezuma", total_steps=2 * steps, log_every=steps, buffer_size=buffer_size)
     runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(pool_size))
     pool = MontezumaPool(num_envs=pool_size, seed=0)
-    trainer = make_atari_train(static, pool)
+    trainer = make_atari_train(static, pool, overlap=overlap)
     handle, first = pool.reset()
     state = jax.jit(trainer.init)(run_keys_for(Experiment(static, runs))[0], stack_hparams([r.hparams for r in runs]),
                                   handle, first)
@@ -85,7 +87,7 @@ def time_agent(pool_size: int, steps: int, buffer_size: int) -> dict:
     seconds = time.perf_counter() - started
     device = jax.local_devices()[0]
     peak = (device.memory_stats() or {}).get("peak_bytes_in_use") if hasattr(device, "memory_stats") else None
-    return dict(pool_size=pool_size, kind="agent", env_steps_per_second=steps * pool_size / seconds,
+    return dict(pool_size=pool_size, kind="agent" if overlap else "agent_strict", env_steps_per_second=steps * pool_size / seconds,
                 first_call_seconds=compile_and_first, peak_device_bytes=peak,
                 state_bytes_per_run=state_bytes_per_run(static), buffer_size=buffer_size,
                 paper_state_bytes_per_run=state_bytes_per_run(static_for_env("montezuma")))
@@ -93,12 +95,15 @@ def time_agent(pool_size: int, steps: int, buffer_size: int) -> dict:
 
 def table(rows: list[dict], device: str) -> str:
     lines = [f"Montezuma throughput on {device} (environment steps per second, compile excluded).", "",
-             "| pool size | raw EnvPool | OPIQ agent | agent / raw |", "|---|---|---|---|"]
+             "| pool size | raw EnvPool | OPIQ agent | agent / raw | agent without overlap | its ratio |",
+             "|---|---|---|---|---|---|"]
     for size in dict.fromkeys(r["pool_size"] for r in rows):
         raw = next(r for r in rows if r["pool_size"] == size and r["kind"] == "raw")
         agent = next(r for r in rows if r["pool_size"] == size and r["kind"] == "agent")
-        ratio = agent["env_steps_per_second"] / raw["env_steps_per_second"]
-        lines.append(f"| {size} | {raw['env_steps_per_second']:,.0f} | {agent['env_steps_per_second']:,.0f} | {ratio:.0%} |")
+        strict = next(r for r in rows if r["pool_size"] == size and r["kind"] == "agent_strict")
+        rate = {k: r["env_steps_per_second"] for k, r in (("raw", raw), ("agent", agent), ("strict", strict))}
+        lines.append(f"| {size} | {rate['raw']:,.0f} | {rate['agent']:,.0f} | {rate['agent'] / rate['raw']:.0%} | "
+                     f"{rate['strict']:,.0f} | {rate['strict'] / rate['raw']:.0%} |")
     agent = next(r for r in rows if r["kind"] == "agent")
     lines += ["", f"Device state per run: {agent['paper_state_bytes_per_run'] / 2**30:.2f} GiB with the paper's 1M-frame "
               f"replay ({agent['state_bytes_per_run'] / 2**20:.0f} MiB at the {agent['buffer_size']:,}-frame replay timed here)."]
@@ -111,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     for size in args.pool_sizes:
         rows.append(time_raw(size, args.steps))
         rows.append(time_agent(size, args.steps, args.buffer_size))
-        print(rows[-2], rows[-1], flush=True)
+        rows.append(time_agent(size, args.steps, args.buffer_size, overlap=False))
+        print(*rows[-3:], sep="\n", flush=True)
     device = jax.devices()[0].device_kind
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "montezuma_bench.json").write_text(json.dumps(dict(device=device, rows=rows), indent=1))

@@ -95,8 +95,15 @@ def to_network_input(stack: jax.Array) -> jax.Array:
     return jnp.moveaxis(stack, -3, -1)
 
 
-def make_atari_train(static: StaticConfig, pool) -> AtariTrainer:
-    """``init`` and ``train_chunk`` for runs that each own one environment of ``pool`` (a MontezumaPool)."""
+def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariTrainer:
+    """``init`` and ``train_chunk`` for runs that each own one environment of ``pool`` (a MontezumaPool).
+
+    ``overlap``: learn while the emulators step. The pool step is split into ``send`` and ``recv``
+    and the update runs between them, so the accelerator works while EnvPool's threads emulate.
+    The price is a one-step lag: an update sees the replay and the counts as they were before the
+    current step's transition (which the next update sees). ``overlap=False`` keeps the strict
+    order of the chain and maze trainer (step, count, store, then train).
+    """
     static.validate()
     if static.bonus_network != "none" or static.bsp_heads:
         raise ValueError("Montezuma runs the count-based methods (dqn, dqn_pc, opiq and its ablations); "
@@ -201,15 +208,27 @@ def make_atari_train(static: StaticConfig, pool) -> AtariTrainer:
             chunk_updates=run.chunk_updates + 1, chunk_intrinsic_sum=run.chunk_intrinsic_sum + jnp.mean(intrinsic[:, 0]),
         )
 
+    def train_if_due(runs: AtariRun, stored: jax.Array) -> AtariRun:
+        train_now = (stored > static.batch_size) & (stored % static.train_every == 0)
+        return jax.lax.cond(train_now, jax.vmap(update), lambda r: r, runs)
+
     def env_step(state: AtariState, _) -> tuple[AtariState, None]:
         runs, actions, columns = jax.vmap(choose_action, in_axes=(0, None))(state.runs, state.step)
-        handle, out = pool.step(state.handle, actions)
+        stored = state.step + 1
+        if overlap:
+            handle = pool.send(state.handle, actions)
+            # the barriers pin the update between the send and the receive
+            runs, handle = jax.lax.optimization_barrier((runs, handle))
+            runs = train_if_due(runs, state.step)
+            runs, handle = jax.lax.optimization_barrier((runs, handle))
+            handle, out = pool.recv(handle)
+        else:
+            handle, out = pool.step(state.handle, actions)
         runs = jax.vmap(record)(runs, actions, columns, out)
         ended = out.terminated | out.truncated
         runs = jax.lax.cond(jnp.any(ended), jax.vmap(fill_returns), lambda r, e: r, runs, ended)
-        stored = state.step + 1
-        train_now = (stored > static.batch_size) & (stored % static.train_every == 0)
-        runs = jax.lax.cond(train_now, jax.vmap(update), lambda r: r, runs)
+        if not overlap:
+            runs = train_if_due(runs, stored)
         runs = jax.lax.cond(stored % static.target_update == 0,
                             jax.vmap(lambda r: r.replace(target_params=r.params)), lambda r: r, runs)
         return AtariState(step=stored, handle=handle, runs=runs), None

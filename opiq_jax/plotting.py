@@ -77,12 +77,16 @@ def markdown_table(table: list[dict], metric: str) -> str:
 
 
 def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: list[str] | None = None) -> None:
-    for label in groups or sorted(metric_curves):
-        if label not in metric_curves:
-            continue
+    """Median line and 25-75% band per group; more than ten groups take distinct colours from tab20."""
+    import matplotlib
+
+    labels = [label for label in groups or sorted(metric_curves) if label in metric_curves]
+    palette = matplotlib.colormaps["tab20"].colors if len(labels) > 10 else [f"C{i}" for i in range(10)]
+    for i, label in enumerate(labels):
         c = metric_curves[label]
-        (line,) = ax.plot(c["steps"], c["median"], label=label, lw=1.6)
-        ax.fill_between(c["steps"], c["q25"], c["q75"], color=line.get_color(), alpha=0.2, lw=0)
+        colour = palette[i % len(palette)]
+        ax.plot(c["steps"], c["median"], label=label, lw=2.2 if label == "opiq" else 1.4, color=colour)
+        ax.fill_between(c["steps"], c["q25"], c["q75"], color=colour, alpha=0.2, lw=0)
 
 
 def save_curve_figure(path: Path, metric_curves: dict[str, dict[str, np.ndarray]], metric: str, title: str,
