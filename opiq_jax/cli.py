@@ -29,9 +29,10 @@ class Train:
     """Train one or more methods, many seeds each, as one compiled program; write a results folder."""
 
     env: str = "chain"
-    """Environment: chain, maze, or gymnax:NAME for any gymnax environment (e.g. gymnax:DeepSea-bsuite,
-    gymnax:MountainCar-v0). The paper's hyperparameters for chain and maze are the defaults of every option left
-    unset; a gymnax environment gets the chain's."""
+    """Environment: chain, maze, montezuma (Montezuma's Revenge through EnvPool; needs pip install -e '.[atari]'),
+    or gymnax:NAME for any gymnax environment (e.g. gymnax:DeepSea-bsuite, gymnax:MountainCar-v0). The paper's
+    hyperparameters for chain, maze and montezuma are the defaults of every option left unset; a gymnax environment
+    gets the chain's."""
     env_arg: tuple[str, ...] = ()
     """gymnax only: KEY=VALUE pairs passed to the environment (constructor arguments such as size=20, or EnvParams
     fields such as max_steps_in_episode=500); values are parsed as Python literals."""
@@ -172,8 +173,15 @@ def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
 
 def build_experiment(args: Train) -> tuple[Experiment, Path]:
     """Validates ``args`` and turns them into an :class:`Experiment` (no compilation)."""
-    _check(args.env in ("chain", "maze") or (args.env.startswith("gymnax:") and len(args.env) > 7),
-           f"unknown env {args.env!r}: use chain, maze or gymnax:NAME (e.g. gymnax:DeepSea-bsuite)")
+    _check(args.env in ("chain", "maze", "montezuma") or (args.env.startswith("gymnax:") and len(args.env) > 7),
+           f"unknown env {args.env!r}: use chain, maze, montezuma or gymnax:NAME (e.g. gymnax:DeepSea-bsuite)")
+    if args.env == "montezuma":
+        from envs.montezuma import ENVPOOL_MISSING
+
+        try:
+            import envpool  # noqa: F401
+        except ImportError:
+            raise UsageError(ENVPOOL_MISSING) from None
     _check(not args.env_arg or args.env.startswith("gymnax:"), "--env-arg applies to gymnax:NAME environments only")
     unknown = [m for m in args.method if m not in METHODS]
     _check(not unknown, f"unknown method {', '.join(unknown)}: use any of {', '.join(METHODS)}")
@@ -206,15 +214,19 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
     except (ValueError, ImportError) as e:
         raise UsageError(str(e)) from None
     setting = ",".join(f"{k}={v:g}" for k, v in sorted(overrides.items())) or "paper"
-    runs = tuple(
-        RunSpec(method=method, setting=setting, seed=seed,
-                hparams=make_hparams(**{**method_settings(args.env, method), **overrides}))
-        for method in args.method for seed in range(args.seeds)
-    )
+    try:
+        runs = tuple(
+            RunSpec(method=method, setting=setting, seed=seed,
+                    hparams=make_hparams(**{**method_settings(args.env, method), **overrides}))
+            for method in args.method for seed in range(args.seeds)
+        )
+    except ValueError as e:  # a method the environment does not offer
+        raise UsageError(str(e)) from None
     experiment = Experiment(static=static, runs=runs, seed=args.seed)
     try:
-        for group in split_by_structure(experiment, args.bsp_heads).values():
-            check_fits(group.static, len(group.runs))
+        if args.env != "montezuma":  # Montezuma checks its memory when it starts its pool
+            for group in split_by_structure(experiment, args.bsp_heads).values():
+                check_fits(group.static, len(group.runs))
     except ValueError as e:
         raise UsageError(str(e)) from None
     out = args.out or Path("results") / f"{args.env.replace(':', '-')}-{'-'.join(args.method)}-seeds{args.seeds}-steps{static.total_steps}"
@@ -230,14 +242,20 @@ def train(args: Train) -> Path:
           f"{experiment.static.total_steps:,} steps each -> {out}", flush=True)
     started = time.time()
     try:
-        run_methods(experiment, out, bsp_heads=args.bsp_heads, progress=args.progress)
-    except ValueError as e:  # a results folder of another experiment
+        if args.env == "montezuma":
+            from .atari import run_atari_experiment
+
+            run_atari_experiment(experiment, out, progress=args.progress)
+        else:
+            run_methods(experiment, out, bsp_heads=args.bsp_heads, progress=args.progress)
+    except ValueError as e:  # a results folder of another experiment, or too many runs for the device
         raise UsageError(str(e)) from None
     print(f"opiq-jax: finished in {time.time() - started:.0f} s", flush=True)
     rows = read_metrics(out)
     print(markdown_table(summary_table(rows, "train_return"), "train_return"))
     if args.plot:
-        for path in plot_folder(out):
+        metrics = ("train_return", "max_return", "rooms_visited") if args.env == "montezuma" else None
+        for path in plot_folder(out, *(metrics,) if metrics else ()):
             print(f"opiq-jax: wrote {path}")
     return out
 

@@ -535,3 +535,58 @@ def test_room_is_ram_byte_3_and_starts_at_1(rollouts):
     assert ad.room.dtype == np.int32
     assert np.all(ad.room[ad.first] == 1)
     assert np.all(ad.room[0] == 1)
+
+
+# ------------------------------------------------------------------------------------ the Atari trainer
+
+
+@pytest.fixture(scope="module")
+def atari_run(tmp_path_factory):
+    """Two OPIQ runs of the compiled Montezuma trainer, 80 steps with 30-step episodes (EnvPool needed)."""
+    pytest.importorskip("envpool")
+    from opiq_jax.atari import ATARI_METRICS, run_atari_experiment
+    from opiq_jax.config import static_for_env
+    from opiq_jax.methods import method_hparams
+    from opiq_jax.runner import Experiment, RunSpec, read_metrics
+
+    static = static_for_env("montezuma", total_steps=80, log_every=40, buffer_size=200, sketch_width=1024)
+    runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(2))
+    out = tmp_path_factory.mktemp("montezuma")
+    state = run_atari_experiment(Experiment(static, runs), out, progress=False, max_episode_steps=30)
+    return jax.device_get(state), read_metrics(out), ATARI_METRICS
+
+
+def test_atari_trainer_counts_real_steps_and_stores_every_frame(atari_run):
+    state, rows, metrics = atari_run
+    buffer = state.runs.buffer
+    assert int(state.step) == 80 and np.all(buffer.size == 81)  # the reset observation plus one frame per step
+    firsts = buffer.first[:, :81].sum(axis=1)
+    assert np.all(firsts >= 3)  # the start and at least two auto-resets of 30-step episodes
+    # each real step is counted once per sketch row; EnvPool's reset steps are not counted
+    counted = state.runs.sketch.sum(axis=(1, 3))[:, 0]
+    np.testing.assert_array_equal(counted, 80 - (firsts - 1))
+    assert {r["metric"] for r in rows} == set(metrics)
+    episodes = sum(r["value"] for r in rows if r["metric"] == "episodes")
+    assert episodes == (firsts - 1).sum()
+    assert all(r["value"] >= 1 for r in rows if r["metric"] == "rooms_visited")
+    assert all(np.isfinite(r["value"]) for r in rows if r["metric"] in ("loss", "intrinsic_reward"))
+
+
+def test_atari_trainer_learns_and_keeps_returns_unclipped(atari_run):
+    state, rows, _ = atari_run
+    assert np.all(np.isfinite(state.runs.chunk_loss_sum))
+    first = jax.tree.map(lambda x: x[0], state.runs.params)
+    target = jax.tree.map(lambda x: x[0], state.runs.target_params)
+    assert any(np.any(a != b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(target)))  # trained since the copy
+    assert np.all(np.abs(state.runs.buffer.reward) <= 1.0)  # training rewards clipped
+
+
+def test_cli_montezuma_without_envpool_stops_with_the_install_command(monkeypatch, capsys):
+    from opiq_jax.cli import main
+
+    monkeypatch.setitem(sys.modules, "envpool", None)  # import envpool now raises ImportError
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--env", "montezuma", "--steps", "100"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "opiq-jax: error: --env montezuma needs EnvPool: pip install -e '.[atari]'"
