@@ -39,7 +39,9 @@ class Args:
     log_every: int = 10_000
     """Agent steps per compiled chunk (one metrics row per run)."""
     buffer_size: int = 1_000_000
-    """Replay frames per run (the paper: 1M, about 6.6 GiB per run)."""
+    """Replay frames per run (the paper: 1M, about 6.6 GiB per run), split evenly over its environments."""
+    envs_per_run: int = 1
+    """EnvPool environments per run (the paper's agent: 1); step counts stay per run."""
     max_minutes: float | None = None
     """Stop after this many minutes (the metrics so far are kept)."""
     progress: bool = True
@@ -49,7 +51,8 @@ class Args:
 def build(args: Args) -> Experiment:
     if args.steps % args.log_every:
         raise SystemExit(f"--steps ({args.steps}) must be a multiple of --log-every ({args.log_every})")
-    static = static_for_env("montezuma", total_steps=args.steps, log_every=args.log_every, buffer_size=args.buffer_size)
+    static = static_for_env("montezuma", total_steps=args.steps, log_every=args.log_every, buffer_size=args.buffer_size,
+                            envs_per_run=args.envs_per_run)
     runs = tuple(RunSpec(m, "paper", s, method_hparams("montezuma", m)) for m in args.methods for s in range(args.seeds))
     return Experiment(static, runs)
 

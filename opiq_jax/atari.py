@@ -3,10 +3,13 @@
 The same pieces as the chain and maze trainer (counts, optimism, targets, networks, optimiser,
 :class:`~opiq_jax.config.HParams`), arranged around what Atari needs:
 
-* one EnvPool pool holds one environment per run; it is stepped through EnvPool's XLA interface
+* one EnvPool pool holds ``envs_per_run`` environments per run (one by default, as the paper's
+  agent), reshaped between the pool's ``[runs * envs]`` and ``[runs, envs]``; it is stepped through EnvPool's XLA interface
   *inside* the compiled ``lax.scan`` (a pool cannot be vmapped, so acting and recording are
   vmapped over runs and the pool step sits between them, its handle threaded through the carry);
-* the replay stores single uint8 frames (:mod:`opiq_jax.frame_replay`) with 4-frame stacks rebuilt
+* the replay stores single uint8 frames (:mod:`opiq_jax.frame_replay`), one ring per environment
+  (``buffer_size`` frames per run in all, split evenly; a minibatch draws an equal share from each
+  ring), with 4-frame stacks rebuilt
   at sampling, never across an episode; EnvPool's reset step is stored as a ``first`` slot, so it
   is never a transition, never in an n-step window and never counted;
 * counts are over the 8x11, 8-level feature of the newest frame (``counts.montezuma_code``);
@@ -63,9 +66,9 @@ class AtariRun:
     target_params: Any
     opt_state: Any
     sketch: jax.Array  # int32[A, rows, width]
-    buffer: frame_replay.FrameReplay
-    obs: jax.Array  # uint8[4, 84, 84]: the current stack (EnvPool's layout, oldest frame first)
-    episode_return: jax.Array  # unclipped return of the running episode
+    buffer: frame_replay.FrameReplay  # one ring per environment of the run: leading envs axis
+    obs: jax.Array  # uint8[envs, 4, 84, 84]: the current stacks (EnvPool's layout, oldest frame first)
+    episode_return: jax.Array  # float32[envs]: unclipped return of each running episode
     chunk_return_sum: jax.Array
     chunk_episodes: jax.Array
     max_return: jax.Array
@@ -77,7 +80,7 @@ class AtariRun:
 
 @struct.dataclass
 class AtariState:
-    step: jax.Array  # int32: agent steps taken by every run
+    step: jax.Array  # int32: scan iterations (each steps every environment of every run once)
     handle: jax.Array  # EnvPool's XLA handle
     runs: AtariRun  # leading runs axis
 
@@ -109,9 +112,13 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
         raise ValueError("Montezuma runs the count-based methods (dqn, dqn_pc, opiq and its ablations); "
                          "DORA, RND and BSP are implemented for the chain and the maze only")
     num_actions = pool.num_actions
+    envs = static.envs_per_run
     network = make_network("nature", num_actions)
     optimiser = make_optimiser(static)
     window = min(pool.max_episode_steps + 1, static.buffer_size)
+    # step counts are environment steps per run; one iteration of the scan steps every environment once
+    iterations_per_update = max(1, static.train_every // envs)
+    updates_per_iteration = max(1, envs // static.train_every)
 
     def columns_of_frame(frame: jax.Array) -> jax.Array:
         return counts.sketch_columns(counts.montezuma_code(frame), static.sketch_rows, static.sketch_width)
@@ -121,66 +128,88 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
 
     # ---------------------------------------------------------------------------------- init
 
+    def first_frame_ring(obs: jax.Array) -> frame_replay.FrameReplay:
+        """One environment's ring holding its first observation as an episode's first slot."""
+        buffer = frame_replay.init(static.buffer_size // envs, obs.shape[1:])
+        return frame_replay.add(buffer, newest_frame(obs), jnp.int32(0), jnp.float32(0), jnp.bool_(False),
+                                jnp.bool_(False), jnp.bool_(True))
+
     def init_run(key: jax.Array, hp: HParams, obs: jax.Array, room: jax.Array) -> AtariRun:
+        """``obs``: ``[envs, 4, 84, 84]`` first stacks of the run's environments; ``room``: ``[envs]``."""
         k_net, k_loop = jax.random.split(key)
-        params = init_params(network, k_net, to_network_input(obs), hp.final_bias)
-        buffer = frame_replay.init(static.buffer_size, obs.shape[1:])
-        buffer = frame_replay.add(buffer, newest_frame(obs), jnp.int32(0), jnp.float32(0), jnp.bool_(False),
-                                  jnp.bool_(False), jnp.bool_(True))
+        params = init_params(network, k_net, to_network_input(obs[0]), hp.final_bias)
         zero = jnp.float32(0)
         return AtariRun(
             key=k_loop, hparams=hp, params=params, target_params=params, opt_state=optimiser.init(params),
-            sketch=counts.init_sketch(num_actions, static.sketch_rows, static.sketch_width), buffer=buffer, obs=obs,
-            episode_return=zero, chunk_return_sum=zero, chunk_episodes=jnp.int32(0), max_return=jnp.float32(-jnp.inf),
+            sketch=counts.init_sketch(num_actions, static.sketch_rows, static.sketch_width),
+            buffer=jax.vmap(first_frame_ring)(obs), obs=obs, episode_return=jnp.zeros((envs,), jnp.float32),
+            chunk_return_sum=zero, chunk_episodes=jnp.int32(0), max_return=jnp.float32(-jnp.inf),
             chunk_loss_sum=zero, chunk_updates=jnp.int32(0), chunk_intrinsic_sum=zero,
             rooms=jnp.zeros((NUM_ROOMS,), bool).at[room].set(True),
         )
 
+    def by_run(tree):
+        """The pool's ``[runs * envs, ...]`` results as ``[runs, envs, ...]`` (run-major, as the pool's env ids)."""
+        return jax.tree.map(lambda x: x.reshape((-1, envs) + x.shape[1:]), tree)
+
     def init(run_keys: jax.Array, hparams: HParams, handle: jax.Array, first: StepOutput) -> AtariState:
         num_runs = run_keys.shape[0]
         chex.assert_tree_shape_prefix(hparams, (num_runs,))
-        chex.assert_shape(first.obs, (num_runs, *pool.obs_shape))
+        chex.assert_shape(first.obs, (num_runs * envs, *pool.obs_shape))
+        first = by_run(first)
         runs = jax.vmap(init_run)(run_keys, hparams, first.obs, first.room)
         return AtariState(step=jnp.int32(0), handle=handle, runs=runs)
 
     # ---------------------------------------------------------------------------------- acting
 
-    def choose_action(run: AtariRun, step: jax.Array) -> tuple[AtariRun, jax.Array, jax.Array]:
+    def choose_actions(run: AtariRun, step: jax.Array) -> tuple[AtariRun, jax.Array, jax.Array]:
+        """Epsilon-greedy actions on Q+ for each of the run's environments, and their states' sketch columns."""
         hp = run.hparams
         key, k_explore, k_random = jax.random.split(run.key, 3)
-        columns = columns_of_frame(newest_frame(run.obs))
-        q = q_values(run.params, run.obs[None])[0]
-        greedy = jnp.argmax(q + optimism_bonus(counts.query_all_actions(run.sketch, columns), hp.c_action, hp.m))
-        epsilon = linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps)
-        explore = jax.random.uniform(k_explore) < epsilon
-        action = jnp.where(explore, jax.random.randint(k_random, (), 0, num_actions), greedy).astype(jnp.int32)
-        return run.replace(key=key), action, columns
+        columns = jax.vmap(columns_of_frame)(newest_frame(run.obs))  # [envs, rows]
+        q = q_values(run.params, run.obs)  # [envs, A]
+        n_sa = jax.vmap(counts.query_all_actions, in_axes=(None, 0))(run.sketch, columns)
+        greedy = jnp.argmax(q + optimism_bonus(n_sa, hp.c_action, hp.m), axis=-1)
+        epsilon = linear_epsilon(step * envs, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps)
+        explore = jax.random.uniform(k_explore, (envs,)) < epsilon
+        actions = jnp.where(explore, jax.random.randint(k_random, (envs,), 0, num_actions), greedy)
+        return run.replace(key=key), actions.astype(jnp.int32), columns
 
-    def record(run: AtariRun, action: jax.Array, columns: jax.Array, out: StepOutput) -> AtariRun:
-        """Counts ``(s_t, a_t)``, stores the received frame and updates the episode statistics."""
+    def record(run: AtariRun, actions: jax.Array, columns: jax.Array, out: StepOutput) -> AtariRun:
+        """Counts each ``(s_t, a_t)``, stores the received frames and updates the episode statistics."""
         real = ~out.first  # EnvPool's reset step: the action was ignored, nothing to count
         done = out.terminated | out.truncated
-        buffer = frame_replay.add(run.buffer, newest_frame(out.obs), action, clip_reward(out.reward),
-                                  out.terminated, out.truncated, out.first)
+        buffer = jax.vmap(frame_replay.add)(run.buffer, newest_frame(out.obs), actions, clip_reward(out.reward),
+                                            out.terminated, out.truncated, out.first)
+        sketch = run.sketch
+        for e in range(envs):  # one agent, one sketch: every environment's visit counts
+            sketch = counts.update(sketch, columns[e], actions[e], real[e])
         episode_return = run.episode_return + out.reward
         return run.replace(
-            sketch=counts.update(run.sketch, columns, action, real), buffer=buffer, obs=out.obs,
+            sketch=sketch, buffer=buffer, obs=out.obs,
             episode_return=jnp.where(done, 0.0, episode_return),
-            chunk_return_sum=run.chunk_return_sum + jnp.where(done, episode_return, 0.0),
-            chunk_episodes=run.chunk_episodes + done.astype(jnp.int32),
-            max_return=jnp.where(done, jnp.maximum(run.max_return, episode_return), run.max_return),
+            chunk_return_sum=run.chunk_return_sum + jnp.sum(jnp.where(done, episode_return, 0.0)),
+            chunk_episodes=run.chunk_episodes + jnp.sum(done.astype(jnp.int32)),
+            max_return=jnp.maximum(run.max_return, jnp.max(jnp.where(done, episode_return, -jnp.inf))),
             rooms=run.rooms.at[out.room].set(True),
         )
 
     def fill_returns(run: AtariRun, ended: jax.Array) -> AtariRun:
-        return run.replace(buffer=frame_replay.fill_episode_returns(run.buffer, static.gamma, window, ended))
+        fill = jax.vmap(frame_replay.fill_episode_returns, in_axes=(0, None, None, 0))
+        return run.replace(buffer=fill(run.buffer, static.gamma, window, ended))
 
     # ---------------------------------------------------------------------------------- learning
+
+    def sample_all_rings(run: AtariRun, key: jax.Array) -> frame_replay.FrameBatch:
+        """``batch_size`` windows, an equal share from each environment's ring."""
+        share = jax.vmap(frame_replay.sample, in_axes=(0, 0, None, None))(
+            run.buffer, jax.random.split(key, envs), static.batch_size // envs, static.n_step)
+        return jax.tree.map(lambda x: x.reshape((static.batch_size,) + x.shape[2:]), share)
 
     def update(run: AtariRun) -> AtariRun:
         hp = run.hparams
         key, k_sample = jax.random.split(run.key)
-        batch = frame_replay.sample(run.buffer, k_sample, static.batch_size, static.n_step)
+        batch = sample_all_rings(run, k_sample)
         step_columns = jax.vmap(jax.vmap(columns_of_frame))(batch.count_frames)
         step_counts = jax.vmap(jax.vmap(lambda cols, a: counts.query(run.sketch, cols, a)))(step_columns, batch.actions)
         intrinsic = intrinsic_reward(step_counts, hp.beta)
@@ -208,28 +237,36 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
             chunk_updates=run.chunk_updates + 1, chunk_intrinsic_sum=run.chunk_intrinsic_sum + jnp.mean(intrinsic[:, 0]),
         )
 
-    def train_if_due(runs: AtariRun, stored: jax.Array) -> AtariRun:
-        train_now = (stored > static.batch_size) & (stored % static.train_every == 0)
-        return jax.lax.cond(train_now, jax.vmap(update), lambda r: r, runs)
+    def train_if_due(runs: AtariRun, iterations: jax.Array) -> AtariRun:
+        """The updates due after ``iterations`` scan steps: one per ``train_every`` environment steps per run."""
+        train_now = (iterations * envs > static.batch_size) & (iterations % iterations_per_update == 0)
+
+        def train(r):
+            for _ in range(updates_per_iteration):
+                r = jax.vmap(update)(r)
+            return r
+
+        return jax.lax.cond(train_now, train, lambda r: r, runs)
 
     def env_step(state: AtariState, _) -> tuple[AtariState, None]:
-        runs, actions, columns = jax.vmap(choose_action, in_axes=(0, None))(state.runs, state.step)
+        runs, actions, columns = jax.vmap(choose_actions, in_axes=(0, None))(state.runs, state.step)
         stored = state.step + 1
         if overlap:
-            handle = pool.send(state.handle, actions)
+            handle = pool.send(state.handle, actions.reshape(-1))
             # the barriers pin the update between the send and the receive
             runs, handle = jax.lax.optimization_barrier((runs, handle))
             runs = train_if_due(runs, state.step)
             runs, handle = jax.lax.optimization_barrier((runs, handle))
             handle, out = pool.recv(handle)
         else:
-            handle, out = pool.step(state.handle, actions)
+            handle, out = pool.step(state.handle, actions.reshape(-1))
+        out = by_run(out)
         runs = jax.vmap(record)(runs, actions, columns, out)
         ended = out.terminated | out.truncated
         runs = jax.lax.cond(jnp.any(ended), jax.vmap(fill_returns), lambda r, e: r, runs, ended)
         if not overlap:
             runs = train_if_due(runs, stored)
-        runs = jax.lax.cond(stored % static.target_update == 0,
+        runs = jax.lax.cond((stored * envs) % static.target_update == 0,
                             jax.vmap(lambda r: r.replace(target_params=r.params)), lambda r: r, runs)
         return AtariState(step=stored, handle=handle, runs=runs), None
 
@@ -247,7 +284,7 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
             "max_return": jnp.where(jnp.isfinite(run.max_return), run.max_return, jnp.nan),
             "rooms_visited": jnp.sum(run.rooms).astype(jnp.float32),
             "loss": mean(run.chunk_loss_sum, run.chunk_updates),
-            "epsilon": linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps),
+            "epsilon": linear_epsilon(step * envs, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps),
             "intrinsic_reward": mean(run.chunk_intrinsic_sum, run.chunk_updates),
         }
         zero = jnp.float32(0)
@@ -256,7 +293,7 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
         return run, metrics
 
     def train_chunk(state: AtariState) -> tuple[AtariState, dict[str, jax.Array]]:
-        state, _ = jax.lax.scan(env_step, state, None, length=static.log_every)
+        state, _ = jax.lax.scan(env_step, state, None, length=static.log_every // envs)
         runs, metrics = jax.vmap(chunk_metrics, in_axes=(0, None))(state.runs, state.step)
         return state.replace(runs=runs), metrics
 
@@ -277,16 +314,17 @@ def state_bytes_per_run(static: StaticConfig) -> int:
 
     trainer = make_atari_train(static, _Shapes)
     keys = jax.random.split(jax.random.key(0), 1)
-    first = StepOutput(obs=jnp.zeros((1, 4, 84, 84), jnp.uint8), reward=jnp.zeros(1), terminated=jnp.zeros(1, bool),
-                       truncated=jnp.zeros(1, bool), first=jnp.ones(1, bool), room=jnp.ones(1, jnp.int32),
-                       lives=jnp.zeros(1, jnp.int32))
+    n = static.envs_per_run
+    first = StepOutput(obs=jnp.zeros((n, 4, 84, 84), jnp.uint8), reward=jnp.zeros(n), terminated=jnp.zeros(n, bool),
+                       truncated=jnp.zeros(n, bool), first=jnp.ones(n, bool), room=jnp.ones(n, jnp.int32),
+                       lives=jnp.zeros(n, jnp.int32))
     shapes = jax.eval_shape(trainer.init, keys, stack_hparams([make_hparams()]), jnp.zeros(8, jnp.uint8), first)
     return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(shapes.runs)))
 
 
 def run_atari_experiment(experiment, out, progress: bool = True, max_seconds: float | None = None,
                          **pool_overrides) -> AtariState:
-    """Trains every run of ``experiment`` on Montezuma, one pool environment per run; writes ``out``.
+    """Trains every run of ``experiment`` on Montezuma, ``envs_per_run`` pool environments per run; writes ``out``.
 
     The results folder has the same ``config.json`` and tidy ``metrics.csv`` as the other
     environments, plus ``run_info.json`` (device, wall-clock, environment steps per second). The
@@ -319,7 +357,7 @@ def run_atari_experiment(experiment, out, progress: bool = True, max_seconds: fl
     _atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
     (out / METRICS_FILE).unlink(missing_ok=True)
 
-    pool = MontezumaPool(num_envs=num_runs, seed=experiment.seed, **pool_overrides)
+    pool = MontezumaPool(num_envs=num_runs * static.envs_per_run, seed=experiment.seed, **pool_overrides)
     trainer = make_atari_train(static, pool)
     handle, first = pool.reset()
     run_keys, _ = run_keys_for(experiment)
@@ -338,7 +376,8 @@ def run_atari_experiment(experiment, out, progress: bool = True, max_seconds: fl
         if compile_done is None:
             compile_done = time.monotonic()
         _append_metrics(out, experiment, chunk * static.log_every, metrics, ATARI_METRICS)
-        bar.set_postfix_str(f"return {np.nanmedian(metrics['train_return']):.3g}, "
+        returns = metrics["train_return"][np.isfinite(metrics["train_return"])]
+        bar.set_postfix_str(f"return {np.median(returns) if returns.size else float('nan'):.3g}, "
                             f"rooms {np.median(metrics['rooms_visited']):.0f}")
         bar.update(static.log_every)
         if max_seconds is not None and time.monotonic() - started >= max_seconds:

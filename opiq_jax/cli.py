@@ -17,8 +17,8 @@ from typing import Literal
 import tyro
 
 from .config import HPARAM_FIELDS, make_hparams, static_for_env
-from .methods import METHODS, method_settings
-from .runner import Experiment, RunSpec, check_fits, split_by_structure
+from .methods import METHODS, method_settings, method_structure
+from .runner import Experiment, RunSpec, check_fits
 
 HPARAM_OPTIONS = ("m", "c_action", "c_bootstrap", "beta", "epsilon_start", "epsilon_end", "epsilon_decay_steps",
                   "reward_subtract", "final_bias", "lr", "beta_dora", "beta_dora_action", "beta_rnd", "beta_bsp")
@@ -100,6 +100,8 @@ class Train:
     """Override BSP's prior scale (bsp)."""
     bsp_heads: int = 10
     """BSP's number of heads K (paper: 10)."""
+    envs_per_run: int = 1
+    """Montezuma only: EnvPool environments per run (the pool holds runs x envs_per_run); step counts stay per run."""
     progress: bool = True
     """Show a progress bar."""
     plot: bool = True
@@ -196,6 +198,8 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
             target_update=args.target_update, hidden=args.hidden,
         ).items() if v is not None
     }
+    if args.envs_per_run != 1:
+        static_overrides["envs_per_run"] = args.envs_per_run
     if args.env == "chain":
         static_overrides["chain_length"] = args.chain_length
     static_overrides.update(count_features=args.count_features, shared_action_mask=args.shared_action_mask)
@@ -213,22 +217,25 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
             make_env(static)  # a missing package or an unknown name fails here, in one line
     except (ValueError, ImportError) as e:
         raise UsageError(str(e)) from None
-    setting = ",".join(f"{k}={v:g}" for k, v in sorted(overrides.items())) or "paper"
     try:
-        runs = tuple(
-            RunSpec(method=method, setting=setting, seed=seed,
-                    hparams=make_hparams(**{**method_settings(args.env, method), **overrides}))
-            for method in args.method for seed in range(args.seeds)
-        )
+        settings = {method: make_hparams(**{**method_settings(args.env, method), **overrides}) for method in args.method}
     except ValueError as e:  # a method the environment does not offer
         raise UsageError(str(e)) from None
+    if args.env != "montezuma":  # Montezuma checks its memory when it starts its pool
+        per_structure: dict[str, int] = {}
+        for method in args.method:
+            name = method_structure(method, args.bsp_heads)[0]
+            per_structure[name] = per_structure.get(name, 0) + args.seeds
+        try:  # before building the runs: a huge --seeds must fail here, not exhaust the host's memory
+            for method in dict.fromkeys(args.method):
+                name, structure = method_structure(method, args.bsp_heads)
+                check_fits(dataclasses.replace(static, **structure), per_structure[name])
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    setting = ",".join(f"{k}={v:g}" for k, v in sorted(overrides.items())) or "paper"
+    runs = tuple(RunSpec(method=method, setting=setting, seed=seed, hparams=settings[method])
+                 for method in args.method for seed in range(args.seeds))
     experiment = Experiment(static=static, runs=runs, seed=args.seed)
-    try:
-        if args.env != "montezuma":  # Montezuma checks its memory when it starts its pool
-            for group in split_by_structure(experiment, args.bsp_heads).values():
-                check_fits(group.static, len(group.runs))
-    except ValueError as e:
-        raise UsageError(str(e)) from None
     out = args.out or Path("results") / f"{args.env.replace(':', '-')}-{'-'.join(args.method)}-seeds{args.seeds}-steps{static.total_steps}"
     return experiment, out
 
@@ -277,7 +284,7 @@ def plot(args: Plot) -> None:
 
     from .runner import experiment_folders
 
-    _check(bool(experiment_folders(args.folder)), f"{args.folder} holds no results: pass a folder written by opiq-jax train")
+    _check(bool(experiment_folders(args.folder)), f"{args.folder} holds no metrics.csv: pass a folder written by opiq-jax train")
     for path in plot_folder(args.folder, tuple(args.metrics)):
         print(f"opiq-jax: wrote {path}")
 

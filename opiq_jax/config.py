@@ -86,6 +86,10 @@ class StaticConfig:
     """DORA's E-network trains on a small ring of the ``dora_buffer_factor * batch_size`` most recent steps."""
     dora_gamma: float = 0.99
     """Discount gamma_E of DORA's E-value SARSA."""
+    envs_per_run: int = 1
+    """Montezuma only: environments of the EnvPool pool that each run owns (the pool holds runs x envs_per_run).
+    Step counts (total_steps, log_every, train_every, target_update, the epsilon schedule) stay in environment
+    steps per run, so several environments per run keep the paper's replay ratio."""
 
     def validate(self) -> None:
         """Raises ``ValueError`` with a one-line message for any inconsistent field."""
@@ -113,6 +117,13 @@ class StaticConfig:
             (1 <= self.rnd_batch <= self.buffer_size, f"rnd_batch must lie in [1, buffer_size], got {self.rnd_batch}"),
             (self.dora_buffer_factor >= 1, f"dora_buffer_factor must be >= 1, got {self.dora_buffer_factor}"),
             (0.0 <= self.dora_gamma <= 1.0, f"dora_gamma must lie in [0, 1], got {self.dora_gamma}"),
+            (self.envs_per_run >= 1, f"envs_per_run must be >= 1, got {self.envs_per_run}"),
+            (self.envs_per_run == 1 or self.env == "montezuma", "envs_per_run > 1 is for --env montezuma only"),
+            (self.log_every % self.envs_per_run == 0 and self.target_update % self.envs_per_run == 0
+             and self.batch_size % self.envs_per_run == 0,
+             f"log_every, target_update and batch_size must be multiples of envs_per_run ({self.envs_per_run})"),
+            (self.train_every % self.envs_per_run == 0 or self.envs_per_run % self.train_every == 0,
+             f"train_every ({self.train_every}) and envs_per_run ({self.envs_per_run}) must divide one another"),
         ]
         for ok, message in checks:
             if not ok:

@@ -540,40 +540,46 @@ def test_room_is_ram_byte_3_and_starts_at_1(rollouts):
 # ------------------------------------------------------------------------------------ the Atari trainer
 
 
-@pytest.fixture(scope="module")
-def atari_run(tmp_path_factory):
-    """Two OPIQ runs of the compiled Montezuma trainer, 80 steps with 30-step episodes (EnvPool needed)."""
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-env-per-run", "two-envs-per-run"])
+def atari_run(request, tmp_path_factory):
+    """Two OPIQ runs of the compiled Montezuma trainer, 80 environment steps per run in 30-step episodes,
+    with one or two pool environments per run (EnvPool needed)."""
     pytest.importorskip("envpool")
     from opiq_jax.atari import ATARI_METRICS, run_atari_experiment
     from opiq_jax.config import static_for_env
     from opiq_jax.methods import method_hparams
     from opiq_jax.runner import Experiment, RunSpec, read_metrics
 
-    static = static_for_env("montezuma", total_steps=80, log_every=40, buffer_size=200, sketch_width=1024)
+    envs = request.param
+    static = static_for_env("montezuma", total_steps=80, log_every=40, buffer_size=200, sketch_width=1024,
+                            envs_per_run=envs)
     runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(2))
     out = tmp_path_factory.mktemp("montezuma")
     state = run_atari_experiment(Experiment(static, runs), out, progress=False, max_episode_steps=30)
-    return jax.device_get(state), read_metrics(out), ATARI_METRICS
+    return envs, jax.device_get(state), read_metrics(out), ATARI_METRICS
 
 
 def test_atari_trainer_counts_real_steps_and_stores_every_frame(atari_run):
-    state, rows, metrics = atari_run
-    buffer = state.runs.buffer
-    assert int(state.step) == 80 and np.all(buffer.size == 81)  # the reset observation plus one frame per step
-    firsts = buffer.first[:, :81].sum(axis=1)
-    assert np.all(firsts >= 3)  # the start and at least two auto-resets of 30-step episodes
-    # each real step is counted once per sketch row; EnvPool's reset steps are not counted
+    envs, state, rows, metrics = atari_run
+    buffer = state.runs.buffer  # [runs, envs, ...]: one ring per environment
+    per_env = 80 // envs
+    assert int(state.step) == per_env and buffer.size.shape == (2, envs) and np.all(buffer.size == per_env + 1)
+    firsts = buffer.first[..., : per_env + 1].sum(axis=-1)  # [runs, envs]: the start plus every auto-reset
+    resets = (firsts - 1).sum(axis=1)
+    assert np.all(resets >= 2 // envs)
+    # one sketch per run: each real step of any of its environments is counted once per row; resets are not
     counted = state.runs.sketch.sum(axis=(1, 3))[:, 0]
-    np.testing.assert_array_equal(counted, 80 - (firsts - 1))
+    np.testing.assert_array_equal(counted, 80 - resets)
     assert {r["metric"] for r in rows} == set(metrics)
     episodes = sum(r["value"] for r in rows if r["metric"] == "episodes")
-    assert episodes == (firsts - 1).sum()
+    assert episodes == resets.sum()
     assert all(r["value"] >= 1 for r in rows if r["metric"] == "rooms_visited")
     assert all(np.isfinite(r["value"]) for r in rows if r["metric"] in ("loss", "intrinsic_reward"))
+    assert [r["step"] for r in rows if r["run"] == 0 and r["metric"] == "epsilon"] == [40, 80]
 
 
 def test_atari_trainer_learns_and_keeps_returns_unclipped(atari_run):
-    state, rows, _ = atari_run
+    envs, state, rows, _ = atari_run
     assert np.all(np.isfinite(state.runs.chunk_loss_sum))
     first = jax.tree.map(lambda x: x[0], state.runs.params)
     target = jax.tree.map(lambda x: x[0], state.runs.target_params)
