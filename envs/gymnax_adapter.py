@@ -52,6 +52,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from .hashing import mix32
+
 # Distinct cell ids of environments other than DeepSea: the observation hashed into 16 bits.
 HASH_CELLS = 1 << 16
 
@@ -89,15 +91,6 @@ try:  # gymnax imports every environment module on import (and six, which it doe
     from gymnax.environments.bsuite import deep_sea
 except ModuleNotFoundError as _error:
     raise _missing_package(_error, "gymnax") from None
-
-
-def _mix32(x: jax.Array) -> jax.Array:
-    """murmur3's 32-bit finaliser on ``uint32`` values."""
-    x = x ^ (x >> 16)
-    x = x * jnp.uint32(0x85EBCA6B)
-    x = x ^ (x >> 13)
-    x = x * jnp.uint32(0xC2B2AE35)
-    return x ^ (x >> 16)
 
 
 @struct.dataclass
@@ -280,8 +273,8 @@ class GymnaxAdapter(environment.Environment):
             return jnp.where(jnp.max(compact) > 0, jnp.argmax(compact), size * size).astype(jnp.int32)
         bits = jax.lax.bitcast_convert_type(compact + 0.0, jnp.uint32)  # + 0.0 maps -0.0 to 0.0
         index = jnp.arange(self.obs_dim, dtype=jnp.uint32) * jnp.uint32(0x9E3779B9)
-        mixed = jnp.sum(_mix32(bits ^ _mix32(index + jnp.uint32(1))), dtype=jnp.uint32)
-        return (_mix32(mixed) & jnp.uint32(HASH_CELLS - 1)).astype(jnp.int32)
+        mixed = jnp.sum(mix32(bits ^ mix32(index + jnp.uint32(1))), dtype=jnp.uint32)
+        return (mix32(mixed) & jnp.uint32(HASH_CELLS - 1)).astype(jnp.int32)
 
     def start_compact(self, params=None) -> jax.Array:
         """Compact state of a reset: DeepSea's fixed start; for random starts, the reset drawn with

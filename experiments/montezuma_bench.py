@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import tyro
 
 from opiq_jax.config import stack_hparams, static_for_env

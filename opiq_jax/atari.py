@@ -30,21 +30,29 @@ run cannot be resumed bit for bit. Sharing the pure pieces keeps one place for e
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
+from pathlib import Path
 from typing import Any, Callable
 
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
+from tqdm.auto import tqdm
 
-from envs.montezuma import StepOutput, clip_reward, newest_frame
+from envs.montezuma import MontezumaPool, StepOutput, clip_reward, newest_frame
 
 from . import counts, frame_replay
-from .config import HParams, StaticConfig
+from .config import HParams, StaticConfig, make_hparams, stack_hparams
 from .networks import init_params, make_network
 from .optimism import intrinsic_reward, linear_epsilon, optimism_bonus
+from .runner import (
+    CONFIG_FILE, METRICS_FILE, _append_metrics, _atomic_write_bytes, require_fits, run_keys_for, tree_bytes,
+)
 from .targets import bootstrap_value, mixed_monte_carlo, n_step_return
-from .trainer import make_optimiser
+from .trainer import chunk_mean, make_optimiser
 
 NUM_ROOMS = 256  # RAM byte 3 takes byte values; Montezuma has 24 rooms per level
 ATARI_METRICS = (
@@ -274,18 +282,14 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
 
     def chunk_metrics(run: AtariRun, step: jax.Array) -> tuple[AtariRun, dict[str, jax.Array]]:
         hp = run.hparams
-
-        def mean(total, count):
-            return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
-
         metrics = {
-            "train_return": mean(run.chunk_return_sum, run.chunk_episodes),
+            "train_return": chunk_mean(run.chunk_return_sum, run.chunk_episodes),
             "episodes": run.chunk_episodes.astype(jnp.float32),
             "max_return": jnp.where(jnp.isfinite(run.max_return), run.max_return, jnp.nan),
             "rooms_visited": jnp.sum(run.rooms).astype(jnp.float32),
-            "loss": mean(run.chunk_loss_sum, run.chunk_updates),
+            "loss": chunk_mean(run.chunk_loss_sum, run.chunk_updates),
             "epsilon": linear_epsilon(step * envs, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps),
-            "intrinsic_reward": mean(run.chunk_intrinsic_sum, run.chunk_updates),
+            "intrinsic_reward": chunk_mean(run.chunk_intrinsic_sum, run.chunk_updates),
         }
         zero = jnp.float32(0)
         run = run.replace(chunk_return_sum=zero, chunk_episodes=jnp.int32(0), chunk_loss_sum=zero,
@@ -305,10 +309,6 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
 
 def state_bytes_per_run(static: StaticConfig) -> int:
     """Device bytes of one Montezuma run's state (replay frames dominate: 7,056 bytes per slot)."""
-    import numpy as np
-
-    from .config import make_hparams, stack_hparams
-
     class _Shapes:  # the pool's shapes without starting emulators
         num_actions, obs_shape, max_episode_steps = 18, (4, 84, 84), 4500
 
@@ -319,7 +319,7 @@ def state_bytes_per_run(static: StaticConfig) -> int:
                        truncated=jnp.zeros(n, bool), first=jnp.ones(n, bool), room=jnp.ones(n, jnp.int32),
                        lives=jnp.zeros(n, jnp.int32))
     shapes = jax.eval_shape(trainer.init, keys, stack_hparams([make_hparams()]), jnp.zeros(8, jnp.uint8), first)
-    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(shapes.runs)))
+    return tree_bytes(shapes.runs)
 
 
 def run_atari_experiment(experiment, out, progress: bool = True, max_seconds: float | None = None,
@@ -332,27 +332,11 @@ def run_atari_experiment(experiment, out, progress: bool = True, max_seconds: fl
     unfinished folder is started again from the beginning (``max_seconds`` stops it early, keeping
     the metrics written so far).
     """
-    import json
-    import time
-    from pathlib import Path
-
-    import numpy as np
-    from tqdm.auto import tqdm
-
-    from envs.montezuma import MontezumaPool
-
-    from .config import stack_hparams
-    from .runner import CONFIG_FILE, METRICS_FILE, _append_metrics, _atomic_write_bytes, available_device_bytes, run_keys_for
-
     out = Path(out)
     static = experiment.static
     num_runs = len(experiment.runs)
     per_run = state_bytes_per_run(static)
-    free = available_device_bytes()
-    if per_run * num_runs * 1.2 > free:  # the replay is one large buffer per run; little else is temporary
-        raise ValueError(f"{num_runs} Montezuma runs need about {per_run * num_runs / 2**30:.1f} GiB "
-                         f"({per_run / 2**30:.2f} GiB each) but the device has {free / 2**30:.1f} GiB free: "
-                         f"use fewer runs or a smaller --buffer-size")
+    require_fits(per_run, num_runs, headroom=1.2)  # the replay dominates; no checkpoint copy, few temporaries
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
     (out / METRICS_FILE).unlink(missing_ok=True)

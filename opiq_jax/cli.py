@@ -222,14 +222,13 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
     except ValueError as e:  # a method the environment does not offer
         raise UsageError(str(e)) from None
     if args.env != "montezuma":  # Montezuma checks its memory when it starts its pool
-        per_structure: dict[str, int] = {}
+        per_structure: dict[str, tuple[int, dict]] = {}  # name -> (runs, static options)
         for method in args.method:
-            name = method_structure(method, args.bsp_heads)[0]
-            per_structure[name] = per_structure.get(name, 0) + args.seeds
+            name, structure = method_structure(method, args.bsp_heads)
+            per_structure[name] = (per_structure.get(name, (0, structure))[0] + args.seeds, structure)
         try:  # before building the runs: a huge --seeds must fail here, not exhaust the host's memory
-            for method in dict.fromkeys(args.method):
-                name, structure = method_structure(method, args.bsp_heads)
-                check_fits(dataclasses.replace(static, **structure), per_structure[name])
+            for num_runs, structure in per_structure.values():
+                check_fits(dataclasses.replace(static, **structure), num_runs)
         except ValueError as e:
             raise UsageError(str(e)) from None
     setting = ",".join(f"{k}={v:g}" for k, v in sorted(overrides.items())) or "paper"

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.hashing import mix32
+
 DEFAULT_ROWS = 4
 DEFAULT_WIDTH = 1 << 14
 
@@ -117,23 +119,14 @@ def montezuma_code(frame: jax.Array) -> jax.Array:
 # Hashing codes to sketch columns
 
 
-def _mix32(x: jax.Array) -> jax.Array:
-    """The murmur3 32-bit finaliser: a bijective avalanche mix of ``uint32`` values."""
-    x = x ^ (x >> 16)
-    x = x * jnp.uint32(0x85EBCA6B)
-    x = x ^ (x >> 13)
-    x = x * jnp.uint32(0xC2B2AE35)
-    return x ^ (x >> 16)
-
-
 def sketch_columns(code: jax.Array, num_rows: int, width: int) -> jax.Array:
     """One column in ``[0, width)`` per sketch row for a ``uint32`` code vector."""
     chex.assert_rank(code, 1)
     code = code.astype(jnp.uint32)
     rows = jnp.arange(num_rows, dtype=jnp.uint32)
-    h = _mix32(rows * jnp.uint32(0x9E3779B9) + jnp.uint32(0x7F4A7C15))
+    h = mix32(rows * jnp.uint32(0x9E3779B9) + jnp.uint32(0x7F4A7C15))
     for w in range(code.shape[0]):
-        h = _mix32(h ^ _mix32(code[w] + jnp.uint32(w) * jnp.uint32(0x632BE5AB)))
+        h = mix32(h ^ mix32(code[w] + jnp.uint32(w) * jnp.uint32(0x632BE5AB)))
     return (h % jnp.uint32(width)).astype(jnp.int32)
 
 

@@ -114,9 +114,7 @@ def method_structure(method: str, bsp_heads: int = 10) -> tuple[str, dict[str, o
     static options. Names outside ``METHODS`` (a relabelled setting, for example) run in the plain program."""
     structure = {"bonus_network": "none", "bsp_heads": 0, **METHOD_STRUCTURE.get(method, {})}
     if structure["bsp_heads"]:
-        structure["bsp_heads"] = bsp_heads
-    if structure["bsp_heads"]:
-        return "bsp", structure
+        return "bsp", {**structure, "bsp_heads": bsp_heads}
     return ("plain" if structure["bonus_network"] == "none" else str(structure["bonus_network"])), structure
 
 

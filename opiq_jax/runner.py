@@ -150,13 +150,18 @@ def experiment_folders(out: str | Path) -> list[Path]:
 # ------------------------------------------------------------------------------------ memory
 
 
+def tree_bytes(tree) -> int:
+    """Bytes of all leaves of a pytree of arrays or shape structs."""
+    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
+
+
 def state_bytes_per_run(static: StaticConfig) -> int:
     """Device bytes of one run's training state, from the shapes alone (nothing is allocated)."""
     trainer = compiled_trainer(static)[0]
     keys = jax.random.split(jax.random.key(0), 1)  # shapes only: eval_shape allocates nothing
     hp = stack_hparams([make_hparams()])
     shapes = jax.eval_shape(trainer.init, keys, keys, hp)
-    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(shapes.runs)))
+    return tree_bytes(shapes.runs)
 
 
 def available_device_bytes() -> int:
@@ -172,18 +177,23 @@ def available_device_bytes() -> int:
 MEMORY_HEADROOM = 3.0
 
 
-def check_fits(static: StaticConfig, num_runs: int) -> None:
-    """Stops with a one-line message when ``num_runs`` runs cannot fit in device memory."""
-    per_run = state_bytes_per_run(static)
-    need = per_run * num_runs * MEMORY_HEADROOM
+def require_fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM) -> None:
+    """Stops with a one-line message when ``num_runs`` states of ``per_run`` bytes, times ``headroom``,
+    exceed the free device memory."""
+    need = per_run * num_runs * headroom
     free = available_device_bytes()
     if need > free:
-        most = max(0, int(free // (per_run * MEMORY_HEADROOM)))
+        most = max(0, int(free // (per_run * headroom)))
         raise ValueError(
-            f"{num_runs} runs need about {need / 2**30:.1f} GiB ({per_run / 2**20:.1f} MiB each, x{MEMORY_HEADROOM:g} "
+            f"{num_runs} runs need about {need / 2**30:.1f} GiB ({per_run / 2**20:.1f} MiB each, x{headroom:g} "
             f"headroom) but the device has {free / 2**30:.1f} GiB free: use at most {most} runs "
             f"(fewer seeds or methods) or a smaller --buffer-size"
         )
+
+
+def check_fits(static: StaticConfig, num_runs: int) -> None:
+    """Stops with a one-line message when ``num_runs`` runs cannot fit in device memory."""
+    require_fits(state_bytes_per_run(static), num_runs)
 
 
 # ------------------------------------------------------------------------------------ devices

@@ -138,6 +138,11 @@ class Trainer:
     targets: Callable[[RunState, Transition, jax.Array], jax.Array]
 
 
+def chunk_mean(total: jax.Array, count: jax.Array) -> jax.Array:
+    """``total / count`` for a chunk's metric, NaN when nothing was counted in the chunk."""
+    return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+
 def make_env(static: StaticConfig):
     """The environment object named by ``static.env``."""
     if static.env == "chain":
@@ -479,10 +484,6 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         q0 = jnp.mean(head_values(run, run.params, start_obs[None])[0], axis=0)
         n0 = counts.query_all_actions(run.sketch, count_columns(run, start))
         stats = run.stats
-
-        def chunk_mean(total, count):
-            return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
-
         metrics = {
             "train_return": chunk_mean(stats.chunk_return_sum, stats.chunk_episodes),
             "episodes": stats.chunk_episodes.astype(jnp.float32),

@@ -39,13 +39,13 @@ import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 
 from envs import Maze, RandomisedChain
 
 from ..config import HParams, StaticConfig, make_hparams, stack_hparams
+from ..runner import tree_bytes
 
 
 class MLP(nn.Module):
@@ -341,19 +341,15 @@ def _one_run_shapes(static: StaticConfig) -> PlainRun:
     return jax.eval_shape(plain.init, keys, keys, stack_hparams([make_hparams()]))
 
 
-def _nbytes(tree: Any) -> int:
-    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
-
-
 def plain_state_bytes_per_run(static: StaticConfig) -> int:
     """Device bytes of one run of the plain baseline, from the shapes alone."""
-    return _nbytes(_one_run_shapes(static))
+    return tree_bytes(_one_run_shapes(static))
 
 
 def plain_replay_item_bytes(static: StaticConfig) -> int:
     """Bytes of one stored transition of the plain baseline (full observations)."""
     replay = _one_run_shapes(static).replay
-    return _nbytes(replay.replace(position=jnp.zeros((0,)), size=jnp.zeros((0,)))) // static.buffer_size
+    return tree_bytes(replay.replace(position=jnp.zeros((0,)), size=jnp.zeros((0,)))) // static.buffer_size
 
 
 def run_plain(plain: Plain, state: PlainRun, steps: int) -> PlainRun:

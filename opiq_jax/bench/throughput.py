@@ -48,6 +48,7 @@ from ..runner import (
     compiled_trainer,
     run_keys_for,
     state_bytes_per_run,
+    tree_bytes,
 )
 from ..trainer import make_optimiser, make_train
 from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run
@@ -62,11 +63,6 @@ GIB = 2**30
 def count_params(params: chex.ArrayTree) -> int:
     """Number of scalars in a parameter pytree (arrays or shape structs)."""
     return int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
-
-
-def tree_bytes(tree: chex.ArrayTree) -> int:
-    """Bytes of all leaves of a pytree of arrays or shape structs."""
-    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
 
 
 def layer_macs(network: Any, example_obs: jax.Array) -> dict[str, int]:
