@@ -64,14 +64,16 @@ def summary_table(rows: list[dict], metric: str) -> list[dict]:
     table = []
     for label, c in curves(rows, metric).items():
         table.append(dict(group=label, final_median=float(c["median"][-1]), final_q25=float(c["q25"][-1]),
-                          final_q75=float(c["q75"][-1]), auc=area_under_median(c), seeds=int(c["values"].shape[0])))
+                          final_q75=float(c["q75"][-1]), auc=area_under_median(c), seeds=int(c["values"].shape[0]),
+                          last_step=int(c["steps"][-1])))
     return sorted(table, key=lambda t: -t["auc"])
 
 
 def markdown_table(table: list[dict], metric: str) -> str:
-    lines = [f"| method | seeds | final median {metric} (25%, 75%) | area under median |", "|---|---|---|---|"]
+    lines = [f"| method | seeds | last step | final median {metric} (25%, 75%) | area under median |",
+             "|---|---|---|---|---|"]
     for t in table:
-        lines.append(f"| {t['group']} | {t['seeds']} | {t['final_median']:.3g} ({t['final_q25']:.3g}, "
+        lines.append(f"| {t['group']} | {t['seeds']} | {t['last_step']:,} | {t['final_median']:.3g} ({t['final_q25']:.3g}, "
                      f"{t['final_q75']:.3g}) | {t['auc']:.3g} |")
     return "\n".join(lines)
 

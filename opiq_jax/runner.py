@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import gzip
 import json
 import os
 import time
@@ -270,6 +271,18 @@ def _append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[
                 writer.writerow((i, spec.method, spec.setting, spec.seed, step, name, f"{float(metrics[name][i]):.6g}"))
 
 
+def read_metrics_file(folder: Path) -> list[dict]:
+    """The raw rows of one folder's ``metrics.csv`` (or of ``metrics.csv.gz``, as results are committed);
+    none where nothing was logged yet."""
+    if (folder / METRICS_FILE).exists():
+        with open(folder / METRICS_FILE, newline="") as f:
+            return list(csv.DictReader(f))
+    if (folder / f"{METRICS_FILE}.gz").exists():
+        with gzip.open(folder / f"{METRICS_FILE}.gz", "rt", newline="") as f:
+            return list(csv.DictReader(f))
+    return []
+
+
 def read_metrics(out: str | Path) -> list[dict]:
     """The tidy metrics table of a results folder as a list of dicts (value as float).
 
@@ -281,8 +294,7 @@ def read_metrics(out: str | Path) -> list[dict]:
         raise FileNotFoundError(f"{out} holds no results (no {CONFIG_FILE})")
     table, offset = [], 0
     for folder in folders:
-        with open(folder / METRICS_FILE, newline="") as f:
-            rows = list(csv.DictReader(f))
+        rows = read_metrics_file(folder)
         for r in rows:
             r["run"], r["seed"], r["step"], r["value"] = (
                 offset + int(r["run"]), int(r["seed"]), int(r["step"]), float(r["value"]))
@@ -367,7 +379,7 @@ def is_finished(out: str | Path) -> bool:
     folders = experiment_folders(out)
     for folder in folders:
         config = json.loads((folder / CONFIG_FILE).read_text())["static"]
-        rows = read_metrics(folder) if (folder / METRICS_FILE).exists() else []
+        rows = read_metrics(folder)
         if not rows or max(r["step"] for r in rows) < config["total_steps"]:
             return False
     return bool(folders)

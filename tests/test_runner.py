@@ -77,6 +77,25 @@ def test_results_folder_contents(tmp_path):
         run_experiment(other, tmp_path, progress=False)
 
 
+def test_committed_results_read_from_gzip_and_unstarted_structures_add_nothing(tmp_path):
+    """Results are committed as metrics.csv.gz; a structure subfolder with only its config reads as empty."""
+    import gzip
+    import shutil
+
+    from opiq_jax.runner import is_finished
+
+    run_experiment(EXPERIMENT, tmp_path / "mix" / "plain", progress=False)
+    expected = read_metrics(tmp_path / "mix" / "plain")
+    plain = tmp_path / "mix" / "plain"
+    with open(plain / METRICS_FILE, "rb") as src, gzip.open(plain / f"{METRICS_FILE}.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    (plain / METRICS_FILE).unlink()
+    (tmp_path / "mix" / "rnd").mkdir()
+    shutil.copy(plain / "config.json", tmp_path / "mix" / "rnd" / "config.json")
+    assert read_metrics(tmp_path / "mix") == expected
+    assert is_finished(plain) and not is_finished(tmp_path / "mix")
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [
