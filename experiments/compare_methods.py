@@ -13,7 +13,9 @@ own, in a subfolder of ``--out``, with the same seeds. Writes into ``--out``:
 * the results folder of the run itself (``config.json``, ``metrics.csv``, checkpoints).
 
 Run: ``python -m experiments.compare_methods --env chain --out results/chain`` (the paper: 20 seeds,
-100k steps) or ``--env maze`` (the paper: 8 seeds, 1M steps).
+100k steps) or ``--env maze`` (the paper: 8 seeds, 1M steps). With ``--max-minutes`` it stops cleanly
+and the same command resumes; the figures and tables are drawn after every invocation, from whatever
+has run (the tables' ``last step`` column says how far each method got).
 """
 
 from __future__ import annotations

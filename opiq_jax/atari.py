@@ -49,7 +49,7 @@ from .config import HParams, StaticConfig, make_hparams, stack_hparams
 from .networks import init_params, make_network
 from .optimism import intrinsic_reward, linear_epsilon, optimism_bonus
 from .runner import (
-    CONFIG_FILE, METRICS_FILE, _append_metrics, _atomic_write_bytes, require_fits, run_keys_for, tree_bytes,
+    CONFIG_FILE, METRICS_FILE, append_metrics, atomic_write_bytes, require_fits, run_keys_for, tree_bytes,
 )
 from .targets import bootstrap_value, mixed_monte_carlo, n_step_return
 from .trainer import chunk_mean, make_optimiser
@@ -338,7 +338,7 @@ def run_atari_experiment(experiment, out, progress: bool = True, max_seconds: fl
     per_run = state_bytes_per_run(static)
     require_fits(per_run, num_runs, headroom=1.2)  # the replay dominates; no checkpoint copy, few temporaries
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
+    atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
     (out / METRICS_FILE).unlink(missing_ok=True)
 
     pool = MontezumaPool(num_envs=num_runs * static.envs_per_run, seed=experiment.seed, **pool_overrides)
@@ -359,7 +359,7 @@ def run_atari_experiment(experiment, out, progress: bool = True, max_seconds: fl
         chunk += 1
         if compile_done is None:
             compile_done = time.monotonic()
-        _append_metrics(out, experiment, chunk * static.log_every, metrics, ATARI_METRICS)
+        append_metrics(out, experiment, chunk * static.log_every, metrics, ATARI_METRICS)
         returns = metrics["train_return"][np.isfinite(metrics["train_return"])]
         bar.set_postfix_str(f"return {np.median(returns) if returns.size else float('nan'):.3g}, "
                             f"rooms {np.median(metrics['rooms_visited']):.0f}")

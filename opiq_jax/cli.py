@@ -12,13 +12,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import tyro
 
 from .config import HPARAM_FIELDS, make_hparams, static_for_env
 from .methods import METHODS, method_settings, method_structure
-from .runner import Experiment, RunSpec, check_fits
+
+if TYPE_CHECKING:  # the runner imports gymnax, which starts JAX's backend: see join_processes
+    from .runner import Experiment
 
 HPARAM_OPTIONS = ("m", "c_action", "c_bootstrap", "beta", "epsilon_start", "epsilon_end", "epsilon_decay_steps",
                   "reward_subtract", "final_bias", "lr", "beta_dora", "beta_dora_action", "beta_rnd", "beta_bsp")
@@ -106,6 +108,17 @@ class Train:
     """Show a progress bar."""
     plot: bool = True
     """Draw the plots into the results folder at the end."""
+    distributed: bool = False
+    """Several hosts: join them with jax.distributed.initialize() (detected on SLURM, Open MPI and Cloud TPU, or
+    given by --coordinator, --num-processes and --process-id) and train this process's share of the runs (every
+    num_processes-th run) on its local devices into <out>/process-<i>. When every process has finished,
+    opiq-jax plot <out> reads the process folders as one experiment."""
+    coordinator: str | None = None
+    """--distributed: HOST:PORT of process 0 (implies --distributed)."""
+    num_processes: int | None = None
+    """--distributed: the number of processes (one per host)."""
+    process_id: int | None = None
+    """--distributed: this process's index in [0, num_processes)."""
 
 
 @dataclass
@@ -175,6 +188,7 @@ def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
 
 def build_experiment(args: Train) -> tuple[Experiment, Path]:
     """Validates ``args`` and turns them into an :class:`Experiment` (no compilation)."""
+    from .runner import Experiment, RunSpec, check_fits
     _check(args.env in ("chain", "maze", "montezuma") or (args.env.startswith("gymnax:") and len(args.env) > 7),
            f"unknown env {args.env!r}: use chain, maze, montezuma or gymnax:NAME (e.g. gymnax:DeepSea-bsuite)")
     if args.env == "montezuma":
@@ -239,11 +253,44 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
     return experiment, out
 
 
+def join_processes(args: Train) -> tuple[int, int]:
+    """``jax.distributed.initialize`` from the options (or the detected cluster): this process's index and the count."""
+    import jax
+
+    given = [args.num_processes is not None, args.process_id is not None]
+    _check(all(given) or (not any(given) and args.coordinator is None),
+           "--coordinator, --num-processes and --process-id go together (or none of them, where the cluster is detected)")
+    try:
+        jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
+                                   process_id=args.process_id)
+    except (ValueError, RuntimeError) as e:
+        raise UsageError(f"--distributed: {e}") from None
+    return jax.process_index(), jax.process_count()
+
+
+def share_of_this_process(experiment: Experiment, out: Path, index: int, count: int) -> tuple[Experiment, Path]:
+    """This process's runs and results folder. Runs never communicate, so the processes only agree on who
+    trains what: each trains its share on its own devices and writes its own folder."""
+    from .runner import process_share
+
+    try:
+        share = process_share(experiment, index, count)
+    except ValueError as e:
+        raise UsageError(f"--distributed: {e}") from None
+    print(f"opiq-jax: process {index} of {count} trains {len(share.runs)} of {len(experiment.runs)} runs; "
+          f"when all have finished, opiq-jax plot {out} reads them together", flush=True)
+    return share, out / f"process-{index}"
+
+
 def train(args: Train) -> Path:
+    distributed = args.distributed or any(v is not None for v in (args.coordinator, args.num_processes, args.process_id))
+    process = join_processes(args) if distributed else None  # before anything imports gymnax
     from .plotting import markdown_table, plot_folder, summary_table
     from .runner import read_metrics, run_methods
 
     experiment, out = build_experiment(args)
+    if process is not None:
+        experiment, out = share_of_this_process(experiment, out, *process)
     print(f"opiq-jax: {len(experiment.runs)} runs ({', '.join(args.method)} x {args.seeds} seeds) on {args.env}, "
           f"{experiment.static.total_steps:,} steps each -> {out}", flush=True)
     started = time.time()
@@ -289,7 +336,7 @@ def plot(args: Plot) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .bench.throughput import Bench, run_bench
+    from .bench.options import Bench
 
     command = tyro.extras.subcommand_cli_from_dict(
         {"train": Train, "sweep": Sweep, "plot": Plot, "bench": Bench}, args=argv, prog="opiq-jax")
@@ -303,6 +350,8 @@ def main(argv: list[str] | None = None) -> None:
                 command.validate()
             except ValueError as e:
                 raise UsageError(str(e)) from None
+            from .bench.throughput import run_bench
+
             run_bench(command)
         else:
             plot(command)

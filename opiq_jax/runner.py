@@ -141,11 +141,25 @@ def run_methods(experiment: Experiment, out: str | Path, bsp_heads: int = 10, **
 
 
 def experiment_folders(out: str | Path) -> list[Path]:
-    """The results folders of an experiment: ``out`` itself, or its per-structure subfolders."""
+    """The results folders of an experiment: ``out`` itself, or every folder below it that holds a config
+    (per-structure subfolders, and the per-process folders of a run over several hosts)."""
     out = Path(out)
     if (out / CONFIG_FILE).exists():
         return [out]
-    return [sub for sub in sorted(out.iterdir()) if (sub / CONFIG_FILE).exists()] if out.is_dir() else []
+    return sorted(config.parent for config in out.rglob(CONFIG_FILE)) if out.is_dir() else []
+
+
+def process_share(experiment: Experiment, index: int, count: int) -> Experiment:
+    """Process ``index`` of ``count``'s share of the runs: every ``count``-th run from ``index``.
+
+    A run's keys depend on its seed only (:func:`run_keys_for`), so it trains the same whichever
+    process holds it; interleaving gives every process a similar mix of methods.
+    """
+    if not 0 <= index < count:
+        raise ValueError(f"process index {index} is not in [0, {count})")
+    if len(experiment.runs) < count:
+        raise ValueError(f"{len(experiment.runs)} runs cannot be shared among {count} processes")
+    return dataclasses.replace(experiment, runs=experiment.runs[index::count])
 
 
 # ------------------------------------------------------------------------------------ memory
@@ -178,12 +192,15 @@ def available_device_bytes() -> int:
 MEMORY_HEADROOM = 3.0
 
 
+def fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM) -> bool:
+    """Whether ``num_runs`` states of ``per_run`` bytes, times ``headroom``, fit in the free device memory."""
+    return per_run * num_runs * headroom <= available_device_bytes()
+
+
 def require_fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM) -> None:
-    """Stops with a one-line message when ``num_runs`` states of ``per_run`` bytes, times ``headroom``,
-    exceed the free device memory."""
-    need = per_run * num_runs * headroom
-    free = available_device_bytes()
-    if need > free:
+    """Stops with a one-line message when ``num_runs`` states of ``per_run`` bytes do not :func:`fits`."""
+    if not fits(per_run, num_runs, headroom):
+        need, free = per_run * num_runs * headroom, available_device_bytes()
         most = max(0, int(free // (per_run * headroom)))
         raise ValueError(
             f"{num_runs} runs need about {need / 2**30:.1f} GiB ({per_run / 2**20:.1f} MiB each, x{headroom:g} "
@@ -225,7 +242,7 @@ def shard_over_devices(state, num_runs: int, verbose: bool = True):
 # ------------------------------------------------------------------------------------ files
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -236,7 +253,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def _write_checkpoint(out: Path, state, chunk: int) -> None:
     payload = {"chunk": chunk, "state": jax.device_get(keys_to_data(state))}
-    _atomic_write_bytes(out / CHECKPOINT_FILE, serialization.to_bytes(payload))
+    atomic_write_bytes(out / CHECKPOINT_FILE, serialization.to_bytes(payload))
 
 
 def _read_checkpoint(out: Path, template) -> tuple[object, int] | None:
@@ -255,10 +272,10 @@ def _truncate_metrics(out: Path, last_step: int) -> None:
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     kept = [rows[0]] + [r for r in rows[1:] if int(r[4]) <= last_step]
-    _atomic_write_bytes(path, "".join(",".join(r) + "\n" for r in kept).encode())
+    atomic_write_bytes(path, "".join(",".join(r) + "\n" for r in kept).encode())
 
 
-def _append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[str, np.ndarray],
+def append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[str, np.ndarray],
                     names: tuple[str, ...] = METRICS) -> None:
     path = out / METRICS_FILE
     new = not path.exists()
@@ -334,7 +351,7 @@ def run_experiment(
             raise ValueError(f"{out} holds a different experiment: choose another --out or delete it")
     check_fits(static, len(experiment.runs))
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_bytes(out / CONFIG_FILE, json.dumps(config, indent=1).encode())
+    atomic_write_bytes(out / CONFIG_FILE, json.dumps(config, indent=1).encode())
 
     trainer, init, train_chunk = compiled_trainer(static)
     hparams = stack_hparams([r.hparams for r in experiment.runs])
@@ -360,7 +377,7 @@ def run_experiment(
         metrics = jax.device_get(metrics)
         chunk += 1
         done_here += 1
-        _append_metrics(out, experiment, chunk * static.log_every, metrics)
+        append_metrics(out, experiment, chunk * static.log_every, metrics)
         out_of_time = max_seconds is not None and time.monotonic() - started >= max_seconds
         if chunk == num_chunks or out_of_time or time.monotonic() - last_checkpoint >= checkpoint_seconds:
             _write_checkpoint(out, state, chunk)

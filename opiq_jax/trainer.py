@@ -383,14 +383,18 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         return num_heads * td_loss(q_taken, targets)
 
     def update_q(run: RunState, key: jax.Array) -> RunState:
-        windows, exists = replay.sample_windows(run.buffer, key, static.batch_size, static.n_step)
-        targets, intrinsic = targets_for(run, windows, exists)
-        first = jax.tree.map(lambda x: x[:, 0], windows)
-        obs = obs_of(run, first.compact)
-        loss, grads = jax.value_and_grad(td_loss_per_head)(run.params, run, obs, first.action, targets)
-        if static.bsp_heads:
-            grads = scale_torso_gradients(grads, 1.0 / static.bsp_heads)
-        params, opt_state = sgd_step(run.params, run.opt_state, grads, run.hparams.lr)
+        with jax.named_scope("sample"):
+            windows, exists = replay.sample_windows(run.buffer, key, static.batch_size, static.n_step)
+        with jax.named_scope("targets"):
+            targets, intrinsic = targets_for(run, windows, exists)
+        with jax.named_scope("loss_and_grad"):
+            first = jax.tree.map(lambda x: x[:, 0], windows)
+            obs = obs_of(run, first.compact)
+            loss, grads = jax.value_and_grad(td_loss_per_head)(run.params, run, obs, first.action, targets)
+            if static.bsp_heads:
+                grads = scale_torso_gradients(grads, 1.0 / static.bsp_heads)
+        with jax.named_scope("optimiser"):
+            params, opt_state = sgd_step(run.params, run.opt_state, grads, run.hparams.lr)
         stats = run.stats.replace(
             chunk_loss_sum=run.stats.chunk_loss_sum + loss / num_heads, chunk_updates=run.stats.chunk_updates + 1,
             chunk_intrinsic_sum=run.stats.chunk_intrinsic_sum + jnp.mean(intrinsic[:, 0]),
@@ -436,20 +440,26 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         key, k_q = jax.random.split(run.key)
         run = update_q(run, k_q)
         if static.bonus_network == "dora":
-            run = update_dora(run, jax.random.fold_in(k_q, 1))
+            with jax.named_scope("dora"):
+                run = update_dora(run, jax.random.fold_in(k_q, 1))
         if static.bonus_network == "rnd":
-            run = update_rnd(run)
+            with jax.named_scope("rnd"):
+                run = update_rnd(run)
         return run.replace(key=key)
 
     def copy_target(run: RunState) -> RunState:
         return run.replace(target_params=run.params)
 
     def env_step(state: TrainState, _) -> tuple[TrainState, None]:
-        runs = jax.vmap(act_and_store, in_axes=(0, None))(state.runs, state.step)
+        # the named scopes label the compiled ops for experiments/profile_step.py (no effect on the results)
+        with jax.named_scope("act"):
+            runs = jax.vmap(act_and_store, in_axes=(0, None))(state.runs, state.step)
         stored = state.step + 1
         train_now = (stored >= static.batch_size + 1) & (stored % static.train_every == 0)
-        runs = jax.lax.cond(train_now, jax.vmap(update), lambda r: r, runs)
-        runs = jax.lax.cond(stored % static.target_update == 0, jax.vmap(copy_target), lambda r: r, runs)
+        with jax.named_scope("update"):
+            runs = jax.lax.cond(train_now, jax.vmap(update), lambda r: r, runs)
+        with jax.named_scope("target_copy"):
+            runs = jax.lax.cond(stored % static.target_update == 0, jax.vmap(copy_target), lambda r: r, runs)
         return TrainState(step=stored, runs=runs), None
 
     # ---------------------------------------------------------------------------------- metrics
@@ -505,7 +515,8 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
 
     def train_chunk(state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
         state, _ = jax.lax.scan(env_step, state, None, length=static.log_every)
-        runs, metrics = jax.vmap(chunk_metrics, in_axes=(0, None))(state.runs, state.step)
+        with jax.named_scope("metrics"):
+            runs, metrics = jax.vmap(chunk_metrics, in_axes=(0, None))(state.runs, state.step)
         return TrainState(step=state.step, runs=runs), metrics
 
     return Trainer(

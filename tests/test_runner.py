@@ -105,6 +105,7 @@ def test_committed_results_read_from_gzip_and_unstarted_structures_add_nothing(t
         (["train", "--env", "maze", "--seeds", "100000000"], "use at most"),
         (["train", "--epsilon-start", "2"], "must lie in [0, 1]"),
         (["plot", "/nonexistent/folder"], "holds no metrics.csv"),
+        (["train", "--num-processes", "2"], "go together"),
     ],
 )
 def test_cli_errors_are_one_line(argv, message, capsys):
@@ -162,3 +163,38 @@ def test_runs_sharded_over_four_host_devices_match_one_device(tmp_path):
             assert a["value"] == b["value"], (a, b)
         else:
             assert a["value"] == pytest.approx(b["value"], rel=1e-4, abs=1e-6, nan_ok=True), (a, b)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_through_jax_distributed_match_one_process(tmp_path):
+    """``--distributed`` splits the runs between processes; together they equal the one-process run."""
+    common = ["--env", "chain", "--method", "opiq", "dqn_pc", "--seeds", "2", "--steps", "600", "--log-every", "200",
+              "--chain-length", "8", "--hidden", "16", "--buffer-size", "300", "--no-progress", "--no-plot"]
+    port, env = free_port(), {**os.environ, "JAX_PLATFORMS": "cpu"}
+    children = [subprocess.Popen([sys.executable, "-m", "opiq_jax.cli", "train", *common, "--out", str(tmp_path / "multi"),
+                                  "--coordinator", f"localhost:{port}", "--num-processes", "2", "--process-id", str(i)],
+                                 cwd=Path(__file__).parents[1], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True) for i in range(2)]
+    outputs = [child.communicate(timeout=300)[0] for child in children]
+    assert all(child.returncode == 0 for child in children), "\n".join(o[-2000:] for o in outputs)
+    assert "process 1 of 2 trains 2 of 4 runs" in outputs[1]
+    assert sorted(p.name for p in (tmp_path / "multi").iterdir()) == ["process-0", "process-1"]
+    main(["train", *common, "--out", str(tmp_path / "single")])
+
+    def by_run(rows):
+        return {(r["method"], r["seed"], r["step"], r["metric"]): r["value"] for r in rows}
+
+    multi, single = by_run(read_metrics(tmp_path / "multi")), by_run(read_metrics(tmp_path / "single"))
+    assert multi.keys() == single.keys()
+    for key, value in single.items():  # a 2-run batch and a 4-run batch compile to different kernels
+        if key[3] in ("states_visited", "state_actions_visited", "episodes", "max_return", "test_return"):
+            assert multi[key] == value, key
+        else:
+            assert multi[key] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), key

@@ -1,0 +1,177 @@
+"""Where the trainer's time goes on the device: a profile of the compiled step, by phase.
+
+Traces ``--chunks`` chunks of ``train_chunk`` (the paper's settings for the environment, every run
+learning on every step) with ``jax.profiler``, reads the trace back with
+``jax.profiler.ProfileData`` and adds up the time of every compiled op by the trainer's named scopes
+(``act``, ``update/sample``, ``update/targets``, ``update/loss_and_grad``, ``update/optimiser``,
+``update/dora``, ``update/rnd``, ``target_copy``, ``metrics``). An op's scope comes from the
+``op_name`` metadata of the compiled HLO; ops without one count as ``other``.
+
+On a GPU the times are the device's kernel times (the profiler's "XLA Ops" line); on the CPU they
+are the host thunks' times, summed over threads. Writes ``profile_<env>_<runs>.md`` and ``.json``
+into ``--out`` and prints the table and the heaviest ops.
+
+Run: ``python -m experiments.profile_step --env chain --runs 1024`` (or ``--env maze --runs 512``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import jax
+import tyro
+
+from opiq_jax.bench.options import Bench
+from opiq_jax.config import StaticConfig, stack_hparams
+from opiq_jax.methods import method_hparams
+from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
+
+SCOPES = ("act", "update", "sample", "targets", "loss_and_grad", "optimiser", "dora", "rnd", "target_copy", "metrics")
+
+
+@dataclass
+class Args:
+    env: Literal["chain", "maze"] = "chain"
+    """Environment (the paper's settings)."""
+    runs: int = 256
+    """Runs trained side by side."""
+    steps_per_chunk: int = 1000
+    """Environment steps per run in one traced chunk."""
+    chunks: int = 2
+    """Chunks traced (after one untraced chunk with every run learning)."""
+    method: str = "opiq"
+    """Method whose paper setting every run uses."""
+    count_features: Literal["exact", "simhash"] = "exact"
+    """Counting features (as opiq-jax bench)."""
+    top: int = 15
+    """Heaviest single ops listed."""
+    out: Path = Path("results/profile")
+    """Folder for the tables."""
+
+    def validate(self) -> None:
+        for ok, message in [(self.runs >= 1, "--runs must be >= 1"), (self.chunks >= 1, "--chunks must be >= 1"),
+                            (self.steps_per_chunk >= 1, "--steps-per-chunk must be >= 1")]:
+            if not ok:
+                raise SystemExit(f"profile_step: error: {message}")
+
+
+def phase_of(op_name: str) -> str:
+    """The trainer's named scopes in an op's name stack, outermost first: ``update/optimiser``; else ``other``."""
+    labels = [t for t in re.findall(r"[A-Za-z_]+", op_name) if t in SCOPES]
+    return "/".join(dict.fromkeys(labels)) or "other"
+
+
+def op_names_of(hlo_text: str) -> dict[str, str]:
+    """HLO instruction name -> the ``op_name`` metadata it carries, from a compiled module's text."""
+    names = {}
+    for match in re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name="([^"]*)"', hlo_text, re.MULTILINE):
+        names.setdefault(match.group(1), match.group(2))
+    return names
+
+
+def _stat(event, key: str):
+    for name, value in event.stats:
+        if name == key:
+            return value
+    return None
+
+
+def op_times(xplane_path: str, module: str) -> dict[str, float]:
+    """Seconds per HLO op of the executable whose name contains ``module``, summed over the trace.
+
+    A device plane's "XLA Ops" line where there is one (GPU, TPU); else every event of the device
+    planes, or without any of the host planes (the CPU's thunks), that names its HLO op.
+    """
+    from jax.profiler import ProfileData
+
+    profile = ProfileData.from_file(xplane_path)
+    device = [plane for plane in profile.planes if plane.name.startswith("/device:")]
+    ops_lines = [line for plane in device for line in plane.lines if line.name == "XLA Ops"]
+    lines = ops_lines or [line for plane in (device or [p for p in profile.planes if p.name.startswith("/host:")])
+                          for line in plane.lines]
+    totals: dict[str, float] = defaultdict(float)
+    for line in lines:
+        for event in line.events:
+            op = _stat(event, "hlo_op") or (event.name if ops_lines else None)
+            owner = _stat(event, "hlo_module")
+            if op is None or (owner is not None and module not in str(owner)):
+                continue
+            totals[str(op)] += event.duration_ns * 1e-9
+    if not totals:
+        seen = {plane.name: sorted({line.name for line in plane.lines})[:8] for plane in profile.planes}
+        raise RuntimeError(f"no op of {module} found in the trace; planes and lines: {seen}")
+    return dict(totals)
+
+
+def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: str = "opiq") -> dict:
+    """Traces ``chunks`` chunks of the compiled trainer and returns the time per phase and per op."""
+    hparams = method_hparams(static.env, method)
+    experiment = Experiment(static, tuple(RunSpec(method, "profile", s, hparams) for s in range(num_runs)))
+    _, init, train_chunk = compiled_trainer(static)
+    run_keys, env_keys = run_keys_for(experiment)
+    state = init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
+    compiled = train_chunk.lower(state).compile()
+    names = op_names_of(compiled.as_text())
+    state, _ = jax.block_until_ready(train_chunk(state))
+    while int(state.step) < static.batch_size + 1:  # from here on every step trains
+        state, _ = jax.block_until_ready(train_chunk(state))
+    state, _ = jax.block_until_ready(train_chunk(state))
+    with tempfile.TemporaryDirectory() as trace_dir:
+        start = time.perf_counter()
+        with jax.profiler.trace(trace_dir):
+            for _ in range(chunks):
+                state, _ = jax.block_until_ready(train_chunk(state))
+        seconds = time.perf_counter() - start
+        traces = sorted(Path(trace_dir).rglob("*.xplane.pb"))
+        if not traces:
+            raise RuntimeError(f"the profiler wrote no trace into {trace_dir}")
+        per_op = op_times(str(traces[-1]), "train_chunk")
+    per_phase: dict[str, float] = defaultdict(float)
+    for op, t in per_op.items():
+        per_phase[phase_of(names.get(op, ""))] += t
+    steps = num_runs * static.log_every * chunks
+    return dict(env=static.env, runs=num_runs, chunks=chunks, steps=steps, wall_s=seconds,
+                env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind,
+                op_seconds=sum(per_op.values()), per_phase=dict(per_phase),
+                per_op=[dict(op=op, seconds=t, phase=phase_of(names.get(op, "")), op_name=names.get(op, ""))
+                        for op, t in sorted(per_op.items(), key=lambda kv: -kv[1])])
+
+
+def markdown(result: dict, top: int) -> str:
+    total = result["op_seconds"] or 1.0
+    lines = [f"### {result['env']}, {result['runs']} runs, {result['chunks']} chunks on {result['device']}", "",
+             f"Traced wall-clock {result['wall_s']:.2f} s for {result['steps']:,} environment steps "
+             f"({result['env_steps_per_s_traced']:,.0f} steps/s under the profiler); op time {total:.3f} s.", "",
+             "| phase | op time s | share | ns per env step |", "|---|---|---|---|"]
+    for phase, t in sorted(result["per_phase"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {phase} | {t:.4f} | {100 * t / total:.1f}% | {1e9 * t / result['steps']:.1f} |")
+    lines += ["", "| heaviest ops | phase | op time s | share | op_name |", "|---|---|---|---|---|"]
+    for op in result["per_op"][:top]:
+        lines.append(f"| {op['op']} | {op['phase']} | {op['seconds']:.4f} | {100 * op['seconds'] / total:.1f}% "
+                     f"| {op['op_name'][-90:]} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = tyro.cli(Args, args=argv)
+    args.validate()
+    static = Bench(count_features=args.count_features, steps_per_measure=args.steps_per_chunk).static_for(args.env)
+    result = profile_trainer(static, args.runs, args.chunks, args.method)
+    text = markdown(result, args.top)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"profile_{args.env}_{args.runs}"
+    stem.with_suffix(".md").write_text(text + "\n")
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

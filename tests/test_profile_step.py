@@ -1,0 +1,33 @@
+"""experiments/profile_step.py: the device time of the compiled trainer, split by the trainer's named scopes."""
+
+import pytest
+
+from experiments.profile_step import markdown, op_names_of, phase_of, profile_trainer
+from opiq_jax.config import static_for_env
+
+
+def test_phase_of_reads_the_trainers_scopes_from_a_name_stack():
+    stack = "jit(train_chunk)/while/body/closed_call/update/cond/branch_1_fun/vmap(optimiser)/reduce_sum"
+    assert phase_of(stack) == "update/optimiser"
+    assert phase_of("jit(train_chunk)/while/body/closed_call/act/vmap()/argmax") == "act"
+    assert phase_of("jit(train_chunk)/while/body/update/vmap(sample_windows)/gather") == "update"
+    assert phase_of("") == "other"
+
+
+def test_op_names_of_compiled_hlo_text():
+    text = ('  %fusion.3 = f32[4]{0} fusion(f32[4]{0} %p), kind=kLoop, calls=%fused, '
+            'metadata={op_name="jit(f)/act/add" source_file="x.py"}\n'
+            '  ROOT dot.2 = f32[2]{0} dot(a, b), metadata={op_name="jit(f)/update/dot_general"}\n')
+    assert op_names_of(text) == {"fusion.3": "jit(f)/act/add", "dot.2": "jit(f)/update/dot_general"}
+
+
+def test_profile_of_a_small_chain_covers_every_phase_of_a_learning_step():
+    static = static_for_env("chain", chain_length=8, total_steps=200, log_every=100, buffer_size=300, hidden=(16,),
+                            count_features="exact")
+    result = profile_trainer(static, num_runs=2, chunks=1)
+    phases = result["per_phase"]
+    for phase in ("act", "update/sample", "update/targets", "update/loss_and_grad", "update/optimiser"):
+        assert phases.get(phase, 0.0) > 0.0, (phase, phases)
+    assert sum(phases.values()) == pytest.approx(result["op_seconds"])
+    assert result["steps"] == 2 * 100
+    assert "| update/loss_and_grad |" in markdown(result, top=5)
