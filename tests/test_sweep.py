@@ -25,6 +25,14 @@ def test_shipped_presets_expand_to_the_paper_grids():
     assert len(expand(maze)) == 16 * 8 and maze.seeds == 8
     settings = {r.setting for r in expand(load_preset("chain_baselines")) if r.method == "opiq_no_pc"}
     assert len(settings) == 48
+    maze_baselines = expand(load_preset("maze_baselines"))
+    per_method = {}
+    for r in maze_baselines:
+        per_method.setdefault(r.method, set()).add(r.setting)
+    assert {m: len(s) for m, s in per_method.items()} == {
+        "dqn": 3, "dqn_pc": 5, "dqn_bias_pc": 3, "dqn_rsubtract_pc": 3, "opiq_no_ob": 4, "opiq_no_pc": 16,
+        "dqn_rnd": 6, "dqn_dora": 1, "dqn_dora_oa": 1, "bsp": 6}
+    assert "beta_bsp=30" in per_method["bsp"] and len(maze_baselines) == 48 * 8
 
 
 def test_batches_are_as_few_as_fit_and_equal():
@@ -69,3 +77,21 @@ def test_best_per_method_picks_largest_area():
     ranking = [dict(method="a", setting="x", auc=1.0), dict(method="a", setting="y", auc=2.0),
                dict(method="b", setting="z", auc=0.5)]
     assert [(t["method"], t["setting"]) for t in best_per_method(ranking)] == [("a", "y"), ("b", "z")]
+
+
+def test_sweep_with_structural_methods_runs_one_program_per_structure(tmp_path, capsys):
+    """RND and BSP add networks: the sweep batches them apart from the numbers-only methods and ranks all."""
+    preset = dict(TINY, grids=[{"method": "opiq", "grid": {"c_action": [1.0]}},
+                               {"method": "dqn_rnd", "grid": {"beta_rnd": [0.1, 10]}},
+                               {"method": "bsp", "grid": {"beta_bsp": [100]}}])
+    path = tmp_path / "structural.json"
+    path.write_text(json.dumps(preset))
+    main(["sweep", str(path), "--out", str(tmp_path / "sweep"), "--no-progress"])
+    printed = capsys.readouterr().out
+    for line in ("plain: 2 runs", "rnd: 4 runs", "bsp: 2 runs"):
+        assert line in printed
+    assert sorted(p.name for p in (tmp_path / "sweep").glob("batch_*")) == ["batch_000", "batch_001", "batch_002"]
+    rows = (tmp_path / "sweep" / "settings.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4 and any(r.startswith("dqn_rnd,beta_rnd=10,") for r in rows)
+    best = (tmp_path / "sweep" / "best.md").read_text()
+    assert all(f"| {m} |" in best for m in ("opiq", "dqn_rnd", "bsp"))
