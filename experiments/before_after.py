@@ -1,0 +1,109 @@
+"""Learning curves of the same experiment from two code revisions (or devices), side by side.
+
+A speed change must not change what the agents learn. Run the same command (same methods, seeds and
+steps) into two results folders, one per revision, then
+``python -m experiments.before_after --before results/chain-old --after results/chain-new``. Writes
+into ``--out`` (default: the ``--after`` folder):
+
+* ``before_after_<metric>.png``: per method, the median across seeds before (dashed) and after (solid),
+  with the 25-75% band of the after run;
+* ``before_after.md``: per method and metric, the final median and the area under the median curve
+  before and after, and the share of (seed, step) points whose value is identical.
+
+GPU runs of the same command differ slightly from one another (scatter-adds and reductions are not
+ordered), so identical points are expected only on the CPU; the curves say whether the learning
+changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tyro
+
+from opiq_jax.plotting import METRIC_LABELS, area_under_median, curves
+from opiq_jax.runner import read_metrics
+
+
+@dataclass
+class Args:
+    before: Path
+    """Results folder of the earlier revision."""
+    after: Path
+    """Results folder of the later revision (same methods, seeds and steps)."""
+    metrics: tuple[str, ...] = ("train_return", "test_return", "states_visited")
+    """Metrics to compare."""
+    out: Path | None = None
+    """Folder for the figures and the table (default: --after)."""
+
+
+def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[dict]:
+    """Per method present in both: final median and area under the median, before and after, and the
+    share of identical (seed, step) values."""
+    old, new = curves(before, metric), curves(after, metric)
+    rows = []
+    for method in sorted(set(old) & set(new)):
+        a, b = old[method], new[method]
+        if a["values"].shape != b["values"].shape or not np.array_equal(a["steps"], b["steps"]):
+            raise ValueError(f"{method}/{metric}: the two folders hold different seeds or steps "
+                             f"({a['values'].shape} against {b['values'].shape})")
+        same = np.isclose(a["values"], b["values"], rtol=0, atol=0, equal_nan=True)
+        rows.append(dict(method=method, metric=metric, final_before=float(a["median"][-1]),
+                         final_after=float(b["median"][-1]), auc_before=area_under_median(a),
+                         auc_after=area_under_median(b), identical=float(np.mean(same))))
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| method | metric | final median before | after | area under median before | after | identical points |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['metric']} | {r['final_before']:.3g} | {r['final_after']:.3g} | "
+                     f"{r['auc_before']:.3g} | {r['auc_after']:.3g} | {100 * r['identical']:.0f}% |")
+    return "\n".join(lines)
+
+
+def draw(path: Path, before: list[dict], after: list[dict], metric: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    old, new = curves(before, metric), curves(after, metric)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, method in enumerate(sorted(set(old) & set(new))):
+        colour = f"C{i % 10}"
+        ax.plot(old[method]["steps"], old[method]["median"], ls="--", color=colour, lw=1.2)
+        ax.plot(new[method]["steps"], new[method]["median"], color=colour, lw=1.6, label=method)
+        ax.fill_between(new[method]["steps"], new[method]["q25"], new[method]["q75"], color=colour, alpha=0.15, lw=0)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    ax.set_title("before (dashed) and after (solid, 25-75% band)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = tyro.cli(Args, args=argv)
+    out = args.out or args.after
+    out.mkdir(parents=True, exist_ok=True)
+    before, after = read_metrics(args.before), read_metrics(args.after)
+    rows = []
+    for metric in args.metrics:
+        rows += comparison_rows(before, after, metric)
+        draw(out / f"before_after_{metric}.png", before, after, metric)
+    if not rows:
+        raise SystemExit(f"before_after: error: {args.before} and {args.after} share no method")
+    text = markdown(rows)
+    (out / "before_after.md").write_text(f"before: {args.before}\n\nafter: {args.after}\n\n{text}\n")
+    print(text)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""experiments/before_after.py: the same experiment from two revisions, compared curve by curve."""
+
+import pytest
+
+from experiments.before_after import comparison_rows, main
+from opiq_jax.config import static_for_env
+from opiq_jax.methods import method_hparams
+from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_experiment
+
+STATIC = static_for_env("chain", chain_length=8, total_steps=400, log_every=200, buffer_size=300, hidden=(16,))
+
+
+def experiment(lr_scale: float = 1.0) -> Experiment:
+    runs = []
+    for method in ("opiq", "dqn_pc"):
+        hp = method_hparams("chain", method)
+        runs += [RunSpec(method, "paper", s, hp.replace(lr=hp.lr * lr_scale)) for s in range(2)]
+    return Experiment(STATIC, tuple(runs))
+
+
+def test_same_code_twice_is_identical_and_a_change_shows(tmp_path):
+    run_experiment(experiment(), tmp_path / "before", progress=False)
+    run_experiment(experiment(), tmp_path / "after", progress=False)
+    rows = main(["--before", str(tmp_path / "before"), "--after", str(tmp_path / "after"), "--out", str(tmp_path / "cmp")])
+    assert {r["method"] for r in rows} == {"opiq", "dqn_pc"}
+    assert all(r["identical"] == 1.0 and r["auc_before"] == r["auc_after"] for r in rows)
+    assert (tmp_path / "cmp" / "before_after_train_return.png").stat().st_size > 10_000
+    assert "| opiq | states_visited |" in (tmp_path / "cmp" / "before_after.md").read_text()
+
+    run_experiment(experiment(lr_scale=10.0), tmp_path / "changed", progress=False)
+    changed = comparison_rows(read_metrics(tmp_path / "before"), read_metrics(tmp_path / "changed"), "loss")
+    assert all(r["identical"] < 1.0 for r in changed)
+
+
+def test_folders_of_different_shapes_are_refused(tmp_path):
+    run_experiment(experiment(), tmp_path / "before", progress=False)
+    shorter = Experiment(STATIC, experiment().runs[:3])
+    run_experiment(shorter, tmp_path / "after", progress=False)
+    with pytest.raises(ValueError, match="different seeds or steps"):
+        comparison_rows(read_metrics(tmp_path / "before"), read_metrics(tmp_path / "after"), "train_return")
