@@ -29,9 +29,9 @@ import jax
 import tyro
 
 from opiq_jax.bench.options import Bench
+from opiq_jax.bench.throughput import bench_experiment, run_until_learning
 from opiq_jax.config import StaticConfig, stack_hparams
-from opiq_jax.methods import method_hparams
-from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
+from opiq_jax.runner import compiled_trainer, run_keys_for
 
 SCOPES = ("act", "update", "sample", "targets", "loss_and_grad", "optimiser", "dora", "rnd", "target_copy", "metrics")
 
@@ -112,17 +112,13 @@ def op_times(xplane_path: str, module: str) -> dict[str, float]:
 
 def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: str = "opiq") -> dict:
     """Traces ``chunks`` chunks of the compiled trainer and returns the time per phase and per op."""
-    hparams = method_hparams(static.env, method)
-    experiment = Experiment(static, tuple(RunSpec(method, "profile", s, hparams) for s in range(num_runs)))
+    experiment = bench_experiment(static, num_runs, method)
     _, init, train_chunk = compiled_trainer(static)
     run_keys, env_keys = run_keys_for(experiment)
     state = init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
     compiled = train_chunk.lower(state).compile()
     names = op_names_of(compiled.as_text())
-    state, _ = jax.block_until_ready(train_chunk(state))
-    while int(state.step) < static.batch_size + 1:  # from here on every step trains
-        state, _ = jax.block_until_ready(train_chunk(state))
-    state, _ = jax.block_until_ready(train_chunk(state))
+    state, _ = jax.block_until_ready(train_chunk(run_until_learning(train_chunk, state, static)))
     with tempfile.TemporaryDirectory() as trace_dir:
         start = time.perf_counter()
         with jax.profiler.trace(trace_dir):
@@ -133,14 +129,15 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
         if not traces:
             raise RuntimeError(f"the profiler wrote no trace into {trace_dir}")
         per_op = op_times(str(traces[-1]), "train_chunk")
+    phases = {op: phase_of(names.get(op, "")) for op in per_op}
     per_phase: dict[str, float] = defaultdict(float)
     for op, t in per_op.items():
-        per_phase[phase_of(names.get(op, ""))] += t
+        per_phase[phases[op]] += t
     steps = num_runs * static.log_every * chunks
     return dict(env=static.env, runs=num_runs, chunks=chunks, steps=steps, wall_s=seconds,
                 env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind,
                 op_seconds=sum(per_op.values()), per_phase=dict(per_phase),
-                per_op=[dict(op=op, seconds=t, phase=phase_of(names.get(op, "")), op_name=names.get(op, ""))
+                per_op=[dict(op=op, seconds=t, phase=phases[op], op_name=names.get(op, ""))
                         for op, t in sorted(per_op.items(), key=lambda kv: -kv[1])])
 
 

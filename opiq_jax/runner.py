@@ -192,16 +192,22 @@ def available_device_bytes() -> int:
 MEMORY_HEADROOM = 3.0
 
 
+def runs_that_fit(per_run: int, free_bytes: int, headroom: float = MEMORY_HEADROOM) -> int:
+    """The most states of ``per_run`` bytes that, times ``headroom``, fit in ``free_bytes``."""
+    return max(0, int(free_bytes // (per_run * headroom)))
+
+
 def fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM) -> bool:
     """Whether ``num_runs`` states of ``per_run`` bytes, times ``headroom``, fit in the free device memory."""
-    return per_run * num_runs * headroom <= available_device_bytes()
+    return num_runs <= runs_that_fit(per_run, available_device_bytes(), headroom)
 
 
 def require_fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM) -> None:
     """Stops with a one-line message when ``num_runs`` states of ``per_run`` bytes do not :func:`fits`."""
-    if not fits(per_run, num_runs, headroom):
-        need, free = per_run * num_runs * headroom, available_device_bytes()
-        most = max(0, int(free // (per_run * headroom)))
+    free = available_device_bytes()
+    most = runs_that_fit(per_run, free, headroom)
+    if num_runs > most:
+        need = per_run * num_runs * headroom
         raise ValueError(
             f"{num_runs} runs need about {need / 2**30:.1f} GiB ({per_run / 2**20:.1f} MiB each, x{headroom:g} "
             f"headroom) but the device has {free / 2**30:.1f} GiB free: use at most {most} runs "
@@ -276,7 +282,7 @@ def _truncate_metrics(out: Path, last_step: int) -> None:
 
 
 def append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[str, np.ndarray],
-                    names: tuple[str, ...] = METRICS) -> None:
+                   names: tuple[str, ...] = METRICS) -> None:
     path = out / METRICS_FILE
     new = not path.exists()
     with open(path, "a", newline="") as f:
@@ -291,12 +297,10 @@ def append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[s
 def read_metrics_file(folder: Path) -> list[dict]:
     """The raw rows of one folder's ``metrics.csv`` (or of ``metrics.csv.gz``, as results are committed);
     none where nothing was logged yet."""
-    if (folder / METRICS_FILE).exists():
-        with open(folder / METRICS_FILE, newline="") as f:
-            return list(csv.DictReader(f))
-    if (folder / f"{METRICS_FILE}.gz").exists():
-        with gzip.open(folder / f"{METRICS_FILE}.gz", "rt", newline="") as f:
-            return list(csv.DictReader(f))
+    for path, opener in ((folder / METRICS_FILE, open), (folder / f"{METRICS_FILE}.gz", gzip.open)):
+        if path.exists():
+            with opener(path, "rt", newline="") as f:
+                return list(csv.DictReader(f))
     return []
 
 

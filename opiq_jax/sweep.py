@@ -31,7 +31,7 @@ from .config import HPARAM_FIELDS, static_for_env
 from .methods import METHODS, method_hparams
 from .plotting import area_under_median, curves
 from .runner import (
-    MEMORY_HEADROOM, Experiment, RunSpec, available_device_bytes, is_finished, read_metrics, run_experiment,
+    Experiment, RunSpec, available_device_bytes, is_finished, read_metrics, run_experiment, runs_that_fit,
     split_by_structure, state_bytes_per_run,
 )
 
@@ -97,7 +97,7 @@ def expand(preset: Preset) -> list[RunSpec]:
 
 def plan_batches(num_runs: int, per_run_bytes: int, free_bytes: int) -> int:
     """The fewest equal batches whose runs fit in ``free_bytes`` with the runner's headroom."""
-    most = max(1, int(free_bytes // (per_run_bytes * MEMORY_HEADROOM)))
+    most = max(1, runs_that_fit(per_run_bytes, free_bytes))
     return math.ceil(num_runs / most)
 
 

@@ -19,7 +19,6 @@ def runs_schedule(max_runs: int, min_runs: int = 1) -> list[int]:
     return [1 << i for i in range(max_runs.bit_length()) if min_runs <= 1 << i <= max_runs]
 
 
-
 @dataclass
 class Bench:
     """Throughput of the compiled trainer for 1, 2, 4, ... runs, side by side with a plain baseline."""
@@ -91,5 +90,3 @@ class Bench:
         if self.buffer_size is not None:
             overrides["buffer_size"] = self.buffer_size
         return static_for_env(env, **overrides)
-
-

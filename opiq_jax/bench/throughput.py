@@ -318,6 +318,13 @@ def bench_experiment(static: StaticConfig, num_runs: int, method: str = "opiq") 
     return Experiment(static, tuple(RunSpec(method, "bench", seed, hparams) for seed in range(num_runs)))
 
 
+def run_until_learning(train_chunk, state, static: StaticConfig):
+    """Chunks until the buffer holds ``batch + 1`` steps, so that every later step trains."""
+    while int(state.step) < static.batch_size + 1:
+        state, _ = train_chunk(state)
+    return state
+
+
 def measure_trainer(static: StaticConfig, num_runs: int, method: str = "opiq", repeats: int = 2) -> Measurement:
     """Compile time, steady-state rate and memory of the compiled trainer at ``num_runs`` runs.
 
@@ -339,8 +346,7 @@ def measure_trainer(static: StaticConfig, num_runs: int, method: str = "opiq", r
     start = time.perf_counter()
     state, _ = jax.block_until_ready(train_chunk(state))
     result.first_call_s = time.perf_counter() - start
-    while int(state.step) < static.batch_size + 1:
-        state, _ = train_chunk(state)
+    state = run_until_learning(train_chunk, state, static)
 
     times = []
     for _ in range(repeats):
