@@ -103,6 +103,19 @@ def report(out: Path, env: str, count_features: str, num_states: int) -> None:
     print(text)
 
 
+def record_invocation(info_path: Path, seconds: float, **fields) -> dict:
+    """Appends one invocation's wall-clock to ``run_info.json`` (a record in another shape is kept as ``earlier``)."""
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    previous = info.get("seconds_per_invocation", [])
+    if not isinstance(previous, list) or not all(isinstance(s, (int, float)) for s in previous):
+        info["earlier"] = previous
+        previous = []
+    info["seconds_per_invocation"] = [*previous, seconds]
+    info.update(fields, total_seconds=sum(info["seconds_per_invocation"]))
+    info_path.write_text(json.dumps(info, indent=1))
+    return info
+
+
 def main(argv: list[str] | None = None) -> None:
     args = resolve(tyro.cli(Args, args=argv))
     experiment = build(args)
@@ -110,14 +123,9 @@ def main(argv: list[str] | None = None) -> None:
     run_methods(experiment, args.out, progress=args.progress, checkpoint_seconds=60 * args.checkpoint_minutes,
                 max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
     seconds = time.time() - started
-    info_path = args.out / "run_info.json"
-    info = json.loads(info_path.read_text()) if info_path.exists() else {"seconds_per_invocation": []}
-    info["seconds_per_invocation"].append(seconds)
     device = jax.devices()[0].device_kind
     print(f"{args.env}: {len(experiment.runs)} runs x {args.steps} steps in {seconds:.0f} s on {device}")
-    info.update(device=device, runs=len(experiment.runs), steps=args.steps,
-                total_seconds=sum(info["seconds_per_invocation"]))
-    info_path.write_text(json.dumps(info, indent=1))
+    record_invocation(args.out / "run_info.json", seconds, device=device, runs=len(experiment.runs), steps=args.steps)
     if not is_finished(args.out):  # the figures and tables still show what has run (their 'last step' says how far)
         print(f"{args.env}: stopped before the end; run the same command again to resume from {args.out}")
     report(args.out, args.env, args.count_features, args.chain_length if args.env == "chain" else 340)

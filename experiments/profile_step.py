@@ -9,7 +9,7 @@ learning on every step) with ``jax.profiler``, reads the trace back with
 
 On a GPU the times are the device's kernel times (the profiler's "XLA Ops" line); on the CPU they
 are the host thunks' times, summed over threads. Writes ``profile_<env>_<runs>.md`` and ``.json``
-into ``--out`` and prints the table and the heaviest ops.
+(and the compiled HLO as ``.hlo.txt``) into ``--out`` and prints the table and the heaviest ops.
 
 Run: ``python -m experiments.profile_step --env chain --runs 1024`` (or ``--env maze --runs 512``).
 """
@@ -117,7 +117,8 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
     run_keys, env_keys = run_keys_for(experiment)
     state = init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
     compiled = train_chunk.lower(state).compile()
-    names = op_names_of(compiled.as_text())
+    hlo = compiled.as_text()
+    names = op_names_of(hlo)
     state, _ = jax.block_until_ready(train_chunk(run_until_learning(train_chunk, state, static)))
     with tempfile.TemporaryDirectory() as trace_dir:
         start = time.perf_counter()
@@ -135,7 +136,7 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
         per_phase[phases[op]] += t
     steps = num_runs * static.log_every * chunks
     return dict(env=static.env, runs=num_runs, chunks=chunks, steps=steps, wall_s=seconds,
-                env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind,
+                env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind, hlo=hlo,
                 op_seconds=sum(per_op.values()), per_phase=dict(per_phase),
                 per_op=[dict(op=op, seconds=t, phase=phases[op], op_name=names.get(op, ""))
                         for op, t in sorted(per_op.items(), key=lambda kv: -kv[1])])
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"profile_{args.env}_{args.runs}"
     stem.with_suffix(".md").write_text(text + "\n")
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    stem.with_suffix(".hlo.txt").write_text(result["hlo"])  # the compiled program, to read the ops' fusions
+    stem.with_suffix(".json").write_text(json.dumps({k: v for k, v in result.items() if k != "hlo"}, indent=1))
     return result
 
 
