@@ -11,10 +11,21 @@ On a GPU the times are the device's kernel times (the profiler's "XLA Ops" line)
 are the host thunks' times, summed over threads. Writes ``profile_<env>_<runs>.md`` and ``.json``
 (and the compiled HLO as ``.hlo.txt``) into ``--out`` and prints the table and the heaviest ops.
 
+Run as a script, it turns off XLA's GPU command buffers before JAX starts: with them (the
+default) the whole loop body is captured as one CUDA graph and the trace shows a single
+``command_buffer`` op that no scope can be read from. Without them every kernel is launched on its
+own, so the traced wall-clock is slower than the trainer's (the op times are not; the table says
+which mode it ran in).
+
 Run: ``python -m experiments.profile_step --env chain --runs 1024`` (or ``--env maze --runs 512``).
 """
 
 from __future__ import annotations
+
+import os
+
+if __name__ == "__main__":  # before JAX starts (importing the trainer starts it)
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_enable_command_buffer=".strip()
 
 import json
 import re
@@ -110,6 +121,12 @@ def op_times(xplane_path: str, module: str) -> dict[str, float]:
     return dict(totals)
 
 
+def command_buffers_enabled() -> bool:
+    """Whether XLA may capture the step as CUDA graphs (then a GPU trace shows one op per graph)."""
+    flags = re.findall(r"--xla_gpu_enable_command_buffer=(\S*)", os.environ.get("XLA_FLAGS", ""))
+    return not flags or flags[-1] not in ("", "''", '""')
+
+
 def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: str = "opiq") -> dict:
     """Traces ``chunks`` chunks of the compiled trainer and returns the time per phase and per op."""
     experiment = bench_experiment(static, num_runs, method)
@@ -137,6 +154,7 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
     steps = num_runs * static.log_every * chunks
     return dict(env=static.env, runs=num_runs, chunks=chunks, steps=steps, wall_s=seconds,
                 env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind, hlo=hlo,
+                command_buffers=command_buffers_enabled(),
                 op_seconds=sum(per_op.values()), per_phase=dict(per_phase),
                 per_op=[dict(op=op, seconds=t, phase=phases[op], op_name=names.get(op, ""))
                         for op, t in sorted(per_op.items(), key=lambda kv: -kv[1])])
@@ -146,7 +164,8 @@ def markdown(result: dict, top: int) -> str:
     total = result["op_seconds"] or 1.0
     lines = [f"### {result['env']}, {result['runs']} runs, {result['chunks']} chunks on {result['device']}", "",
              f"Traced wall-clock {result['wall_s']:.2f} s for {result['steps']:,} environment steps "
-             f"({result['env_steps_per_s_traced']:,.0f} steps/s under the profiler); op time {total:.3f} s.", "",
+             f"({result['env_steps_per_s_traced']:,.0f} steps/s under the profiler, GPU command buffers "
+             f"{'on' if result['command_buffers'] else 'off'}); op time {total:.3f} s.", "",
              "| phase | op time s | share | ns per env step |", "|---|---|---|---|"]
     for phase, t in sorted(result["per_phase"].items(), key=lambda kv: -kv[1]):
         lines.append(f"| {phase} | {t:.4f} | {100 * t / total:.1f}% | {1e9 * t / result['steps']:.1f} |")

@@ -31,3 +31,14 @@ def test_profile_of_a_small_chain_covers_every_phase_of_a_learning_step():
     assert sum(phases.values()) == pytest.approx(result["op_seconds"])
     assert result["steps"] == 2 * 100
     assert "| update/loss_and_grad |" in markdown(result, top=5)
+
+
+def test_command_buffers_are_read_from_xla_flags(monkeypatch):
+    from experiments.profile_step import command_buffers_enabled
+
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert command_buffers_enabled()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x --xla_gpu_enable_command_buffer=")
+    assert not command_buffers_enabled()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer= --xla_gpu_enable_command_buffer=FUSION")
+    assert command_buffers_enabled()
