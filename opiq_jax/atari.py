@@ -52,7 +52,7 @@ from .runner import (
     CONFIG_FILE, METRICS_FILE, append_metrics, atomic_write_bytes, require_fits, run_keys_for, tree_bytes,
 )
 from .targets import bootstrap_value, mixed_monte_carlo, n_step_return
-from .trainer import chunk_mean, make_optimiser
+from .trainer import ChunkStats, make_optimiser
 
 NUM_ROOMS = 256  # RAM byte 3 takes byte values; Montezuma has 24 rooms per level
 ATARI_METRICS = (
@@ -77,12 +77,8 @@ class AtariRun:
     buffer: frame_replay.FrameReplay  # one ring per environment of the run: leading envs axis
     obs: jax.Array  # uint8[envs, 4, 84, 84]: the current stacks (EnvPool's layout, oldest frame first)
     episode_return: jax.Array  # float32[envs]: unclipped return of each running episode
-    chunk_return_sum: jax.Array
-    chunk_episodes: jax.Array
+    chunk: ChunkStats  # summed over the run's environments
     max_return: jax.Array
-    chunk_loss_sum: jax.Array
-    chunk_updates: jax.Array
-    chunk_intrinsic_sum: jax.Array
     rooms: jax.Array  # bool[NUM_ROOMS]
 
 
@@ -146,13 +142,11 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
         """``obs``: ``[envs, 4, 84, 84]`` first stacks of the run's environments; ``room``: ``[envs]``."""
         k_net, k_loop = jax.random.split(key)
         params = init_params(network, k_net, to_network_input(obs[0]), hp.final_bias)
-        zero = jnp.float32(0)
         return AtariRun(
             key=k_loop, hparams=hp, params=params, target_params=params, opt_state=optimiser.init(params),
             sketch=counts.init_sketch(num_actions, static.sketch_rows, static.sketch_width),
             buffer=jax.vmap(first_frame_ring)(obs), obs=obs, episode_return=jnp.zeros((envs,), jnp.float32),
-            chunk_return_sum=zero, chunk_episodes=jnp.int32(0), max_return=jnp.float32(-jnp.inf),
-            chunk_loss_sum=zero, chunk_updates=jnp.int32(0), chunk_intrinsic_sum=zero,
+            chunk=ChunkStats.zeros(), max_return=jnp.float32(-jnp.inf),
             rooms=jnp.zeros((NUM_ROOMS,), bool).at[room].set(True),
         )
 
@@ -196,8 +190,7 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
         return run.replace(
             sketch=sketch, buffer=buffer, obs=out.obs,
             episode_return=jnp.where(done, 0.0, episode_return),
-            chunk_return_sum=run.chunk_return_sum + jnp.sum(jnp.where(done, episode_return, 0.0)),
-            chunk_episodes=run.chunk_episodes + jnp.sum(done.astype(jnp.int32)),
+            chunk=run.chunk.add_episodes(jnp.sum(jnp.where(done, episode_return, 0.0)), jnp.sum(done.astype(jnp.int32))),
             max_return=jnp.maximum(run.max_return, jnp.max(jnp.where(done, episode_return, -jnp.inf))),
             rooms=run.rooms.at[out.room].set(True),
         )
@@ -241,8 +234,7 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
         updates, opt_state = optimiser.update(grads, run.opt_state, run.params)
         params = jax.tree.map(lambda p, u: p - hp.lr * u, run.params, updates)
         return run.replace(
-            key=key, params=params, opt_state=opt_state, chunk_loss_sum=run.chunk_loss_sum + loss,
-            chunk_updates=run.chunk_updates + 1, chunk_intrinsic_sum=run.chunk_intrinsic_sum + jnp.mean(intrinsic[:, 0]),
+            key=key, params=params, opt_state=opt_state, chunk=run.chunk.add_update(loss, jnp.mean(intrinsic[:, 0])),
         )
 
     def train_if_due(runs: AtariRun, iterations: jax.Array) -> AtariRun:
@@ -283,18 +275,12 @@ def make_atari_train(static: StaticConfig, pool, overlap: bool = True) -> AtariT
     def chunk_metrics(run: AtariRun, step: jax.Array) -> tuple[AtariRun, dict[str, jax.Array]]:
         hp = run.hparams
         metrics = {
-            "train_return": chunk_mean(run.chunk_return_sum, run.chunk_episodes),
-            "episodes": run.chunk_episodes.astype(jnp.float32),
+            **run.chunk.means(),
             "max_return": jnp.where(jnp.isfinite(run.max_return), run.max_return, jnp.nan),
             "rooms_visited": jnp.sum(run.rooms).astype(jnp.float32),
-            "loss": chunk_mean(run.chunk_loss_sum, run.chunk_updates),
             "epsilon": linear_epsilon(step * envs, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps),
-            "intrinsic_reward": chunk_mean(run.chunk_intrinsic_sum, run.chunk_updates),
         }
-        zero = jnp.float32(0)
-        run = run.replace(chunk_return_sum=zero, chunk_episodes=jnp.int32(0), chunk_loss_sum=zero,
-                          chunk_updates=jnp.int32(0), chunk_intrinsic_sum=zero)
-        return run, metrics
+        return run.replace(chunk=ChunkStats.zeros()), metrics
 
     def train_chunk(state: AtariState) -> tuple[AtariState, dict[str, jax.Array]]:
         state, _ = jax.lax.scan(env_step, state, None, length=static.log_every // envs)

@@ -67,15 +67,49 @@ class Transition:
     next_compact: jax.Array  # int32[compact_dim]: s_{t+1} before any auto-reset
 
 
+def chunk_mean(total: jax.Array, count: jax.Array) -> jax.Array:
+    """``total / count`` for a chunk's metric, NaN when nothing was counted in the chunk."""
+    return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+
+@struct.dataclass
+class ChunkStats:
+    """Sums over the steps since the last metrics row, which turns them into means and resets them."""
+
+    return_sum: jax.Array  # float32: returns of the episodes that ended
+    episodes: jax.Array  # int32: episodes that ended
+    loss_sum: jax.Array  # float32: TD loss of each update
+    updates: jax.Array  # int32
+    intrinsic_sum: jax.Array  # float32: mean intrinsic reward of each update's sampled steps
+
+    @classmethod
+    def zeros(cls) -> ChunkStats:
+        zero, none = jnp.float32(0), jnp.int32(0)
+        return cls(return_sum=zero, episodes=none, loss_sum=zero, updates=none, intrinsic_sum=zero)
+
+    def add_episodes(self, returns_sum: jax.Array, ended: jax.Array) -> ChunkStats:
+        """``ended`` episodes ended with returns summing to ``returns_sum``."""
+        return self.replace(return_sum=self.return_sum + returns_sum, episodes=self.episodes + ended)
+
+    def add_update(self, loss: jax.Array, intrinsic_mean: jax.Array) -> ChunkStats:
+        return self.replace(loss_sum=self.loss_sum + loss, updates=self.updates + 1,
+                            intrinsic_sum=self.intrinsic_sum + intrinsic_mean)
+
+    def means(self) -> dict[str, jax.Array]:
+        """The chunk's metrics rows: ``train_return``, ``episodes``, ``loss``, ``intrinsic_reward``."""
+        return {
+            "train_return": chunk_mean(self.return_sum, self.episodes),
+            "episodes": self.episodes.astype(jnp.float32),
+            "loss": chunk_mean(self.loss_sum, self.updates),
+            "intrinsic_reward": chunk_mean(self.intrinsic_sum, self.updates),
+        }
+
+
 @struct.dataclass
 class EpisodeStats:
     episode_return: jax.Array  # return of the running episode
-    chunk_return_sum: jax.Array
-    chunk_episodes: jax.Array
+    chunk: ChunkStats
     max_return: jax.Array
-    chunk_loss_sum: jax.Array
-    chunk_updates: jax.Array
-    chunk_intrinsic_sum: jax.Array
     visited_states: jax.Array  # bool[num_cells]
     visited_state_actions: jax.Array  # bool[num_cells, num_actions]
 
@@ -136,11 +170,6 @@ class Trainer:
     head_values: Callable[[RunState, Any, jax.Array], jax.Array]
     count_columns: Callable[[RunState, jax.Array], jax.Array]
     targets: Callable[[RunState, Transition, jax.Array], jax.Array]
-
-
-def chunk_mean(total: jax.Array, count: jax.Array) -> jax.Array:
-    """``total / count`` for a chunk's metric, NaN when nothing was counted in the chunk."""
-    return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
 
 
 def make_env(static: StaticConfig):
@@ -253,9 +282,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
             done=jnp.bool_(False), next_compact=compact,
         )
         stats = EpisodeStats(
-            episode_return=jnp.float32(0), chunk_return_sum=jnp.float32(0), chunk_episodes=jnp.int32(0),
-            max_return=jnp.float32(-jnp.inf), chunk_loss_sum=jnp.float32(0), chunk_updates=jnp.int32(0),
-            chunk_intrinsic_sum=jnp.float32(0),
+            episode_return=jnp.float32(0), chunk=ChunkStats.zeros(), max_return=jnp.float32(-jnp.inf),
             visited_states=jnp.zeros((env.num_cells,), bool).at[env.cell_id(compact)].set(True),
             visited_state_actions=jnp.zeros((env.num_cells, num_actions), bool),
         )
@@ -324,8 +351,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         cell = env.cell_id(compact)
         stats = stats.replace(
             episode_return=jnp.where(done, 0.0, episode_return),
-            chunk_return_sum=stats.chunk_return_sum + jnp.where(done, episode_return, 0.0),
-            chunk_episodes=stats.chunk_episodes + done.astype(jnp.int32),
+            chunk=stats.chunk.add_episodes(jnp.where(done, episode_return, 0.0), done.astype(jnp.int32)),
             max_return=jnp.where(done, jnp.maximum(stats.max_return, episode_return), stats.max_return),
             visited_states=stats.visited_states.at[info["cell_id"]].set(True),
             visited_state_actions=stats.visited_state_actions.at[cell, action].set(True),
@@ -395,10 +421,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
                 grads = scale_torso_gradients(grads, 1.0 / static.bsp_heads)
         with jax.named_scope("optimiser"):
             params, opt_state = sgd_step(run.params, run.opt_state, grads, run.hparams.lr)
-        stats = run.stats.replace(
-            chunk_loss_sum=run.stats.chunk_loss_sum + loss / num_heads, chunk_updates=run.stats.chunk_updates + 1,
-            chunk_intrinsic_sum=run.stats.chunk_intrinsic_sum + jnp.mean(intrinsic[:, 0]),
-        )
+        stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / num_heads, jnp.mean(intrinsic[:, 0])))
         return run.replace(params=params, opt_state=opt_state, stats=stats)
 
     def update_dora(run: RunState, key: jax.Array) -> RunState:
@@ -495,23 +518,16 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         n0 = counts.query_all_actions(run.sketch, count_columns(run, start))
         stats = run.stats
         metrics = {
-            "train_return": chunk_mean(stats.chunk_return_sum, stats.chunk_episodes),
-            "episodes": stats.chunk_episodes.astype(jnp.float32),
+            **stats.chunk.means(),
             "test_return": test_return,
             "max_return": jnp.where(jnp.isfinite(stats.max_return), stats.max_return, jnp.nan),
             "states_visited": jnp.sum(stats.visited_states).astype(jnp.float32),
             "state_actions_visited": jnp.sum(stats.visited_state_actions).astype(jnp.float32),
             "q_start": jnp.max(q0),
             "qplus_start": jnp.max(q0 + action_bonus(run, start_obs, n0)),
-            "loss": chunk_mean(stats.chunk_loss_sum, stats.chunk_updates),
             "epsilon": linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps),
-            "intrinsic_reward": chunk_mean(stats.chunk_intrinsic_sum, stats.chunk_updates),
         }
-        stats = stats.replace(
-            chunk_return_sum=jnp.float32(0), chunk_episodes=jnp.int32(0),
-            chunk_loss_sum=jnp.float32(0), chunk_updates=jnp.int32(0), chunk_intrinsic_sum=jnp.float32(0),
-        )
-        return run.replace(key=key, stats=stats), metrics
+        return run.replace(key=key, stats=stats.replace(chunk=ChunkStats.zeros())), metrics
 
     def train_chunk(state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
         state, _ = jax.lax.scan(env_step, state, None, length=static.log_every)

@@ -580,7 +580,7 @@ def test_atari_trainer_counts_real_steps_and_stores_every_frame(atari_run):
 
 def test_atari_trainer_learns_and_keeps_returns_unclipped(atari_run):
     envs, state, rows, _ = atari_run
-    assert np.all(np.isfinite(state.runs.chunk_loss_sum))
+    assert np.all(np.isfinite(state.runs.chunk.loss_sum))
     first = jax.tree.map(lambda x: x[0], state.runs.params)
     target = jax.tree.map(lambda x: x[0], state.runs.target_params)
     assert any(np.any(a != b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(target)))  # trained since the copy
