@@ -1,0 +1,200 @@
+"""Could a fused kernel lift the chain past 1M steps/s? One dense layer's update, XLA against Pallas.
+
+The H200 profile of the chain (``docs/results/profile/``) shows every large op of a training step
+running at the card's copy rate, and most of the step spent in passes over the runs' 256 x 256
+weight matrices. Three of those passes come from the update's shape in XLA: the weight-gradient
+GEMM writes ``dW``, the global-norm clip reads it, RMSProp reads it again (with the weights and the
+accumulator, and writes both). A kernel that computes each ``dW`` tile from the layer's inputs
+``H`` and output gradients ``D`` and applies the clipped RMSProp step to it at once never stores
+``dW``: it reads and writes only weights and accumulator (4 passes instead of 7), at the price of
+computing the tile twice (once for the norm), which costs FLOPs the step has to spare.
+
+This script measures that on one layer of ``R`` runs, in one process, side by side:
+
+* ``xla``: what the trainer does, ``dW = H^T D`` then ``make_optimiser``'s clip and RMSProp
+  (optax), vmapped over runs;
+* ``pallas``: two Pallas kernels, the per-run sum of squares of ``dW`` tiles, then the fused
+  update written in place of the weights and accumulator.
+
+It checks that both give the same weights and accumulator, and prints their times and the
+bandwidth each achieves by the pass model (7 and 4 passes of ``R x K x N`` float32), beside the
+copy rate measured in the same run. On a CPU the Pallas kernels run in interpret mode (for tests
+only; the times mean nothing there). Only this layer is modelled: the clip's norm here covers this
+layer alone (the trainer's covers every parameter; the arithmetic is the same).
+
+Run: ``python -m experiments.fused_update --runs 4096`` (the chain: K = N = 256, batch 64).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tyro
+from jax.experimental import pallas as pl
+
+from opiq_jax.bench.throughput import measure_bandwidth
+from opiq_jax.config import StaticConfig, static_for_env
+from opiq_jax.trainer import make_optimiser
+
+
+@dataclass
+class Args:
+    runs: int = 4096
+    """Runs, each with its own weight matrix."""
+    fan_in: int = 256
+    """K: the layer's inputs (the chain's second layer: 256)."""
+    fan_out: int = 256
+    """N: the layer's outputs."""
+    batch: int = 64
+    """Minibatch rows (the paper: 64)."""
+    tile: int = 64
+    """Tile edge of the Pallas kernels (a power of 2 dividing K and N)."""
+    calls: int = 20
+    """Timed calls per variant (the median is reported)."""
+    out: Path = Path("results/fused_update")
+    """Folder for ``fused_update.json``."""
+
+    def validate(self) -> None:
+        for ok, message in [
+            (min(self.runs, self.fan_in, self.fan_out, self.batch, self.calls) >= 1, "every size must be >= 1"),
+            (self.tile & (self.tile - 1) == 0 and self.tile >= 16, "--tile must be a power of 2, at least 16"),
+            (self.fan_in % self.tile == 0 and self.fan_out % self.tile == 0, "--tile must divide --fan-in and --fan-out"),
+            (self.batch >= 16 and self.batch & (self.batch - 1) == 0,
+             "--batch must be a power of 2, at least 16 (the kernels' blocks and matrix product need it)"),
+        ]:
+            if not ok:
+                raise SystemExit(message)
+
+
+def xla_update(static: StaticConfig, h, d, w, acc, lr):
+    """The trainer's path for one layer of every run: ``dW`` stored, then ``make_optimiser``'s clip and RMSProp."""
+    optimiser = make_optimiser(static)
+
+    def one_run(h, d, w, acc, lr):
+        clip_state, rms_state = optimiser.init({"w": w})
+        state = (clip_state, rms_state._replace(nu={"w": acc}))
+        updates, (_, rms_state) = optimiser.update({"w": h.T @ d}, state, {"w": w})
+        return w - lr * updates["w"], rms_state.nu["w"]
+
+    return jax.vmap(one_run)(h, d, w, acc, lr)
+
+
+def _tile_gradient(h_ref, d_ref):
+    from jax.experimental.pallas import triton as plgpu
+
+    if jax.default_backend() == "gpu":
+        return plgpu.dot(h_ref[...], d_ref[...], trans_a=True)
+    return h_ref[...].T @ d_ref[...]
+
+
+def _square_sums_kernel(h_ref, d_ref, out_ref):
+    g = _tile_gradient(h_ref, d_ref)
+    out_ref[...] = jnp.sum(g * g, axis=0, keepdims=True)
+
+
+def _update_kernel(h_ref, d_ref, w_ref, acc_ref, scale_ref, lr_ref, w_out, acc_out, *, decay: float, eps: float):
+    g = _tile_gradient(h_ref, d_ref) * scale_ref[0]
+    acc = decay * acc_ref[...] + (1.0 - decay) * g * g
+    w_out[...] = w_ref[...] - lr_ref[0] * g / (jnp.sqrt(acc) + eps)
+    acc_out[...] = acc
+
+
+def pallas_update(static: StaticConfig, h, d, w, acc, lr, tile: int = 64):
+    """The fused path: per-run norm of ``dW`` from its tiles, then the clipped RMSProp step in place."""
+    runs, batch, fan_in = h.shape
+    fan_out = d.shape[2]
+    grid = (runs, fan_in // tile, fan_out // tile)
+    interpret = jax.default_backend() != "gpu"
+    h_spec = pl.BlockSpec((None, batch, tile), lambda r, i, j: (r, 0, i))
+    d_spec = pl.BlockSpec((None, batch, tile), lambda r, i, j: (r, 0, j))
+    w_spec = pl.BlockSpec((None, tile, tile), lambda r, i, j: (r, i, j))
+    per_run = pl.BlockSpec((None, 1), lambda r, i, j: (r, 0))
+    square_sums = pl.pallas_call(
+        _square_sums_kernel, grid=grid, in_specs=[h_spec, d_spec],
+        out_specs=pl.BlockSpec((None, 1, tile), lambda r, i, j: (r, i, j)),
+        out_shape=jax.ShapeDtypeStruct((runs, fan_in // tile, fan_out), jnp.float32), interpret=interpret,
+    )(h, d)
+    norm = jnp.sqrt(jnp.sum(square_sums, axis=(1, 2)))
+    scale = jnp.where(norm < static.grad_clip, 1.0, static.grad_clip / norm)  # optax.clip_by_global_norm's rule
+    return pl.pallas_call(
+        functools.partial(_update_kernel, decay=static.rms_decay, eps=static.rms_eps), grid=grid,
+        in_specs=[h_spec, d_spec, w_spec, w_spec, per_run, per_run], out_specs=[w_spec, w_spec],
+        out_shape=[jax.ShapeDtypeStruct(w.shape, w.dtype), jax.ShapeDtypeStruct(acc.shape, acc.dtype)],
+        input_output_aliases={2: 0, 3: 1}, interpret=interpret,
+    )(h, d, w, acc, scale[:, None], lr[:, None])
+
+
+def layer_inputs(key: jax.Array, runs: int, batch: int, fan_in: int, fan_out: int):
+    """Random layer inputs, output gradients, weights, accumulator and per-run learning rates."""
+    k_h, k_d, k_w, k_a = jax.random.split(key, 4)
+    h = jax.nn.relu(jax.random.normal(k_h, (runs, batch, fan_in), jnp.float32))
+    d = 0.01 * jax.random.normal(k_d, (runs, batch, fan_out), jnp.float32)
+    w = jax.random.normal(k_w, (runs, fan_in, fan_out), jnp.float32) / np.sqrt(fan_in)
+    acc = 1e-4 * jax.random.uniform(k_a, (runs, fan_in, fan_out), jnp.float32)
+    lr = jnp.full((runs,), 1e-4, jnp.float32)
+    return h, d, w, acc, lr
+
+
+def median_seconds(step, h, d, w, acc, lr, calls: int) -> float:
+    """Median wall-clock of ``calls`` synchronised calls of ``step`` (weights and accumulator donated)."""
+    w, acc = jax.block_until_ready(step(h, d, w, acc, lr))  # compile and warm up
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        w, acc = jax.block_until_ready(step(h, d, w, acc, lr))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = tyro.cli(Args, args=argv)
+    args.validate()
+    static = static_for_env("chain")
+    inputs = layer_inputs(jax.random.key(0), args.runs, args.batch, args.fan_in, args.fan_out)
+    variants = {
+        "xla": jax.jit(functools.partial(xla_update, static), donate_argnums=(2, 3)),
+        "pallas": jax.jit(functools.partial(pallas_update, static, tile=args.tile), donate_argnums=(2, 3)),
+    }
+    reference = jax.jit(functools.partial(xla_update, static))(*inputs)
+    passes = {"xla": 7, "pallas": 4}
+    matrix_bytes = 4 * args.runs * args.fan_in * args.fan_out
+    copy_rate = measure_bandwidth(min(4 * matrix_bytes, 2**31))
+    result = dict(device=jax.devices()[0].device_kind, runs=args.runs, fan_in=args.fan_in, fan_out=args.fan_out,
+                  batch=args.batch, tile=args.tile, copy_gb_s=copy_rate / 1e9,
+                  variants={})
+    for name, step in variants.items():
+        try:
+            w, acc = step(*[jnp.copy(x) for x in inputs])
+            error = max(float(jnp.max(jnp.abs(w - reference[0]))), float(jnp.max(jnp.abs(acc - reference[1]))))
+            seconds = median_seconds(step, *[jnp.copy(x) for x in inputs], calls=args.calls)
+            gb_s = passes[name] * matrix_bytes / seconds / 1e9
+            result["variants"][name] = dict(seconds=seconds, max_abs_difference=error, passes=passes[name], gb_s=gb_s)
+        except Exception as exc:  # a kernel that does not lower on this device is reported, not fatal
+            result["variants"][name] = dict(error=f"{type(exc).__name__}: {str(exc)[:400]}")
+    print(f"one layer of {args.runs} runs, K = {args.fan_in}, N = {args.fan_out}, batch {args.batch}, "
+          f"on {result['device']}; copy rate {result['copy_gb_s']:.0f} GB/s")
+    print("| variant | ms per update | passes | GB/s by the pass model | max |difference| from xla |")
+    print("|---|---|---|---|---|")
+    for name, v in result["variants"].items():
+        if "error" in v:
+            print(f"| {name} | failed: {v['error'][:120]} | | | |")
+        else:
+            print(f"| {name} | {1e3 * v['seconds']:.3f} | {v['passes']} | {v['gb_s']:.0f} | {v['max_abs_difference']:.2e} |")
+    ok = [v for v in result["variants"].values() if "seconds" in v]
+    if len(ok) == 2:
+        result["speedup"] = result["variants"]["xla"]["seconds"] / result["variants"]["pallas"]["seconds"]
+        print(f"pallas is {result['speedup']:.2f}x the xla path")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fused_update.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
