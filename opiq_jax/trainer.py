@@ -84,8 +84,9 @@ class ChunkStats:
 
     @classmethod
     def zeros(cls) -> ChunkStats:
-        zero, none = jnp.float32(0), jnp.int32(0)
-        return cls(return_sum=zero, episodes=none, loss_sum=zero, updates=none, intrinsic_sum=zero)
+        zero_sum, zero_count = jnp.float32(0), jnp.int32(0)
+        return cls(return_sum=zero_sum, episodes=zero_count, loss_sum=zero_sum, updates=zero_count,
+                   intrinsic_sum=zero_sum)
 
     def add_episodes(self, returns_sum: jax.Array, ended: jax.Array) -> ChunkStats:
         """``ended`` episodes ended with returns summing to ``returns_sum``."""
