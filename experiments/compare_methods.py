@@ -33,7 +33,7 @@ import tyro
 from opiq_jax.config import static_for_env
 from opiq_jax.methods import method_hparams
 from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table
-from opiq_jax.runner import Experiment, RunSpec, is_finished, read_metrics, run_methods
+from opiq_jax.runner import Experiment, RunSpec, atomic_write_bytes, is_finished, read_metrics, run_methods
 
 BASELINES = ("opiq", "dqn", "dqn_pc", "dqn_bias", "dqn_bias_pc", "dqn_rsubtract", "dqn_rsubtract_pc",
              "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
@@ -104,15 +104,22 @@ def report(out: Path, env: str, count_features: str, num_states: int) -> None:
 
 
 def record_invocation(info_path: Path, seconds: float, **fields) -> dict:
-    """Appends one invocation's wall-clock to ``run_info.json`` (a record in another shape is kept as ``earlier``)."""
-    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    """Appends one invocation's wall-clock to ``run_info.json``, written atomically.
+
+    A record in another shape (edited by hand, or unreadable) is kept under ``earlier`` and a new
+    list of invocations starts; ``fields`` describe the latest invocation.
+    """
+    try:
+        info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    except json.JSONDecodeError:
+        info = {"earlier": info_path.read_text()}
     previous = info.get("seconds_per_invocation", [])
     if not isinstance(previous, list) or not all(isinstance(s, (int, float)) for s in previous):
-        info["earlier"] = previous
+        info["earlier"] = [info["earlier"], previous] if "earlier" in info else previous
         previous = []
     info["seconds_per_invocation"] = [*previous, seconds]
     info.update(fields, total_seconds=sum(info["seconds_per_invocation"]))
-    info_path.write_text(json.dumps(info, indent=1))
+    atomic_write_bytes(info_path, json.dumps(info, indent=1).encode())
     return info
 
 

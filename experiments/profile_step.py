@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import os
 
-if __name__ == "__main__":  # before JAX starts (importing the trainer starts it)
+if __name__ == "__main__" and "--xla_gpu_enable_command_buffer" not in os.environ.get("XLA_FLAGS", ""):
+    # XLA reads its flags when the backend starts, which importing the trainer (gymnax) already does
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_enable_command_buffer=".strip()
 
 import json
 import re
 import tempfile
 import time
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +131,10 @@ def command_buffers_enabled() -> bool:
 
 def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: str = "opiq") -> dict:
     """Traces ``chunks`` chunks of the compiled trainer and returns the time per phase and per op."""
+    if jax.default_backend() == "gpu" and command_buffers_enabled():
+        warnings.warn("XLA's GPU command buffers are on: the trace will show each loop body as one "
+                      "command_buffer op; set XLA_FLAGS=--xla_gpu_enable_command_buffer= before JAX starts "
+                      "(running this module as a script does)", stacklevel=2)
     experiment = bench_experiment(static, num_runs, method)
     _, init, train_chunk = compiled_trainer(static)
     run_keys, env_keys = run_keys_for(experiment)
@@ -154,7 +160,7 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
     steps = num_runs * static.log_every * chunks
     return dict(env=static.env, runs=num_runs, chunks=chunks, steps=steps, wall_s=seconds,
                 env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind, hlo=hlo,
-                command_buffers=command_buffers_enabled(),
+                command_buffers=command_buffers_enabled() if jax.default_backend() == "gpu" else None,
                 op_seconds=sum(per_op.values()), per_phase=dict(per_phase),
                 per_op=[dict(op=op, seconds=t, phase=phases[op], op_name=names.get(op, ""))
                         for op, t in sorted(per_op.items(), key=lambda kv: -kv[1])])
@@ -165,7 +171,7 @@ def markdown(result: dict, top: int) -> str:
     lines = [f"### {result['env']}, {result['runs']} runs, {result['chunks']} chunks on {result['device']}", "",
              f"Traced wall-clock {result['wall_s']:.2f} s for {result['steps']:,} environment steps "
              f"({result['env_steps_per_s_traced']:,.0f} steps/s under the profiler, GPU command buffers "
-             f"{'on' if result['command_buffers'] else 'off'}); op time {total:.3f} s.", "",
+             f"{ {True: 'on', False: 'off', None: 'n/a'}[result.get('command_buffers')] }); op time {total:.3f} s.", "",
              "| phase | op time s | share | ns per env step |", "|---|---|---|---|"]
     for phase, t in sorted(result["per_phase"].items(), key=lambda kv: -kv[1]):
         lines.append(f"| {phase} | {t:.4f} | {100 * t / total:.1f}% | {1e9 * t / result['steps']:.1f} |")

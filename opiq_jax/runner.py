@@ -266,7 +266,14 @@ def _read_checkpoint(out: Path, template) -> tuple[object, int] | None:
     path = out / CHECKPOINT_FILE
     if not path.exists():
         return None
-    payload = serialization.from_bytes({"chunk": 0, "state": template}, path.read_bytes())
+    try:
+        payload = serialization.from_bytes({"chunk": 0, "state": template}, path.read_bytes())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{path} does not fit this version's training state (written by an older opiq-jax, whose state "
+            f"was laid out differently?): resume it with that version, or delete the checkpoint to start over "
+            f"({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     return payload["state"], int(payload["chunk"])
 
 

@@ -24,3 +24,11 @@ def test_record_keeps_a_hand_edited_record_and_starts_a_list(tmp_path):
     info = compare_methods.record_invocation(path, 12.5, device="cpu")
     assert info["seconds_per_invocation"] == [12.5] and info["earlier"] == {"first machine": 500.0}
     assert json.loads(path.read_text())["note"] == "kept" and info["total_seconds"] == 12.5
+
+
+def test_record_survives_an_unreadable_file(tmp_path):
+    path = tmp_path / "run_info.json"
+    path.write_text('{"seconds_per_invoc')  # cut short by a kill mid-write (older versions wrote in place)
+    info = compare_methods.record_invocation(path, 3.0)
+    assert info["seconds_per_invocation"] == [3.0] and info["earlier"] == '{"seconds_per_invoc'
+    assert json.loads(path.read_text())["total_seconds"] == 3.0

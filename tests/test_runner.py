@@ -198,3 +198,18 @@ def test_two_processes_through_jax_distributed_match_one_process(tmp_path):
             assert multi[key] == value, key
         else:
             assert multi[key] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), key
+
+
+def test_a_checkpoint_of_another_state_layout_is_refused_with_a_clear_message(tmp_path):
+    from flax import serialization
+
+    from opiq_jax.runner import _read_checkpoint
+
+    old = {"chunk": 3, "state": {"stats": {"chunk_return_sum": np.zeros(2, np.float32)}}}
+    (tmp_path / CHECKPOINT_FILE).write_bytes(serialization.to_bytes(old))
+    template = {"stats": {"chunk": {"return_sum": np.zeros(2, np.float32)}}}
+    with pytest.raises(ValueError, match="does not fit this version's training state"):
+        _read_checkpoint(tmp_path, template)
+    (tmp_path / CHECKPOINT_FILE).write_bytes(serialization.to_bytes({"chunk": 3, "state": template}))
+    state, chunk = _read_checkpoint(tmp_path, template)
+    assert chunk == 3 and state["stats"]["chunk"]["return_sum"].shape == (2,)
