@@ -8,7 +8,11 @@ into ``--out`` (default: the ``--after`` folder):
 * ``before_after_<metric>.png``: per method, the median across seeds before (dashed) and after (solid),
   with the 25-75% band of the after run;
 * ``before_after.md``: per method and metric, the final median and the area under the median curve
-  before and after, and the share of (seed, step) points whose value is identical.
+  before and after, the share of (seed, step) points whose value is identical, and the p-value of a
+  two-sided rank-sum (Mann-Whitney) test that the seeds' own areas (the mean of the metric over the
+  run) come from one distribution: a small p says the change moved the learning beyond what the
+  seeds' spread explains. A change that alters the floating-point path (another precision, another
+  kernel) makes each seed's run a different sample, so the seeds' spread is the scale to judge by.
 
 GPU runs of the same command differ slightly from one another (scatter-adds and reductions are not
 ordered), so identical points are expected only on the CPU; the curves say whether the learning
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+import math
 
 import numpy as np
 import tyro
@@ -39,9 +45,28 @@ class Args:
     """Folder for the figures and the table (default: --after)."""
 
 
+def rank_sum_p_value(x: np.ndarray, y: np.ndarray) -> float:
+    """Two-sided p-value of the Mann-Whitney rank-sum test (normal approximation, ties averaged and corrected)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n, m = len(x), len(y)
+    values = np.concatenate([x, y])
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(n + m)
+    ranks[order] = np.arange(1, n + m + 1)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    ranks = (np.bincount(inverse, weights=ranks) / counts)[inverse]  # average ranks of ties
+    u = ranks[:n].sum() - n * (n + 1) / 2
+    ties = np.sum(counts**3 - counts)
+    variance = n * m / 12 * ((n + m + 1) - ties / ((n + m) * (n + m - 1)))
+    if variance <= 0:  # every value equal
+        return 1.0
+    z = (abs(u - n * m / 2) - 0.5) / math.sqrt(variance)  # continuity correction
+    return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2))))
+
+
 def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[dict]:
     """Per method present in both: final median and area under the median, before and after, and the
-    share of identical (seed, step) values."""
+    share of identical (seed, step) values, and the rank-sum p-value of the seeds' areas."""
     old, new = curves(before, metric), curves(after, metric)
     rows = []
     for method in sorted(set(old) & set(new)):
@@ -52,16 +77,18 @@ def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[
         same = np.isclose(a["values"], b["values"], rtol=0, atol=0, equal_nan=True)
         rows.append(dict(method=method, metric=metric, final_before=float(a["median"][-1]),
                          final_after=float(b["median"][-1]), auc_before=area_under_median(a),
-                         auc_after=area_under_median(b), identical=float(np.mean(same))))
+                         auc_after=area_under_median(b), identical=float(np.mean(same)),
+                         seed_area_p=rank_sum_p_value(np.nanmean(a["values"], axis=1), np.nanmean(b["values"], axis=1))))
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| method | metric | final median before | after | area under median before | after | identical points |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| method | metric | final median before | after | area under median before | after | identical points "
+             "| seeds' areas: rank-sum p |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['method']} | {r['metric']} | {r['final_before']:.3g} | {r['final_after']:.3g} | "
-                     f"{r['auc_before']:.3g} | {r['auc_after']:.3g} | {100 * r['identical']:.0f}% |")
+                     f"{r['auc_before']:.3g} | {r['auc_after']:.3g} | {100 * r['identical']:.0f}% | {r['seed_area_p']:.2g} |")
     return "\n".join(lines)
 
 

@@ -26,7 +26,8 @@ measured in the same run. On a CPU the Pallas kernel runs in interpret mode (for
 only; the times mean nothing there). Only this layer is modelled: the clip's norm here covers this
 layer alone (the trainer's covers every parameter; the arithmetic is the same).
 
-Run: ``python -m experiments.fused_update --runs 4096`` (the chain: K = N = 256, batch 64).
+Run: ``python -m experiments.fused_update --runs 4096`` (the chain: K = N = 256, batch 64; every tile of
+``--tiles`` is a variant). It also times the Gram matrices' norm alone.
 """
 
 from __future__ import annotations
@@ -59,8 +60,11 @@ class Args:
     """N: the layer's outputs."""
     batch: int = 64
     """Minibatch rows (the paper: 64)."""
-    tile: int = 64
-    """Tile edge of the Pallas kernel (a power of 2 dividing K and N)."""
+    tiles: tuple[str, ...] = ("64x64", "32x128", "32x256", "16x256", "128x64")
+    """Weight tiles of the Pallas kernel to time, each ``KxN`` (rows of K by columns of N): powers of 2,
+    at least 16, dividing K and N. Each is a variant ``pallas_KxN``."""
+    num_warps: int | None = None
+    """Triton warps per program (None: Pallas's default)."""
     calls: int = 20
     """Timed calls per variant (the median is reported)."""
     out: Path = Path("results/fused_update")
@@ -69,13 +73,27 @@ class Args:
     def validate(self) -> None:
         for ok, message in [
             (min(self.runs, self.fan_in, self.fan_out, self.batch, self.calls) >= 1, "every size must be >= 1"),
-            (self.tile & (self.tile - 1) == 0 and self.tile >= 16, "--tile must be a power of 2, at least 16"),
-            (self.fan_in % self.tile == 0 and self.fan_out % self.tile == 0, "--tile must divide --fan-in and --fan-out"),
+            (len(self.tiles) >= 1 and all(_tile_ok(t, self.fan_in, self.fan_out) for t in self.tiles),
+             "--tiles must be KxN pairs of powers of 2, at least 16, K dividing --fan-in and N --fan-out"),
             (self.batch >= 16 and self.batch & (self.batch - 1) == 0,
              "--batch must be a power of 2, at least 16 (the kernels' blocks and matrix product need it)"),
         ]:
             if not ok:
                 raise SystemExit(message)
+
+
+def _tile_ok(tile: str, fan_in: int, fan_out: int) -> bool:
+    try:
+        k, n = parse_tile(tile)
+    except ValueError:
+        return False
+    return all(t >= 16 and t & (t - 1) == 0 for t in (k, n)) and fan_in % k == 0 and fan_out % n == 0
+
+
+def parse_tile(tile: str) -> tuple[int, int]:
+    """``"32x128"`` -> ``(32, 128)``."""
+    k, n = tile.lower().split("x")
+    return int(k), int(n)
 
 
 def xla_update(static: StaticConfig, h, d, w, acc, lr):
@@ -89,6 +107,19 @@ def xla_update(static: StaticConfig, h, d, w, acc, lr):
         return w - lr * updates["w"], rms_state.nu["w"]
 
     return jax.vmap(one_run)(h, d, w, acc, lr)
+
+
+def xla_gram_update(static: StaticConfig, h, d, w, acc, lr):
+    """XLA alone without the norm's read of ``dW``: the clip's norm from the Gram matrices, then ``dW`` and RMSProp."""
+    scale = clip_scale(static, gradient_norms(h, d))
+    g = scale[:, None, None] * jnp.einsum("rbk,rbn->rkn", h, d)
+    acc = static.rms_decay * acc + (1.0 - static.rms_decay) * g * g
+    return w - lr[:, None, None] * g / (jnp.sqrt(acc) + static.rms_eps), acc
+
+
+def clip_scale(static: StaticConfig, norm: jax.Array) -> jax.Array:
+    """``optax.clip_by_global_norm``'s factor for a gradient of this norm."""
+    return jnp.where(norm < static.grad_clip, 1.0, static.grad_clip / norm)
 
 
 def _tile_gradient(h_ref, d_ref):
@@ -111,22 +142,27 @@ def gradient_norms(h: jax.Array, d: jax.Array) -> jax.Array:
     return jnp.sqrt(jnp.maximum(jnp.sum(gram_h * gram_d, axis=(1, 2)), 0.0))
 
 
-def pallas_update(static: StaticConfig, h, d, w, acc, lr, tile: int = 64):
-    """The fused path: the clip's norm from Gram matrices, then each ``dW`` tile's clipped RMSProp step in place."""
+def pallas_update(static: StaticConfig, h, d, w, acc, lr, tile_k: int = 64, tile_n: int = 64,
+                  num_warps: int | None = None, num_stages: int | None = None):
+    """The fused path: the clip's norm from Gram matrices, then each ``dW`` tile's clipped RMSProp step in place.
+
+    A program updates one ``tile_k x tile_n`` tile of one run's weights; the grid puts the runs last.
+    """
     runs, batch, fan_in = h.shape
     fan_out = d.shape[2]
-    norm = gradient_norms(h, d)
-    scale = jnp.where(norm < static.grad_clip, 1.0, static.grad_clip / norm)  # optax.clip_by_global_norm's rule
-    h_spec = pl.BlockSpec((None, batch, tile), lambda j, i, r: (r, 0, i))
-    d_spec = pl.BlockSpec((None, batch, tile), lambda j, i, r: (r, 0, j))
-    w_spec = pl.BlockSpec((None, tile, tile), lambda j, i, r: (r, i, j))
+    scale = clip_scale(static, gradient_norms(h, d))
+    h_spec = pl.BlockSpec((None, batch, tile_k), lambda j, i, r: (r, 0, i))
+    d_spec = pl.BlockSpec((None, batch, tile_n), lambda j, i, r: (r, 0, j))
+    w_spec = pl.BlockSpec((None, tile_k, tile_n), lambda j, i, r: (r, i, j))
     per_run = pl.BlockSpec((None, 1), lambda j, i, r: (r, 0))
+    on_gpu = jax.default_backend() == "gpu"
     return pl.pallas_call(
         functools.partial(_update_kernel, decay=static.rms_decay, eps=static.rms_eps),
-        grid=(fan_out // tile, fan_in // tile, runs),
+        grid=(fan_out // tile_n, fan_in // tile_k, runs),
         in_specs=[h_spec, d_spec, w_spec, w_spec, per_run, per_run], out_specs=[w_spec, w_spec],
         out_shape=[jax.ShapeDtypeStruct(w.shape, w.dtype), jax.ShapeDtypeStruct(acc.shape, acc.dtype)],
-        input_output_aliases={2: 0, 3: 1}, interpret=jax.default_backend() != "gpu",
+        input_output_aliases={2: 0, 3: 1}, interpret=not on_gpu,
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages) if on_gpu else None,
     )(h, d, w, acc, scale[:, None], lr[:, None])
 
 
@@ -146,8 +182,9 @@ def relative_difference(x: jax.Array, reference: jax.Array) -> float:
     return float(jnp.max(jnp.abs(x - reference)) / jnp.maximum(jnp.max(jnp.abs(reference)), 1e-30))
 
 
-def median_seconds(step, h, d, w, acc, lr, calls: int) -> float:
+def median_seconds(step, h, d, w, acc, lr, calls: int, jit: bool = False) -> float:
     """Median wall-clock of ``calls`` synchronised calls of ``step`` (weights and accumulator donated)."""
+    step = jax.jit(step) if jit else step
     w, acc = jax.block_until_ready(step(h, d, w, acc, lr))  # compile and warm up
     times = []
     for _ in range(calls):
@@ -164,17 +201,25 @@ def main(argv: list[str] | None = None) -> dict:
     inputs = layer_inputs(jax.random.key(0), args.runs, args.batch, args.fan_in, args.fan_out)
     variants = {
         "xla": jax.jit(functools.partial(xla_update, static), donate_argnums=(2, 3)),
-        "pallas": jax.jit(functools.partial(pallas_update, static, tile=args.tile), donate_argnums=(2, 3)),
+        "xla_gram": jax.jit(functools.partial(xla_gram_update, static), donate_argnums=(2, 3)),
     }
+    for tile in args.tiles:
+        tile_k, tile_n = parse_tile(tile)
+        variants[f"pallas_{tile_k}x{tile_n}"] = jax.jit(functools.partial(
+            pallas_update, static, tile_k=tile_k, tile_n=tile_n, num_warps=args.num_warps), donate_argnums=(2, 3))
     matrix_bytes = 4 * args.runs * args.fan_in * args.fan_out
     activation_bytes = 4 * args.runs * args.batch * (args.fan_in + args.fan_out)
-    passes = {"xla": 7, "pallas": 4}  # over the weights; H and D are read once by xla, twice by pallas (Gram, tiles)
-    activation_reads = {"xla": 1, "pallas": 2}
+    # passes over the weights; H and D are read once by xla, twice by the others (the Gram matrices, then the tiles)
+    passes = {name: 7 if name == "xla" else 6 if name == "xla_gram" else 4 for name in variants}
+    activation_reads = {name: 1 if name == "xla" else 2 for name in variants}
     model_bytes = {name: passes[name] * matrix_bytes + activation_reads[name] * activation_bytes for name in passes}
     copy_rate = measure_bandwidth(min(4 * matrix_bytes, 2**31))
+    h, d = inputs[0], inputs[1]
+    gram_seconds = median_seconds(lambda h, d, w, acc, lr: (gradient_norms(h, d), acc), h, d, None, None, None,
+                                  calls=args.calls, jit=True)
     result = dict(device=jax.devices()[0].device_kind, runs=args.runs, fan_in=args.fan_in, fan_out=args.fan_out,
-                  batch=args.batch, tile=args.tile, copy_gb_s=copy_rate / 1e9,
-                  variants={})
+                  batch=args.batch, num_warps=args.num_warps, copy_gb_s=copy_rate / 1e9,
+                  gram_norm_seconds=gram_seconds, variants={})
     reference = None  # the xla variant's result, which the first iteration computes
     for name, step in variants.items():
         try:
@@ -190,7 +235,8 @@ def main(argv: list[str] | None = None) -> dict:
         except Exception as exc:  # a kernel that does not lower on this device is reported, not fatal
             result["variants"][name] = dict(error=f"{type(exc).__name__}: {str(exc)[:400]}")
     print(f"one layer of {args.runs} runs, K = {args.fan_in}, N = {args.fan_out}, batch {args.batch}, "
-          f"on {result['device']}; copy rate {result['copy_gb_s']:.0f} GB/s")
+          f"on {result['device']}; copy rate {result['copy_gb_s']:.0f} GB/s; the clip's norm from the Gram matrices "
+          f"alone: {1e3 * gram_seconds:.3f} ms")
     print("| variant | ms per update | weight passes | GB/s by the byte model | max relative difference from xla |")
     print("|---|---|---|---|---|")
     for name, v in result["variants"].items():
@@ -198,10 +244,10 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"| {name} | failed: {v['error'][:120]} | | | |")
         else:
             print(f"| {name} | {1e3 * v['seconds']:.3f} | {v['passes']} | {v['gb_s']:.0f} | {v['max_relative_difference']:.2e} |")
-    ok = [v for v in result["variants"].values() if "seconds" in v]
-    if len(ok) == 2:
-        result["speedup"] = result["variants"]["xla"]["seconds"] / result["variants"]["pallas"]["seconds"]
-        print(f"pallas is {result['speedup']:.2f}x the xla path")
+    if "seconds" in result["variants"]["xla"]:
+        result["speedup"] = {name: result["variants"]["xla"]["seconds"] / v["seconds"]
+                             for name, v in result["variants"].items() if "seconds" in v and name != "xla"}
+        print("against the xla path: " + ", ".join(f"{name} {x:.2f}x" for name, x in result["speedup"].items()))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fused_update.json").write_text(json.dumps(result, indent=1))
     return result

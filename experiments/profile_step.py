@@ -63,6 +63,8 @@ class Args:
     """Method whose paper setting every run uses."""
     count_features: Literal["exact", "simhash"] = "exact"
     """Counting features (as opiq-jax bench)."""
+    precision: Literal["float32", "bfloat16"] = "float32"
+    """The Q-network's precision (as opiq-jax bench)."""
     top: int = 15
     """Heaviest single ops listed."""
     out: Path = Path("results/profile")
@@ -185,7 +187,7 @@ def markdown(result: dict, top: int) -> str:
 def main(argv: list[str] | None = None) -> dict:
     args = tyro.cli(Args, args=argv)
     args.validate()
-    static = Bench(count_features=args.count_features, steps_per_measure=args.steps_per_chunk).static_for(args.env)
+    static = Bench(count_features=args.count_features, steps_per_measure=args.steps_per_chunk, precision=args.precision).static_for(args.env)
     result = profile_trainer(static, args.runs, args.chunks, args.method)
     text = markdown(result, args.top)
     print(text)

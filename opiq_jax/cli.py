@@ -70,6 +70,9 @@ class Train:
     """Target network copy interval in steps (default: 200 chain, 1000 maze)."""
     hidden: tuple[int, ...] | None = None
     """MLP hidden widths (chain; default 256 256)."""
+    precision: Literal["float32", "bfloat16"] = "float32"
+    """The Q-network's precision: float32 (the paper) or bfloat16 (mixed precision for throughput: float32 weights
+    and optimiser, bfloat16 forward and backward passes and target network; see StaticConfig.precision)."""
     shared_action_mask: bool = False
     """Use one action randomisation for all runs (the reference code) instead of one per run (the paper)."""
     m: float | None = None
@@ -143,6 +146,9 @@ class Sweep:
     """Results folder (default results/sweep-<preset>); an interrupted sweep resumes where it stopped."""
     max_batch_runs: int | None = None
     """Cap on runs per compiled batch (default: as many as fit in device memory)."""
+    precision: Literal["float32", "bfloat16"] | None = None
+    """Override the preset's Q-network precision (default: the preset's, float32 in the shipped ones; see
+    opiq-jax train --help)."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -216,7 +222,8 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
         static_overrides["envs_per_run"] = args.envs_per_run
     if args.env == "chain":
         static_overrides["chain_length"] = args.chain_length
-    static_overrides.update(count_features=args.count_features, shared_action_mask=args.shared_action_mask)
+    static_overrides.update(count_features=args.count_features, shared_action_mask=args.shared_action_mask,
+                            precision=args.precision)
     if args.env_arg:
         static_overrides["env_kwargs"] = parse_env_args(args.env_arg)
     total = static_overrides.get("total_steps")
@@ -321,6 +328,8 @@ def sweep(args: Sweep) -> None:
     except (ValueError, KeyError) as e:
         raise UsageError(str(e)) from None
     _check(args.max_batch_runs is None or args.max_batch_runs >= 1, "--max-batch-runs must be >= 1")
+    if args.precision is not None:
+        preset = dataclasses.replace(preset, static={**preset.static, "precision": args.precision})
     out = args.out or Path("results") / f"sweep-{Path(args.preset).stem}"
     run_sweep(preset, out, progress=args.progress, max_batch_runs=args.max_batch_runs)
 

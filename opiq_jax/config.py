@@ -86,6 +86,12 @@ class StaticConfig:
     """DORA's E-network trains on a small ring of the ``dora_buffer_factor * batch_size`` most recent steps."""
     dora_gamma: float = 0.99
     """Discount gamma_E of DORA's E-value SARSA."""
+    precision: str = "float32"
+    """The Q-network's precision: ``float32`` (the paper) or ``bfloat16``, mixed precision for throughput:
+    float32 weights and RMSProp statistics are what the optimiser updates; the target network and a copy
+    of the weights that acting, the loss and the test episodes read are bfloat16, as are the hidden
+    layers' activations and the gradients; the output layer, the TD loss and the optimiser's arithmetic
+    stay float32. DORA's and RND's networks stay float32."""
     envs_per_run: int = 1
     """Montezuma only: environments of the EnvPool pool that each run owns (the pool holds runs x envs_per_run).
     Step counts (total_steps, log_every, train_every, target_update, the epsilon schedule) stay in environment
@@ -117,6 +123,8 @@ class StaticConfig:
             (1 <= self.rnd_batch <= self.buffer_size, f"rnd_batch must lie in [1, buffer_size], got {self.rnd_batch}"),
             (self.dora_buffer_factor >= 1, f"dora_buffer_factor must be >= 1, got {self.dora_buffer_factor}"),
             (0.0 <= self.dora_gamma <= 1.0, f"dora_gamma must lie in [0, 1], got {self.dora_gamma}"),
+            (self.precision in ("float32", "bfloat16"), f"unknown precision {self.precision!r}: use float32 or bfloat16"),
+            (self.precision == "float32" or self.env != "montezuma", "precision bfloat16 is not implemented for montezuma"),
             (self.envs_per_run >= 1, f"envs_per_run must be >= 1, got {self.envs_per_run}"),
             (self.envs_per_run == 1 or self.env == "montezuma", "envs_per_run > 1 is for --env montezuma only"),
             (self.log_every % self.envs_per_run == 0 and self.target_update % self.envs_per_run == 0

@@ -9,6 +9,11 @@
 
 Every network names its output layer ``head`` so that the optimistic-initialisation baseline
 (DQN Bias) can set exactly that layer's bias.
+
+``dtype`` is the precision of the hidden layers' computation and activations. With ``bfloat16``
+the trainer passes bfloat16 copies of the weights (mixed precision, ``StaticConfig.precision``);
+the output layer always computes in float32, so Q-values and the TD loss keep float32 precision.
+Parameters are always created in float32.
 """
 
 from __future__ import annotations
@@ -23,18 +28,39 @@ import jax.numpy as jnp
 HEAD = "head"
 
 
+def output_layer(num_outputs: int) -> nn.Dense:
+    """The network's last layer, ``head``: float32 whatever the hidden layers' precision."""
+    return nn.Dense(num_outputs, name=HEAD, dtype=jnp.float32)
+
+
 class MLP(nn.Module):
     """A ReLU multilayer perceptron over the flattened observation."""
 
     num_outputs: int
     hidden: Sequence[int] = (256, 256)
+    dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = jnp.reshape(obs, (obs.shape[0], -1)).astype(jnp.float32)
+        x = jnp.reshape(obs, (obs.shape[0], -1)).astype(self.dtype)
         for width in self.hidden:
-            x = nn.relu(nn.Dense(width)(x))
-        return nn.Dense(self.num_outputs, name=HEAD)(x)
+            x = nn.relu(nn.Dense(width, dtype=self.dtype)(x))
+        return output_layer(self.num_outputs)(x)
+
+
+def extract_patches(x: jax.Array, kernel_size: tuple[int, int], strides: tuple[int, int]) -> jax.Array:
+    """``[B, out_h, out_w, kh * kw * C]``: the VALID, strided patches of ``x`` (``[B, H, W, C]``), in the
+    order ``(i, j, c)`` of a ``[kh, kw, C, F]`` kernel reshaped to ``[kh * kw * C, F]``."""
+    kh, kw = kernel_size
+    sh, sw = strides
+    batch, height, width, channels = x.shape
+    out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
+    patches = jnp.stack(
+        [x[:, i : i + sh * (out_h - 1) + 1 : sh, j : j + sw * (out_w - 1) + 1 : sw, :]
+         for i in range(kh) for j in range(kw)],
+        axis=3,
+    )
+    return patches.reshape(batch, out_h, out_w, kh * kw * channels)
 
 
 class PatchConv(nn.Module):
@@ -48,54 +74,50 @@ class PatchConv(nn.Module):
     features: int
     kernel_size: tuple[int, int]
     strides: tuple[int, int]
+    dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         kh, kw = self.kernel_size
-        sh, sw = self.strides
-        batch, height, width, channels = x.shape
-        out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
+        channels = x.shape[-1]
         kernel = self.param("kernel", nn.initializers.lecun_normal(), (kh, kw, channels, self.features))
         bias = self.param("bias", nn.initializers.zeros_init(), (self.features,))
-        patches = jnp.stack(
-            [x[:, i : i + sh * (out_h - 1) + 1 : sh, j : j + sw * (out_w - 1) + 1 : sw, :]
-             for i in range(kh) for j in range(kw)],
-            axis=3,
-        )  # [B, out_h, out_w, kh * kw, C], patch order (i, j) as in the kernel
-        patches = patches.reshape(batch, out_h, out_w, kh * kw * channels)
-        return patches @ kernel.reshape(kh * kw * channels, self.features) + bias
+        patches = extract_patches(x, self.kernel_size, self.strides).astype(self.dtype)
+        return patches @ kernel.reshape(kh * kw * channels, self.features).astype(self.dtype) + bias.astype(self.dtype)
 
 
 class MazeConv(nn.Module):
     """The maze network of the paper's appendix (input ``[B, 24, 24, 1]``)."""
 
     num_outputs: int
+    dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = obs.astype(jnp.float32)
-        x = nn.relu(PatchConv(16, (3, 3), (2, 2))(x))
-        x = nn.relu(PatchConv(16, (3, 3), (2, 2))(x))
+        x = obs.astype(self.dtype)
+        x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
+        x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
         x = jnp.reshape(x, (x.shape[0], -1))
-        x = nn.relu(nn.Dense(400)(x))
-        x = nn.Dense(200)(x)
-        return nn.Dense(self.num_outputs, name=HEAD)(x)
+        x = nn.relu(nn.Dense(400, dtype=self.dtype)(x))
+        x = nn.Dense(200, dtype=self.dtype)(x)
+        return output_layer(self.num_outputs)(x)
 
 
 class NatureDQN(nn.Module):
     """The Nature DQN network for stacks of 84x84 uint8 frames (``[B, 84, 84, 4]``)."""
 
     num_outputs: int
+    dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = obs.astype(jnp.float32) / 255.0
-        x = nn.relu(PatchConv(32, (8, 8), (4, 4))(x))
-        x = nn.relu(PatchConv(64, (4, 4), (2, 2))(x))
-        x = nn.relu(PatchConv(64, (3, 3), (1, 1))(x))
+        x = (obs.astype(jnp.float32) / 255.0).astype(self.dtype)
+        x = nn.relu(PatchConv(32, (8, 8), (4, 4), self.dtype)(x))
+        x = nn.relu(PatchConv(64, (4, 4), (2, 2), self.dtype)(x))
+        x = nn.relu(PatchConv(64, (3, 3), (1, 1), self.dtype)(x))
         x = jnp.reshape(x, (x.shape[0], -1))
-        x = nn.relu(nn.Dense(512)(x))
-        return nn.Dense(self.num_outputs, name=HEAD)(x)
+        x = nn.relu(nn.Dense(512, dtype=self.dtype)(x))
+        return output_layer(self.num_outputs)(x)
 
 
 class Torso(nn.Module):
@@ -103,20 +125,23 @@ class Torso(nn.Module):
 
     name_: str
     hidden: Sequence[int] = (256, 256)
+    dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = obs.astype(jnp.float32)
-        if self.name_ == "mlp":
-            return nn.relu(nn.Dense(self.hidden[0])(jnp.reshape(x, (x.shape[0], -1))))
-        if self.name_ == "maze_conv":
-            x = nn.relu(PatchConv(16, (3, 3), (2, 2))(x))
-            x = nn.relu(PatchConv(16, (3, 3), (2, 2))(x))
-        else:
+        if self.name_ == "nature":
             x = x / 255.0
-            x = nn.relu(PatchConv(32, (8, 8), (4, 4))(x))
-            x = nn.relu(PatchConv(64, (4, 4), (2, 2))(x))
-            x = nn.relu(PatchConv(64, (3, 3), (1, 1))(x))
+        x = x.astype(self.dtype)
+        if self.name_ == "mlp":
+            return nn.relu(nn.Dense(self.hidden[0], dtype=self.dtype)(jnp.reshape(x, (x.shape[0], -1))))
+        if self.name_ == "maze_conv":
+            x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
+            x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
+        else:
+            x = nn.relu(PatchConv(32, (8, 8), (4, 4), self.dtype)(x))
+            x = nn.relu(PatchConv(64, (4, 4), (2, 2), self.dtype)(x))
+            x = nn.relu(PatchConv(64, (3, 3), (1, 1), self.dtype)(x))
         return jnp.reshape(x, (x.shape[0], -1))
 
 
@@ -126,17 +151,18 @@ class Head(nn.Module):
     name_: str
     num_outputs: int
     hidden: Sequence[int] = (256, 256)
+    dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         if self.name_ == "mlp":
             for width in self.hidden[1:]:
-                x = nn.relu(nn.Dense(width)(x))
+                x = nn.relu(nn.Dense(width, dtype=self.dtype)(x))
         elif self.name_ == "maze_conv":
-            x = nn.Dense(200)(nn.relu(nn.Dense(400)(x)))
+            x = nn.Dense(200, dtype=self.dtype)(nn.relu(nn.Dense(400, dtype=self.dtype)(x)))
         else:
-            x = nn.relu(nn.Dense(512)(x))
-        return nn.Dense(self.num_outputs, name=HEAD)(x)
+            x = nn.relu(nn.Dense(512, dtype=self.dtype)(x))
+        return output_layer(self.num_outputs)(x)
 
 
 class BootstrappedQ(nn.Module):
@@ -150,22 +176,24 @@ class BootstrappedQ(nn.Module):
     num_outputs: int
     num_heads: int
     hidden: Sequence[int] = (256, 256)
+    dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        features = Torso(self.name_, self.hidden, name="torso")(obs)
+        features = Torso(self.name_, self.hidden, self.dtype, name="torso")(obs)
         heads = nn.vmap(
             Head, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None, out_axes=1,
             axis_size=self.num_heads,
-        )(self.name_, self.num_outputs, self.hidden, name="heads")
+        )(self.name_, self.num_outputs, self.hidden, self.dtype, name="heads")
         return heads(features)
 
 
-def make_bootstrapped_network(name: str, num_outputs: int, num_heads: int, hidden: Sequence[int] = (256, 256)) -> nn.Module:
+def make_bootstrapped_network(name: str, num_outputs: int, num_heads: int, hidden: Sequence[int] = (256, 256),
+                              dtype: jnp.dtype = jnp.float32) -> nn.Module:
     """BSP's K-headed form of the network ``name`` (``mlp``, ``maze_conv`` or ``nature``)."""
     if name not in ("mlp", "maze_conv", "nature"):
         raise ValueError(f"unknown network {name!r}; choose mlp, maze_conv or nature")
-    return BootstrappedQ(name_=name, num_outputs=num_outputs, num_heads=num_heads, hidden=tuple(hidden))
+    return BootstrappedQ(name_=name, num_outputs=num_outputs, num_heads=num_heads, hidden=tuple(hidden), dtype=dtype)
 
 
 def scale_torso_gradients(grads: chex.ArrayTree, factor: float) -> chex.ArrayTree:
@@ -182,14 +210,15 @@ def zero_final_layer(params: chex.ArrayTree) -> chex.ArrayTree:
     return {**params, "params": {**params["params"], HEAD: new_head}}
 
 
-def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256)) -> nn.Module:
-    """Builds a network by name: ``mlp``, ``maze_conv`` or ``nature``."""
+def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256),
+                 dtype: jnp.dtype = jnp.float32) -> nn.Module:
+    """Builds a network by name: ``mlp``, ``maze_conv`` or ``nature``, its hidden layers computing in ``dtype``."""
     if name == "mlp":
-        return MLP(num_outputs=num_outputs, hidden=tuple(hidden))
+        return MLP(num_outputs=num_outputs, hidden=tuple(hidden), dtype=dtype)
     if name == "maze_conv":
-        return MazeConv(num_outputs=num_outputs)
+        return MazeConv(num_outputs=num_outputs, dtype=dtype)
     if name == "nature":
-        return NatureDQN(num_outputs=num_outputs)
+        return NatureDQN(num_outputs=num_outputs, dtype=dtype)
     raise ValueError(f"unknown network {name!r}; choose mlp, maze_conv or nature")
 
 

@@ -150,6 +150,7 @@ class RunState:
     stats: EpisodeStats
     active_head: jax.Array  # int32: the BSP head acting in this episode (0 without BSP)
     prior_params: Any = None  # BSP's fixed random prior network (None without BSP)
+    compute_params: Any = None  # precision=bfloat16: the bfloat16 copy of params the forward passes read; else None
     dora: DoraState | None = None
     rnd: RndState | None = None
 
@@ -209,10 +210,12 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
     num_actions = env.num_actions
     net_name = network_name(static, env)
     num_heads = max(1, static.bsp_heads)
+    compute_dtype = jnp.dtype(static.precision)
+    mixed_precision = compute_dtype != jnp.float32
     if static.bsp_heads:
-        network = make_bootstrapped_network(net_name, num_actions, static.bsp_heads, static.hidden)
+        network = make_bootstrapped_network(net_name, num_actions, static.bsp_heads, static.hidden, compute_dtype)
     else:
-        network = make_network(net_name, num_actions, static.hidden)
+        network = make_network(net_name, num_actions, static.hidden, compute_dtype)
     e_network = make_network(net_name, num_actions, static.hidden)  # DORA's E-values (logits)
     rnd_network = make_network(net_name, static.rnd_outputs, static.hidden)
     has_cell_table = hasattr(env, "all_compacts")
@@ -263,8 +266,17 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         return columns_of(run.hash_matrix, run.env_params, compact)
 
     def sgd_step(params, opt_state, grads, lr):
+        grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)  # bfloat16 under mixed precision
         updates, opt_state = optimiser.update(grads, opt_state, params)
         return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
+
+    def in_compute_precision(params):
+        """The Q-network's weights as its forward passes read them (bfloat16 copies under mixed precision)."""
+        return jax.tree.map(lambda p: p.astype(compute_dtype), params)
+
+    def forward_params(run: RunState):
+        """What acting, the loss and the test episodes evaluate: ``params`` itself in float32."""
+        return run.compute_params if mixed_precision else run.params
 
     # ---------------------------------------------------------------------------------- init
 
@@ -302,8 +314,11 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
             predictor = rnd_network.init(k_pred, obs[None])
             extra["rnd"] = RndState(params=predictor, opt_state=optimiser.init(predictor),
                                     target_params=rnd_network.init(k_tgt, obs[None]))
+        if mixed_precision:
+            extra["compute_params"] = in_compute_precision(params)
         return RunState(
-            key=k_loop, hparams=hp, params=params, target_params=params, opt_state=optimiser.init(params),
+            key=k_loop, hparams=hp, params=params, target_params=in_compute_precision(params),
+            opt_state=optimiser.init(params),
             env_params=env_params, env_state=env_state, obs=obs, hash_matrix=hash_matrix,
             cell_columns=(jax.vmap(lambda c: columns_of(hash_matrix, env_params, c))(env.all_compacts())
                           if has_cell_table else jnp.zeros((0, static.sketch_rows), jnp.int32)),
@@ -333,7 +348,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         key, k_explore, k_random, k_env = jax.random.split(run.key, 4)
         compact = env.compact_state(run.env_state)
         columns = count_columns(run, compact)
-        q = head_values(run, run.params, run.obs[None])[0, run.active_head]
+        q = head_values(run, forward_params(run), run.obs[None])[0, run.active_head]
         n_sa = counts.query_all_actions(run.sketch, columns)
         greedy = jnp.argmax(q + action_bonus(run, run.obs, n_sa))
         epsilon = linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps)
@@ -417,13 +432,14 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         with jax.named_scope("loss_and_grad"):
             first = jax.tree.map(lambda x: x[:, 0], windows)
             obs = obs_of(run, first.compact)
-            loss, grads = jax.value_and_grad(td_loss_per_head)(run.params, run, obs, first.action, targets)
+            loss, grads = jax.value_and_grad(td_loss_per_head)(forward_params(run), run, obs, first.action, targets)
             if static.bsp_heads:
                 grads = scale_torso_gradients(grads, 1.0 / static.bsp_heads)
         with jax.named_scope("optimiser"):
             params, opt_state = sgd_step(run.params, run.opt_state, grads, run.hparams.lr)
+            extra = {"compute_params": in_compute_precision(params)} if mixed_precision else {}
         stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / num_heads, jnp.mean(intrinsic[:, 0])))
-        return run.replace(params=params, opt_state=opt_state, stats=stats)
+        return run.replace(params=params, opt_state=opt_state, stats=stats, **extra)
 
     def update_dora(run: RunState, key: jax.Array) -> RunState:
         """One n-step SARSA step of the E-values (zero reward) on a batch from DORA's ring of recent steps."""
@@ -472,7 +488,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         return run.replace(key=key)
 
     def copy_target(run: RunState) -> RunState:
-        return run.replace(target_params=run.params)
+        return run.replace(target_params=forward_params(run))
 
     def env_step(state: TrainState, _) -> tuple[TrainState, None]:
         # the named scopes label the compiled ops for experiments/profile_step.py (no effect on the results)
@@ -490,7 +506,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
 
     def greedy_action(run: RunState, obs: jax.Array) -> jax.Array:
         """The test policy: greedy on plain Q; for BSP the majority vote of the heads (prior included)."""
-        return bonuses.majority_vote(head_values(run, run.params, obs[None])[0])
+        return bonuses.majority_vote(head_values(run, forward_params(run), obs[None])[0])
 
     def greedy_test_return(run: RunState) -> tuple[jax.Array, jax.Array]:
         """One episode acting greedily on plain Q (the paper's test protocol); uses its own key."""
@@ -515,7 +531,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         test_return, key = greedy_test_return(run)
         start = env.start_compact(run.env_params)
         start_obs = env.obs_from_compact(start, run.env_params)
-        q0 = jnp.mean(head_values(run, run.params, start_obs[None])[0], axis=0)
+        q0 = jnp.mean(head_values(run, forward_params(run), start_obs[None])[0], axis=0)
         n0 = counts.query_all_actions(run.sketch, count_columns(run, start))
         stats = run.stats
         metrics = {

@@ -2,7 +2,9 @@
 
 import pytest
 
-from experiments.before_after import comparison_rows, main
+import numpy as np
+
+from experiments.before_after import comparison_rows, main, rank_sum_p_value
 from opiq_jax.config import static_for_env
 from opiq_jax.methods import method_hparams
 from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_experiment
@@ -23,7 +25,7 @@ def test_same_code_twice_is_identical_and_a_change_shows(tmp_path):
     run_experiment(experiment(), tmp_path / "after", progress=False)
     rows = main(["--before", str(tmp_path / "before"), "--after", str(tmp_path / "after"), "--out", str(tmp_path / "cmp")])
     assert {r["method"] for r in rows} == {"opiq", "dqn_pc"}
-    assert all(r["identical"] == 1.0 and r["auc_before"] == r["auc_after"] for r in rows)
+    assert all(r["identical"] == 1.0 and r["auc_before"] == r["auc_after"] and r["seed_area_p"] == 1.0 for r in rows)
     assert (tmp_path / "cmp" / "before_after_train_return.png").stat().st_size > 10_000
     assert "| opiq | states_visited |" in (tmp_path / "cmp" / "before_after.md").read_text()
 
@@ -38,3 +40,15 @@ def test_folders_of_different_shapes_are_refused(tmp_path):
     run_experiment(shorter, tmp_path / "after", progress=False)
     with pytest.raises(ValueError, match="different seeds or steps"):
         comparison_rows(read_metrics(tmp_path / "before"), read_metrics(tmp_path / "after"), "train_return")
+
+
+def test_rank_sum_p_value():
+    # separated samples of five: the exact two-sided Mann-Whitney p is 2/252 = 0.0079; the normal
+    # approximation with continuity correction gives 0.0122 (as scipy's asymptotic method)
+    assert rank_sum_p_value(np.arange(5), np.arange(5) + 5) == pytest.approx(0.012186, rel=1e-4)
+    assert rank_sum_p_value(np.arange(5) + 5, np.arange(5)) == pytest.approx(0.012186, rel=1e-4)
+    assert rank_sum_p_value(np.zeros(4), np.zeros(6)) == 1.0  # all tied
+    assert rank_sum_p_value(np.array([1.0, 2, 3, 4]), np.array([1.5, 2.5, 3.5, 4.5])) > 0.5
+    rng = np.random.default_rng(0)
+    shifted = [rank_sum_p_value(rng.normal(size=20), rng.normal(size=20) + 2) for _ in range(20)]
+    assert max(shifted) < 1e-3

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.fused_update import gradient_norms, layer_inputs, main, pallas_update, xla_update
+from experiments.fused_update import gradient_norms, layer_inputs, main, pallas_update, xla_gram_update, xla_update
 from opiq_jax.config import static_for_env
 
 
@@ -18,15 +18,22 @@ def test_fused_update_matches_the_trainers_optimiser(gradient_scale):
     assert bool(jnp.all(norms > static.grad_clip)) == (gradient_scale > 1.0)
     np.testing.assert_allclose(gradient_norms(h, d), norms, rtol=1e-4)  # from the Gram matrices
     expected_w, expected_acc = xla_update(static, h, d, w, acc, lr)
-    fused_w, fused_acc = pallas_update(static, h, d, w, acc, lr, tile=16)
-    np.testing.assert_allclose(fused_acc, expected_acc, rtol=1e-5, atol=1e-12)
-    np.testing.assert_allclose(fused_w, expected_w, rtol=1e-5, atol=1e-7)
-    assert not np.allclose(fused_w, w)  # the step moved the weights
+    for fused_w, fused_acc in [pallas_update(static, h, d, w, acc, lr, tile_k=16, tile_n=32), xla_gram_update(static, h, d, w, acc, lr)]:
+        np.testing.assert_allclose(fused_acc, expected_acc, rtol=1e-5, atol=1e-12)
+        np.testing.assert_allclose(fused_w, expected_w, rtol=1e-5, atol=1e-7)
+        assert not np.allclose(fused_w, w)  # the step moved the weights
 
 
-def test_script_reports_both_variants(tmp_path):
-    result = main(["--runs", "2", "--fan-in", "32", "--fan-out", "32", "--batch", "16", "--tile", "16",
+def test_script_reports_every_variant(tmp_path):
+    result = main(["--runs", "2", "--fan-in", "32", "--fan-out", "32", "--batch", "16", "--tiles", "16x32", "32x16",
                    "--calls", "1", "--out", str(tmp_path)])
-    assert set(result["variants"]) == {"xla", "pallas"}
+    assert set(result["variants"]) == {"xla", "xla_gram", "pallas_16x32", "pallas_32x16"}
     assert all(v["max_relative_difference"] < 1e-5 for v in result["variants"].values())
+    assert result["gram_norm_seconds"] > 0
     assert (tmp_path / "fused_update.json").exists()
+
+
+@pytest.mark.parametrize("tiles", [["48x16"], ["16x64"], ["16by16"], ["8x16"]])  # not a power of 2, not dividing, bad form, too small
+def test_bad_tiles_are_refused(tiles, tmp_path):
+    with pytest.raises(SystemExit, match="--tiles"):
+        main(["--runs", "1", "--fan-in", "32", "--fan-out", "32", "--batch", "16", "--tiles", *tiles, "--out", str(tmp_path)])

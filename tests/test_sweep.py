@@ -95,3 +95,11 @@ def test_sweep_with_structural_methods_runs_one_program_per_structure(tmp_path, 
     assert len(rows) == 1 + 4 and any(r.startswith("dqn_rnd,beta_rnd=10,") for r in rows)
     best = (tmp_path / "sweep" / "best.md").read_text()
     assert all(f"| {m} |" in best for m in ("opiq", "dqn_rnd", "bsp"))
+
+
+def test_sweep_precision_overrides_the_preset(tmp_path):
+    preset = tmp_path / "tiny.json"
+    preset.write_text(json.dumps(dict(TINY, grids=[{"method": "opiq", "grid": {"m": [0.5]}}])))
+    main(["sweep", str(preset), "--out", str(tmp_path / "sweep"), "--precision", "bfloat16", "--no-progress"])
+    configs = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("batch_*/config.json")]
+    assert configs and all(c["static"]["precision"] == "bfloat16" for c in configs)

@@ -47,6 +47,9 @@ class Bench:
     or SimHash codes (the paper)."""
     chain_length: int = 100
     """Chain states."""
+    precision: Literal["float32", "bfloat16"] = "float32"
+    """The trainer's Q-network precision (bfloat16: mixed precision, StaticConfig.precision); the plain
+    baseline is always float32."""
     buffer_size: int | None = None
     """Replay capacity per run (default: the paper's, 10k chain, 250k maze)."""
     hidden: tuple[int, ...] | None = None
@@ -81,7 +84,8 @@ class Bench:
     def static_for(self, env: str) -> StaticConfig:
         """The static configuration measured on ``env``: the paper's, with this bench's overrides."""
         overrides: dict[str, Any] = dict(
-            log_every=self.steps_per_measure, total_steps=self.steps_per_measure, count_features=self.count_features
+            log_every=self.steps_per_measure, total_steps=self.steps_per_measure, count_features=self.count_features,
+            precision=self.precision,
         )
         if env == "chain":
             overrides["chain_length"] = self.chain_length

@@ -27,7 +27,8 @@ step the environment, increment ``N(s, a)``, store the step, then (once the buff
 where the window stops at the end of its episode (``L <= n``), counts are read at training time,
 and a truncated episode bootstraps from its last real observation. Settings come from the same
 :class:`~opiq_jax.config.StaticConfig` and :class:`~opiq_jax.config.HParams` as the trainer
-(``count_features``, the sketch and ``log_every`` are ignored: counts here are always exact).
+(``count_features``, the sketch and ``log_every`` are ignored: counts here are always exact; so is
+``precision``: the baseline is always float32).
 """
 
 from __future__ import annotations

@@ -133,12 +133,14 @@ def work_model(static: StaticConfig) -> WorkModel:
     Bytes, per update unless said otherwise:
 
     * ``acting params``: the online network read once per step to act on one observation;
-    * ``update params``: forward and backward on the batch read the parameters about 3 times,
-      and the update writes them once;
-    * ``gradients``: written by the backward pass, read by the clip and the optimiser;
+    * ``update params``: the forward and the backward pass on the batch each read the weights
+      the forward passes use, the update reads and writes the float32 weights, and under mixed
+      precision writes their bfloat16 copy;
+    * ``gradients``: written by the backward pass, read by the clip's norm and by the optimiser
+      (in the forward passes' precision);
     * ``optimiser``: the RMSProp state read and written;
-    * ``target``: the target network read once for the bootstrap forward, plus its copy (read +
-      write) every ``target_update`` steps;
+    * ``target``: the target network (in the forward passes' precision) read once for the
+      bootstrap forward, plus its copy (read + write) every ``target_update`` steps;
     * ``replay``: ``batch x n`` stored items gathered, plus one item written per step;
     * ``counts``: sketch cells read to act (``rows x actions``), updated (read + write of ``rows``),
       and read at training time for the intrinsic rewards (``batch x n x rows``) and the bootstrap
@@ -161,6 +163,8 @@ def work_model(static: StaticConfig) -> WorkModel:
 
     num_params = count_params(params)
     param_bytes = float(tree_bytes(params))
+    compute_bytes = param_bytes * jnp.dtype(static.precision).itemsize / 4  # what the forward passes read
+    copy_bytes = compute_bytes if static.precision != "float32" else 0.0  # the update's bfloat16 copy
     opt_bytes = float(tree_bytes(opt_state))
     obs_bytes = float(example_obs.size * example_obs.dtype.itemsize)
     fwd = forward_flops(trainer.network, example_obs)
@@ -168,11 +172,11 @@ def work_model(static: StaticConfig) -> WorkModel:
     per_update = 1.0 / static.train_every
     int_bytes = 4.0
     nbytes = {
-        "acting params": param_bytes,
-        "update params": 4 * param_bytes * per_update,
-        "gradients": 2 * param_bytes * per_update,
+        "acting params": compute_bytes,
+        "update params": (2 * compute_bytes + 2 * param_bytes + copy_bytes) * per_update,
+        "gradients": 3 * compute_bytes * per_update,
         "optimiser": 2 * opt_bytes * per_update,
-        "target": param_bytes * per_update + 2 * param_bytes / static.target_update,
+        "target": compute_bytes * per_update + 2 * compute_bytes / static.target_update,
         "replay": b * n * item_bytes * per_update + item_bytes,
         "counts": int_bytes * rows * (a + 2 + (b * n + b * a) * per_update),
         "observations": 2 * 2 * b * obs_bytes * per_update,
@@ -506,7 +510,8 @@ def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any],
         f"### {env} on {device['device_kind']} ({device['platform']}, JAX {device['jax']})",
         "",
         f"Paper settings: batch {static.batch_size}, n-step {static.n_step}, replay {static.buffer_size:,}, "
-        f"target update {static.target_update}, counts: {static.count_features}; one update per environment step.",
+        f"target update {static.target_update}, counts: {static.count_features}, precision: {static.precision} "
+        f"(the plain baseline: float32); one update per environment step.",
         f"Work per step per run: {model.params:,} parameters, {model.total_bytes / 1e6:.3f} MB, "
         f"{model.total_flops / 1e6:.3f} MFLOP.",
     ]

@@ -1,0 +1,162 @@
+"""The maze network's forward and backward pass for R runs, written four ways, timed side by side.
+
+The maze's step is limited by its network passes, not by parameter traffic (``docs/results/profile/``):
+building the second convolution's patch matrix and the first convolution's bias gradient are its
+heaviest single ops. This script asks whether another formulation of the convolutions helps, on
+the network alone (batch 64 per run, the squared error of the first output as the loss, ``vmap``
+over runs as in the trainer), in float32 and bfloat16:
+
+* ``patches``: the trainer's ``MazeConv`` (``PatchConv``: patch matrix, one GEMM, bias added);
+* ``bias_folded``: a column of ones appended to each patch matrix and the bias as the kernel's extra
+  row, so the bias gradient comes out of the weight-gradient GEMM instead of a reduction;
+* ``shifted_conv1``: the one-channel first convolution as nine multiply-adds of strided views;
+* ``lax_conv``: ``lax.conv_general_dilated`` (under ``vmap`` over runs: a grouped convolution).
+
+Every variant reads the same ``MazeConv`` parameters and computes the same function (checked against
+``MazeConv`` before timing). Run: ``python -m experiments.maze_network_variants --runs 512``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tyro
+
+from opiq_jax.networks import MazeConv, extract_patches
+
+
+@dataclass
+class Args:
+    runs: int = 512
+    """Runs, each with its own network."""
+    batch: int = 64
+    """Minibatch rows per run (the paper: 64)."""
+    calls: int = 20
+    """Calls per timed interval; the best of 5 intervals counts."""
+    out: Path = Path("results/maze_network_variants")
+    """Folder for ``maze_network_variants.json``."""
+
+    def validate(self) -> None:
+        if min(self.runs, self.batch, self.calls) < 1:
+            raise SystemExit("maze_network_variants: error: --runs, --batch and --calls must be >= 1")
+
+
+def _dense(x, layer, dtype):
+    return x @ layer["kernel"].astype(dtype) + layer["bias"].astype(dtype)
+
+
+def _patch_conv(x, layer, dtype, fold_bias: bool):
+    kernel = layer["kernel"]
+    kh, kw, _, features = kernel.shape
+    patches = extract_patches(x, (kh, kw), (2, 2)).astype(dtype)
+    if not fold_bias:
+        return patches @ kernel.reshape(-1, features).astype(dtype) + layer["bias"].astype(dtype)
+    ones = jnp.ones(patches.shape[:-1] + (1,), dtype)
+    weights = jnp.concatenate([kernel.reshape(-1, features), layer["bias"][None]], axis=0).astype(dtype)
+    return jnp.concatenate([patches, ones], axis=-1) @ weights
+
+
+def _shifted_conv1(x, layer, dtype):
+    kernel = layer["kernel"].astype(dtype)  # [3, 3, 1, F]
+    out_h, out_w = (x.shape[1] - 3) // 2 + 1, (x.shape[2] - 3) // 2 + 1
+    out = layer["bias"].astype(dtype)
+    for i in range(3):
+        for j in range(3):
+            out = out + x[:, i : i + 2 * (out_h - 1) + 1 : 2, j : j + 2 * (out_w - 1) + 1 : 2, :] * kernel[i, j, 0]
+    return out
+
+
+def _lax_conv(x, layer, dtype):
+    y = jax.lax.conv_general_dilated(x, layer["kernel"].astype(dtype), (2, 2), "VALID",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return y + layer["bias"].astype(dtype)
+
+
+def variant(name: str, dtype) -> Callable:
+    """``apply(params, obs) -> Q`` of the maze network for one run, convolutions written as ``name``."""
+    if name == "patches":
+        net = MazeConv(num_outputs=4, dtype=dtype)
+        return net.apply
+    conv1 = {"bias_folded": lambda x, l: _patch_conv(x, l, dtype, True), "shifted_conv1": lambda x, l: _shifted_conv1(x, l, dtype),
+             "lax_conv": lambda x, l: _lax_conv(x, l, dtype)}[name]
+    conv2 = {"bias_folded": lambda x, l: _patch_conv(x, l, dtype, True),
+             "shifted_conv1": lambda x, l: _patch_conv(x, l, dtype, False), "lax_conv": lambda x, l: _lax_conv(x, l, dtype)}[name]
+
+    def apply(params, obs):
+        p = params["params"]
+        x = obs.astype(dtype)
+        x = jax.nn.relu(conv1(x, p["PatchConv_0"]))
+        x = jax.nn.relu(conv2(x, p["PatchConv_1"]))
+        x = x.reshape(x.shape[0], -1)
+        x = _dense(jax.nn.relu(_dense(x, p["Dense_0"], dtype)), p["Dense_1"], dtype)
+        return _dense(x.astype(jnp.float32), p["head"], jnp.float32)
+
+    return apply
+
+
+VARIANTS = ("patches", "bias_folded", "shifted_conv1", "lax_conv")
+
+
+def inputs(key: jax.Array, runs: int, batch: int):
+    """Per-run ``MazeConv`` parameters, binary observations and regression targets."""
+    k_init, k_obs, k_tgt = jax.random.split(key, 3)
+    example = jnp.zeros((1, 24, 24, 1))
+    params = jax.vmap(lambda k: MazeConv(num_outputs=4).init(k, example))(jax.random.split(k_init, runs))
+    obs = (jax.random.uniform(k_obs, (runs, batch, 24, 24, 1)) < 0.3).astype(jnp.float32)
+    return params, obs, jax.random.normal(k_tgt, (runs, batch))
+
+
+def loss_and_grad(apply: Callable) -> Callable:
+    def loss(params, obs, target):
+        return jnp.mean((apply(params, obs)[:, 0] - target) ** 2)
+
+    return jax.jit(jax.vmap(jax.value_and_grad(loss)))
+
+
+def best_seconds(fn, args, calls: int) -> float:
+    jax.block_until_ready(fn(*args))
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = tyro.cli(Args, args=argv)
+    args.validate()
+    params, obs, target = inputs(jax.random.key(0), args.runs, args.batch)
+    result = dict(device=jax.devices()[0].device_kind, runs=args.runs, batch=args.batch, rows=[])
+    for dtype in (jnp.float32, jnp.bfloat16):
+        reference = jax.vmap(variant("patches", dtype))(params, obs)
+        for name in VARIANTS:
+            apply = variant(name, dtype)
+            q = jax.vmap(apply)(params, obs)
+            difference = float(jnp.max(jnp.abs(q - reference)) / jnp.max(jnp.abs(reference)))
+            row = dict(variant=name, dtype=jnp.dtype(dtype).name, max_relative_difference=difference,
+                       forward_ms=1e3 * best_seconds(jax.jit(jax.vmap(apply)), (params, obs), args.calls),
+                       forward_backward_ms=1e3 * best_seconds(loss_and_grad(apply), (params, obs, target), args.calls))
+            result["rows"].append(row)
+    print(f"the maze network, {args.runs} runs x batch {args.batch}, on {result['device']}")
+    print("| precision | variant | forward ms | forward + backward ms | max relative difference from patches |")
+    print("|---|---|---|---|---|")
+    for r in result["rows"]:
+        print(f"| {r['dtype']} | {r['variant']} | {r['forward_ms']:.3f} | {r['forward_backward_ms']:.3f} | "
+              f"{r['max_relative_difference']:.1e} |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "maze_network_variants.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Mixed precision (``StaticConfig.precision = "bfloat16"``): what is stored in which precision, that the
+networks agree with float32, and that OPIQ still learns the short chain. One compiled program serves the module."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from opiq_jax.bench.throughput import work_model
+from opiq_jax.config import static_for_env, stack_hparams
+from opiq_jax.methods import method_hparams
+from opiq_jax.networks import init_params, make_bootstrapped_network, make_network
+from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
+
+CHAIN = 20  # as tests/test_trainer.py: a random walk almost never reaches the right end
+SEEDS = 12
+STATIC = static_for_env("chain", chain_length=CHAIN, total_steps=2000, log_every=1000, buffer_size=2000,
+                        hidden=(64, 64), precision="bfloat16")
+
+
+@pytest.fixture(scope="module")
+def trained():
+    experiment = Experiment(STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq")) for s in range(SEEDS)))
+    _, init, train_chunk = compiled_trainer(STATIC)
+    run_keys, env_keys = run_keys_for(experiment)
+    state = init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
+    initial = jax.device_get(state)
+    history = []
+    for _ in range(STATIC.total_steps // STATIC.log_every):
+        state, metrics = train_chunk(state)
+        history.append(jax.device_get(metrics))
+    return initial, jax.device_get(state), history
+
+
+def test_opiq_in_mixed_precision_reaches_the_end_of_the_short_chain(trained):
+    _, _, history = trained
+    reached = history[-1]["states_visited"] == CHAIN
+    assert reached.sum() >= 10, f"OPIQ in bfloat16 reached the right end in only {reached.sum()} of {SEEDS} seeds"
+    assert np.nanmedian(history[-1]["max_return"]) == pytest.approx(11.0)
+    assert np.all(np.isfinite(history[-1]["loss"]))
+
+
+def test_master_weights_and_optimiser_stay_float32_and_the_copies_follow_them(trained):
+    initial, state, _ = trained
+    runs = state.runs
+    dtypes = lambda tree: {x.dtype for x in jax.tree.leaves(tree)}
+    assert dtypes(runs.params) == {np.dtype(np.float32)}
+    assert dtypes(runs.opt_state) <= {np.dtype(np.float32), np.dtype(np.int32)}
+    assert dtypes(runs.compute_params) == {np.dtype(jnp.bfloat16)}
+    assert dtypes(runs.target_params) == {np.dtype(jnp.bfloat16)}
+    # the copy the forward passes read is the float32 weights after the last update, rounded
+    for master, copy in zip(jax.tree.leaves(runs.params), jax.tree.leaves(runs.compute_params)):
+        np.testing.assert_array_equal(np.asarray(master.astype(jnp.bfloat16)), np.asarray(copy))
+    # and training moved the weights by more than bfloat16's rounding
+    moved = [np.max(np.abs(a - b)) for a, b in zip(jax.tree.leaves(initial.runs.params), jax.tree.leaves(runs.params))]
+    assert min(moved) > 1e-2
+
+
+@pytest.mark.parametrize("name, obs_shape", [("mlp", (100,)), ("maze_conv", (24, 24, 1))])
+def test_bfloat16_networks_agree_with_float32_and_output_float32(name, obs_shape):
+    obs = jax.random.uniform(jax.random.key(0), (8,) + obs_shape)
+    full = make_network(name, 4)
+    half = make_network(name, 4, dtype=jnp.bfloat16)
+    params = init_params(full, jax.random.key(1), obs[0], jnp.float32(0.3))
+    assert jax.tree.structure(params) == jax.tree.structure(init_params(half, jax.random.key(1), obs[0], jnp.float32(0.3)))
+    q = full.apply(params, obs)
+    q_half = half.apply(jax.tree.map(lambda p: p.astype(jnp.bfloat16), params), obs)
+    assert q_half.dtype == jnp.float32  # the output layer computes in float32
+    np.testing.assert_allclose(q_half, q, atol=0.05 * float(jnp.max(jnp.abs(q))))
+    assert not np.array_equal(np.asarray(q_half), np.asarray(q))  # the hidden layers did run in bfloat16
+
+
+def test_bootstrapped_network_in_bfloat16():
+    obs = jnp.ones((3, 100))
+    net = make_bootstrapped_network("mlp", 2, 3, (32, 32), dtype=jnp.bfloat16)
+    params = net.init(jax.random.key(0), obs)
+    out = net.apply(jax.tree.map(lambda p: p.astype(jnp.bfloat16), params), obs)
+    assert out.shape == (3, 3, 2) and out.dtype == jnp.float32
+
+
+def test_precision_is_validated():
+    with pytest.raises(ValueError, match="unknown precision"):
+        static_for_env("chain", precision="float16")
+    with pytest.raises(ValueError, match="not implemented for montezuma"):
+        static_for_env("montezuma", precision="bfloat16")
+
+
+def test_work_model_counts_the_halved_passes():
+    full = work_model(static_for_env("chain"))
+    half = work_model(static_for_env("chain", precision="bfloat16"))
+    assert half.bytes["acting params"] == full.bytes["acting params"] / 2
+    assert half.bytes["gradients"] == full.bytes["gradients"] / 2
+    assert half.bytes["optimiser"] == full.bytes["optimiser"]  # RMSProp's statistics stay float32
+    # forward and backward read the copy (2 x 1/2), the update reads and writes the master (2) and writes the copy (1/2)
+    assert half.bytes["update params"] == pytest.approx(full.bytes["update params"] * 3.5 / 4)
