@@ -64,6 +64,12 @@ def rank_sum_p_value(x: np.ndarray, y: np.ndarray) -> float:
     return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2))))
 
 
+def seed_areas(values: np.ndarray) -> np.ndarray:
+    """Each seed's area under its own curve (``values[seed, step]``), normalised by the number of points and
+    counting a missing point as 0, as :func:`~opiq_jax.plotting.area_under_median` does for the median."""
+    return np.mean(np.nan_to_num(values, nan=0.0), axis=1)
+
+
 def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[dict]:
     """Per method present in both: final median and area under the median, before and after, and the
     share of identical (seed, step) values, and the rank-sum p-value of the seeds' areas."""
@@ -78,7 +84,7 @@ def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[
         rows.append(dict(method=method, metric=metric, final_before=float(a["median"][-1]),
                          final_after=float(b["median"][-1]), auc_before=area_under_median(a),
                          auc_after=area_under_median(b), identical=float(np.mean(same)),
-                         seed_area_p=rank_sum_p_value(np.nanmean(a["values"], axis=1), np.nanmean(b["values"], axis=1))))
+                         seed_area_p=rank_sum_p_value(seed_areas(a["values"]), seed_areas(b["values"]))))
     return rows
 
 

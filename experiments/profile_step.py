@@ -160,7 +160,7 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
     for op, t in per_op.items():
         per_phase[phases[op]] += t
     steps = num_runs * static.log_every * chunks
-    return dict(env=static.env, runs=num_runs, chunks=chunks, steps=steps, wall_s=seconds,
+    return dict(env=static.env, precision=static.precision, runs=num_runs, chunks=chunks, steps=steps, wall_s=seconds,
                 env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind, hlo=hlo,
                 command_buffers=command_buffers_enabled() if jax.default_backend() == "gpu" else None,
                 op_seconds=sum(per_op.values()), per_phase=dict(per_phase),
@@ -170,7 +170,8 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
 
 def markdown(result: dict, top: int) -> str:
     total = result["op_seconds"] or 1.0
-    lines = [f"### {result['env']}, {result['runs']} runs, {result['chunks']} chunks on {result['device']}", "",
+    lines = [f"### {result['env']}, {result['runs']} runs, {result.get('precision', 'float32')}, {result['chunks']} chunks "
+             f"on {result['device']}", "",
              f"Traced wall-clock {result['wall_s']:.2f} s for {result['steps']:,} environment steps "
              f"({result['env_steps_per_s_traced']:,.0f} steps/s under the profiler, GPU command buffers "
              f"{ {True: 'on', False: 'off', None: 'n/a'}[result.get('command_buffers')] }); op time {total:.3f} s.", "",
@@ -192,7 +193,8 @@ def main(argv: list[str] | None = None) -> dict:
     text = markdown(result, args.top)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"profile_{args.env}_{args.runs}"
+    suffix = "" if args.precision == "float32" else f"_{args.precision}"
+    stem = args.out / f"profile_{args.env}_{args.runs}{suffix}"
     stem.with_suffix(".md").write_text(text + "\n")
     stem.with_suffix(".hlo.txt").write_text(result["hlo"])  # the compiled program, to read the ops' fusions
     stem.with_suffix(".json").write_text(json.dumps({k: v for k, v in result.items() if k != "hlo"}, indent=1))

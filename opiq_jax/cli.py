@@ -148,7 +148,7 @@ class Sweep:
     """Cap on runs per compiled batch (default: as many as fit in device memory)."""
     precision: Literal["float32", "bfloat16"] | None = None
     """Override the preset's Q-network precision (default: the preset's, float32 in the shipped ones; see
-    opiq-jax train --help)."""
+    opiq-jax train --help). The default results folder then ends in -bfloat16."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -330,8 +330,12 @@ def sweep(args: Sweep) -> None:
     _check(args.max_batch_runs is None or args.max_batch_runs >= 1, "--max-batch-runs must be >= 1")
     if args.precision is not None:
         preset = dataclasses.replace(preset, static={**preset.static, "precision": args.precision})
-    out = args.out or Path("results") / f"sweep-{Path(args.preset).stem}"
-    run_sweep(preset, out, progress=args.progress, max_batch_runs=args.max_batch_runs)
+    suffix = f"-{args.precision}" if args.precision and args.precision != "float32" else ""
+    out = args.out or Path("results") / f"sweep-{Path(args.preset).stem}{suffix}"
+    try:
+        run_sweep(preset, out, progress=args.progress, max_batch_runs=args.max_batch_runs)
+    except ValueError as e:  # a batch folder of another experiment, or too many runs for the device
+        raise UsageError(str(e)) from None
 
 
 def plot(args: Plot) -> None:

@@ -115,6 +115,22 @@ def split_by_structure(experiment: Experiment, bsp_heads: int = 10) -> dict[str,
     }
 
 
+def same_experiment(saved: dict, config: dict) -> bool:
+    """Whether a saved ``config.json`` describes ``config``; static fields added since it was written
+    (absent from it) count as their defaults."""
+    defaults = dataclasses.asdict(StaticConfig())
+    static = {k: v for k, v in config["static"].items()
+              if k in saved.get("static", {}) or json.loads(json.dumps(v)) != json.loads(json.dumps(defaults.get(k)))}
+    return saved == json.loads(json.dumps({**config, "static": static}))
+
+
+def require_same_experiment(out: Path, experiment: Experiment) -> None:
+    """Raises ``ValueError`` when ``out`` already holds the results of another experiment."""
+    path = Path(out) / CONFIG_FILE
+    if path.exists() and not same_experiment(json.loads(path.read_text()), experiment.to_json()):
+        raise ValueError(f"{out} holds a different experiment: choose another --out or delete it")
+
+
 def run_methods(experiment: Experiment, out: str | Path, bsp_heads: int = 10, **kwargs) -> dict[str, object]:
     """Runs ``experiment`` as one program per structure; a single structure uses ``out`` itself.
 
@@ -356,10 +372,7 @@ def run_experiment(
     static = experiment.static
     num_chunks = static.total_steps // static.log_every
     config = experiment.to_json()
-    if (out / CONFIG_FILE).exists():
-        saved = json.loads((out / CONFIG_FILE).read_text())
-        if saved != json.loads(json.dumps(config)):
-            raise ValueError(f"{out} holds a different experiment: choose another --out or delete it")
+    require_same_experiment(out, experiment)
     check_fits(static, len(experiment.runs))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / CONFIG_FILE, json.dumps(config, indent=1).encode())

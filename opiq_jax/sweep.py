@@ -31,8 +31,8 @@ from .config import HPARAM_FIELDS, static_for_env
 from .methods import METHODS, method_hparams
 from .plotting import area_under_median, curves
 from .runner import (
-    Experiment, RunSpec, available_device_bytes, is_finished, read_metrics, run_experiment, runs_that_fit,
-    split_by_structure, state_bytes_per_run,
+    Experiment, RunSpec, available_device_bytes, is_finished, read_metrics, require_same_experiment, run_experiment,
+    runs_that_fit, split_by_structure, state_bytes_per_run,
 )
 
 BATCH_PREFIX = "batch_"
@@ -140,6 +140,7 @@ def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_
     for i, batch in enumerate(batches):
         folder = out / f"{BATCH_PREFIX}{i:03d}"
         if (folder / "metrics.csv").exists() and is_finished(folder):
+            require_same_experiment(folder, batch)
             print(f"sweep: batch {i + 1}/{len(batches)} already finished", flush=True)
             continue
         print(f"sweep: batch {i + 1}/{len(batches)}", flush=True)

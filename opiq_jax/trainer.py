@@ -36,7 +36,7 @@ from envs import Maze, RandomisedChain
 
 from . import bonuses, counts, replay
 from .config import HParams, StaticConfig
-from .networks import init_params, make_bootstrapped_network, make_network, scale_torso_gradients, zero_final_layer
+from .networks import HEAD, init_params, make_bootstrapped_network, make_network, scale_torso_gradients, zero_final_layer
 from .optimism import intrinsic_reward, linear_epsilon, optimism_bonus
 from .targets import bootstrap_value, n_step_return, td_loss, window_mask
 
@@ -271,8 +271,13 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
 
     def in_compute_precision(params):
-        """The Q-network's weights as its forward passes read them (bfloat16 copies under mixed precision)."""
-        return jax.tree.map(lambda p: p.astype(compute_dtype), params)
+        """The Q-network's weights as its forward passes read them: bfloat16 copies of the hidden layers under
+        mixed precision; the output layer ``head`` (BSP: every head's) stays float32, as it computes."""
+        def cast(path, p):
+            is_output = any(getattr(k, "key", None) == HEAD for k in path)
+            return p if is_output else p.astype(compute_dtype)
+
+        return jax.tree_util.tree_map_with_path(cast, params)
 
     def forward_params(run: RunState):
         """What acting, the loss and the test episodes evaluate: ``params`` itself in float32."""

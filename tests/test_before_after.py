@@ -4,7 +4,7 @@ import pytest
 
 import numpy as np
 
-from experiments.before_after import comparison_rows, main, rank_sum_p_value
+from experiments.before_after import comparison_rows, main, rank_sum_p_value, seed_areas
 from opiq_jax.config import static_for_env
 from opiq_jax.methods import method_hparams
 from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_experiment
@@ -52,3 +52,8 @@ def test_rank_sum_p_value():
     rng = np.random.default_rng(0)
     shifted = [rank_sum_p_value(rng.normal(size=20), rng.normal(size=20) + 2) for _ in range(20)]
     assert max(shifted) < 1e-3
+
+
+def test_seed_areas_count_missing_points_as_zero():
+    values = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]])
+    np.testing.assert_allclose(seed_areas(values), [4.0 / 3.0, 0.0])

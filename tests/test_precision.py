@@ -11,6 +11,7 @@ from opiq_jax.config import static_for_env, stack_hparams
 from opiq_jax.methods import method_hparams
 from opiq_jax.networks import init_params, make_bootstrapped_network, make_network
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
+from opiq_jax.trainer import make_train
 
 CHAIN = 20  # as tests/test_trainer.py: a random walk almost never reaches the right end
 SEEDS = 12
@@ -46,11 +47,12 @@ def test_master_weights_and_optimiser_stay_float32_and_the_copies_follow_them(tr
     dtypes = lambda tree: {x.dtype for x in jax.tree.leaves(tree)}
     assert dtypes(runs.params) == {np.dtype(np.float32)}
     assert dtypes(runs.opt_state) <= {np.dtype(np.float32), np.dtype(np.int32)}
-    assert dtypes(runs.compute_params) == {np.dtype(jnp.bfloat16)}
-    assert dtypes(runs.target_params) == {np.dtype(jnp.bfloat16)}
+    for copies in (runs.compute_params, runs.target_params):  # hidden layers in bfloat16, the output layer float32
+        assert dtypes(copies["params"]["head"]) == {np.dtype(np.float32)}
+        assert dtypes({k: v for k, v in copies["params"].items() if k != "head"}) == {np.dtype(jnp.bfloat16)}
     # the copy the forward passes read is the float32 weights after the last update, rounded
     for master, copy in zip(jax.tree.leaves(runs.params), jax.tree.leaves(runs.compute_params)):
-        np.testing.assert_array_equal(np.asarray(master.astype(jnp.bfloat16)), np.asarray(copy))
+        np.testing.assert_array_equal(np.asarray(master.astype(copy.dtype)), np.asarray(copy))
     # and training moved the weights by more than bfloat16's rounding
     moved = [np.max(np.abs(a - b)) for a, b in zip(jax.tree.leaves(initial.runs.params), jax.tree.leaves(runs.params))]
     assert min(moved) > 1e-2
@@ -93,3 +95,26 @@ def test_work_model_counts_the_halved_passes():
     assert half.bytes["optimiser"] == full.bytes["optimiser"]  # RMSProp's statistics stay float32
     # forward and backward read the copy (2 x 1/2), the update reads and writes the master (2) and writes the copy (1/2)
     assert half.bytes["update params"] == pytest.approx(full.bytes["update params"] * 3.5 / 4)
+
+
+@pytest.mark.parametrize("method, structure", [("bsp", dict(bsp_heads=3)), ("dqn_dora", dict(bonus_network="dora")),
+                                               ("dqn_rnd", dict(bonus_network="rnd"))])
+def test_only_the_q_network_goes_to_bfloat16(method, structure):
+    """BSP's prior, DORA's E-network and RND's networks stay float32; BSP's heads keep float32 output layers."""
+    static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200, hidden=(16, 16),
+                            precision="bfloat16", **structure)
+    keys = jax.random.split(jax.random.key(0), 1)
+    state = jax.eval_shape(make_train(static).init, keys, keys, stack_hparams([method_hparams("chain", method)]))
+    runs = state.runs
+    dtypes = lambda tree: {x.dtype for x in jax.tree.leaves(tree)}
+    f32, bf16 = np.dtype(np.float32), np.dtype(jnp.bfloat16)
+    assert dtypes(runs.params) == {f32}
+    assert bf16 in dtypes(runs.compute_params) and bf16 in dtypes(runs.target_params)
+    if method == "bsp":
+        assert dtypes(runs.prior_params) == {f32}
+        assert dtypes(runs.compute_params["params"]["heads"]["head"]) == {f32}
+        assert dtypes(runs.compute_params["params"]["torso"]) == {bf16}
+    if method == "dqn_dora":
+        assert dtypes(runs.dora.params) == {f32}
+    if method == "dqn_rnd":
+        assert dtypes(runs.rnd.params) == {f32} and dtypes(runs.rnd.target_params) == {f32}

@@ -1,5 +1,6 @@
 """The host loop and the command line: results folder, resume after a kill, plots, one-line errors."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -213,3 +214,14 @@ def test_a_checkpoint_of_another_state_layout_is_refused_with_a_clear_message(tm
     (tmp_path / CHECKPOINT_FILE).write_bytes(serialization.to_bytes({"chunk": 3, "state": template}))
     state, chunk = _read_checkpoint(tmp_path, template)
     assert chunk == 3 and state["stats"]["chunk"]["return_sum"].shape == (2,)
+
+
+def test_a_config_written_before_a_static_field_existed_still_matches():
+    from opiq_jax.runner import same_experiment
+
+    config = json.loads(json.dumps(EXPERIMENT.to_json()))
+    older = {**config, "static": {k: v for k, v in config["static"].items() if k != "precision"}}
+    assert same_experiment(older, EXPERIMENT.to_json())  # the field's default is what the older run used
+    other = Experiment(dataclasses.replace(STATIC, precision="bfloat16"), EXPERIMENT.runs)
+    assert not same_experiment(older, other.to_json())
+    assert not same_experiment(config, other.to_json())

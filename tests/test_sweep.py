@@ -103,3 +103,11 @@ def test_sweep_precision_overrides_the_preset(tmp_path):
     main(["sweep", str(preset), "--out", str(tmp_path / "sweep"), "--precision", "bfloat16", "--no-progress"])
     configs = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("batch_*/config.json")]
     assert configs and all(c["static"]["precision"] == "bfloat16" for c in configs)
+
+
+def test_a_finished_batch_of_another_precision_is_not_reused(tmp_path):
+    preset = tmp_path / "tiny.json"
+    preset.write_text(json.dumps(dict(TINY, grids=[{"method": "opiq", "grid": {"m": [0.5]}}])))
+    main(["sweep", str(preset), "--out", str(tmp_path / "sweep"), "--no-progress"])
+    with pytest.raises(SystemExit):
+        main(["sweep", str(preset), "--out", str(tmp_path / "sweep"), "--precision", "bfloat16", "--no-progress"])

@@ -481,14 +481,17 @@ def pair_rows(trainer: list[Measurement], plain: dict[int, Measurement]) -> list
     return pairs
 
 
-def row_summary(t: Measurement, p: Measurement | None, model: WorkModel, peaks: DevicePeaks | None) -> dict[str, Any]:
-    """One row of the report as plain numbers (None where not measured)."""
+def row_summary(t: Measurement, p: Measurement | None, model: WorkModel, peaks: DevicePeaks | None,
+                precision: str = "float32") -> dict[str, Any]:
+    """One row of the report as plain numbers (None where not measured); compute as a fraction of the matmul
+    peak of the trainer's precision."""
     row: dict[str, Any] = {"runs": t.runs, "trainer": dataclasses.asdict(t), "plain": dataclasses.asdict(p) if p else None}
     rate = t.steps_per_s
     row["bytes_per_s"] = model.total_bytes * rate if rate else None
     row["flops_per_s"] = model.total_flops * rate if rate else None
     row["bandwidth_fraction"] = row["bytes_per_s"] / peaks.bandwidth if rate and peaks else None
-    row["compute_fraction"] = row["flops_per_s"] / peaks.flops_f32 if rate and peaks else None
+    flops_peak = (peaks.flops_bf16 if precision == "bfloat16" and peaks.flops_bf16 else peaks.flops_f32) if peaks else None
+    row["compute_fraction"] = row["flops_per_s"] / flops_peak if rate and peaks else None
     row["speedup"] = rate / p.steps_per_s if rate and p and p.steps_per_s else None
     return row
 
@@ -573,7 +576,7 @@ def run_bench(options: Bench) -> dict[str, Any]:
     }
     tables = []
     for env, (static, model, trainer_rows, plain_rows) in measured.items():
-        rows = [row_summary(t, p, model, peaks) for t, p in pair_rows(trainer_rows, plain_rows)]
+        rows = [row_summary(t, p, model, peaks, static.precision) for t, p in pair_rows(trainer_rows, plain_rows)]
         report["envs"][env] = {
             "static": dataclasses.asdict(static), "work_model": model.to_json(),
             "plain_replay_item_bytes": plain_replay_item_bytes(static), "rows": rows,
