@@ -8,8 +8,8 @@ into ``--out`` (default: the ``--after`` folder):
 * ``before_after_<metric>.png``: per method, the median across seeds before (dashed) and after (solid),
   with the 25-75% band of the after run;
 * ``before_after.md``: per method and metric, the final median and the area under the median curve
-  before and after, the share of (seed, step) points whose value is identical, and the p-value of a
-  two-sided rank-sum (Mann-Whitney) test that the seeds' own areas (the mean of the metric over the
+  before and after, the share of (seed, step) points whose value is identical, the mean of the seeds'
+  own areas before and after, and the p-value of a two-sided rank-sum (Mann-Whitney) test that the seeds' own areas (the mean of the metric over the
   run) come from one distribution: a small p says the change moved the learning beyond what the
   seeds' spread explains. A change that alters the floating-point path (another precision, another
   kernel) makes each seed's run a different sample, so the seeds' spread is the scale to judge by.
@@ -72,7 +72,7 @@ def seed_areas(values: np.ndarray) -> np.ndarray:
 
 def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[dict]:
     """Per method present in both: final median and area under the median, before and after, and the
-    share of identical (seed, step) values, and the rank-sum p-value of the seeds' areas."""
+    share of identical (seed, step) values, and the seeds' own areas: their means and the rank-sum p-value."""
     old, new = curves(before, metric), curves(after, metric)
     rows = []
     for method in sorted(set(old) & set(new)):
@@ -81,20 +81,23 @@ def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[
             raise ValueError(f"{method}/{metric}: the two folders hold different seeds or steps "
                              f"({a['values'].shape} against {b['values'].shape})")
         same = np.isclose(a["values"], b["values"], rtol=0, atol=0, equal_nan=True)
+        areas_before, areas_after = seed_areas(a["values"]), seed_areas(b["values"])
         rows.append(dict(method=method, metric=metric, final_before=float(a["median"][-1]),
                          final_after=float(b["median"][-1]), auc_before=area_under_median(a),
                          auc_after=area_under_median(b), identical=float(np.mean(same)),
-                         seed_area_p=rank_sum_p_value(seed_areas(a["values"]), seed_areas(b["values"]))))
+                         seed_area_mean_before=float(np.mean(areas_before)), seed_area_mean_after=float(np.mean(areas_after)),
+                         seed_area_p=rank_sum_p_value(areas_before, areas_after)))
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| method | metric | final median before | after | area under median before | after | identical points "
-             "| seeds' areas: rank-sum p |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| seeds' mean area before | after | rank-sum p |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['method']} | {r['metric']} | {r['final_before']:.3g} | {r['final_after']:.3g} | "
-                     f"{r['auc_before']:.3g} | {r['auc_after']:.3g} | {100 * r['identical']:.0f}% | {r['seed_area_p']:.2g} |")
+                     f"{r['auc_before']:.3g} | {r['auc_after']:.3g} | {100 * r['identical']:.0f}% | "
+                     f"{r['seed_area_mean_before']:.3g} | {r['seed_area_mean_after']:.3g} | {r['seed_area_p']:.2g} |")
     return "\n".join(lines)
 
 
