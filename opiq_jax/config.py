@@ -88,10 +88,11 @@ class StaticConfig:
     """Discount gamma_E of DORA's E-value SARSA."""
     precision: str = "float32"
     """The Q-network's precision: ``float32`` (the paper) or ``bfloat16``, mixed precision for throughput:
-    float32 weights and RMSProp statistics are what the optimiser updates; the target network and a copy
-    of the weights that acting, the loss and the test episodes read are bfloat16, as are the hidden
-    layers' activations and the gradients; the output layer, the TD loss and the optimiser's arithmetic
-    stay float32. DORA's and RND's networks stay float32."""
+    float32 weights and RMSProp statistics are what the optimiser updates; the target network's and a
+    copy of the weights' hidden layers, which acting, the loss and the test episodes read, are bfloat16,
+    as are the hidden layers' activations and gradients; the output layer (weights and computation), the
+    TD loss and the optimiser's arithmetic stay float32. BSP's prior and DORA's and RND's networks stay
+    float32."""
     envs_per_run: int = 1
     """Montezuma only: environments of the EnvPool pool that each run owns (the pool holds runs x envs_per_run).
     Step counts (total_steps, log_every, train_every, target_update, the epsilon schedule) stay in environment

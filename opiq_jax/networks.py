@@ -11,8 +11,9 @@ Every network names its output layer ``head`` so that the optimistic-initialisat
 (DQN Bias) can set exactly that layer's bias.
 
 ``dtype`` is the precision of the hidden layers' computation and activations. With ``bfloat16``
-the trainer passes bfloat16 copies of the weights (mixed precision, ``StaticConfig.precision``);
-the output layer always computes in float32, so Q-values and the TD loss keep float32 precision.
+the trainer passes bfloat16 copies of the hidden layers' weights (mixed precision,
+``StaticConfig.precision``); the output layer keeps float32 weights and computes in float32, so
+Q-values and the TD loss keep float32 precision.
 Parameters are always created in float32.
 """
 
