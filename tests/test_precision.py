@@ -118,3 +118,14 @@ def test_only_the_q_network_goes_to_bfloat16(method, structure):
         assert dtypes(runs.dora.params) == {f32}
     if method == "dqn_rnd":
         assert dtypes(runs.rnd.params) == {f32} and dtypes(runs.rnd.target_params) == {f32}
+
+
+def test_the_forward_passes_read_the_copy_not_the_master(trained):
+    """Zeroing the bfloat16 copy (the float32 weights untouched) must change what a chunk computes."""
+    _, state, _ = trained
+    _, _, train_chunk = compiled_trainer(STATIC)
+    zeroed = state.replace(runs=state.runs.replace(compute_params=jax.tree.map(jnp.zeros_like, state.runs.compute_params)))
+    _, metrics = train_chunk(jax.tree.map(jnp.copy, state))  # train_chunk donates its argument
+    _, metrics_zeroed = train_chunk(jax.tree.map(jnp.copy, zeroed))
+    assert not np.allclose(np.asarray(metrics["q_start"]), np.asarray(metrics_zeroed["q_start"]))
+    assert not np.allclose(np.asarray(metrics["loss"]), np.asarray(metrics_zeroed["loss"]))
