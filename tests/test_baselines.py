@@ -14,6 +14,7 @@ from opiq_jax.methods import METHODS, method_hparams, method_structure
 from opiq_jax.networks import make_network, scale_torso_gradients
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for, split_by_structure
 from opiq_jax.trainer import make_optimiser
+from tests.training import train_chunks
 
 BASE = dict(chain_length=10, hidden=(32, 32), buffer_size=600, batch_size=16, total_steps=400, log_every=200)
 
@@ -23,12 +24,8 @@ def trained(method, seeds=2, chunks=1, bsp_heads=3, **static_overrides):
     structure = method_structure(method, bsp_heads)[1]
     static = static_for_env("chain", **{**BASE, **structure, **static_overrides})
     runs = tuple(RunSpec(method, "p", s, method_hparams("chain", method)) for s in range(seeds))
-    trainer, init, train_chunk = compiled_trainer(static)
-    state = init(*run_keys_for(Experiment(static, runs)), stack_hparams([r.hparams for r in runs]))
-    initial = jax.device_get(state)
-    for _ in range(chunks):
-        state, metrics = train_chunk(state)
-    return trainer, initial, jax.device_get(state), jax.device_get(metrics)
+    initial, final, history = train_chunks(Experiment(static, runs), chunks)
+    return compiled_trainer(static)[0], initial, final, history[-1]
 
 
 def first_run(tree):

@@ -15,9 +15,10 @@ from gymnax import registration
 from envs.gymnax_adapter import GymnaxAdapter
 from experiments import deepsea
 from opiq_jax.cli import main
-from opiq_jax.config import stack_hparams, static_for_env
+from opiq_jax.config import static_for_env
 from opiq_jax.methods import method_hparams
-from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
+from opiq_jax.runner import Experiment, RunSpec
+from tests.training import train_chunks
 
 
 def rollout(env, params, key, steps):
@@ -177,13 +178,8 @@ def deep_sea_history():
     runs = tuple(RunSpec(m, "paper", s, method_hparams("gymnax:DeepSea-bsuite", m)) for m in ("opiq", "dqn")
                  for s in range(SEEDS))
     experiment = Experiment(DEEP_SEA_STATIC, runs)
-    _, init, train_chunk = compiled_trainer(DEEP_SEA_STATIC)
-    state = init(*run_keys_for(experiment), stack_hparams([r.hparams for r in runs]))
-    history = []
-    for _ in range(DEEP_SEA_STATIC.total_steps // DEEP_SEA_STATIC.log_every):
-        state, metrics = train_chunk(state)
-        history.append(jax.device_get(metrics))
-    return experiment, jax.device_get(state), history
+    _, final, history = train_chunks(experiment)
+    return experiment, final, history
 
 
 def test_opiq_finds_the_deep_sea_treasure_where_epsilon_greedy_dqn_does_not(deep_sea_history):

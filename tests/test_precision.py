@@ -10,8 +10,9 @@ from opiq_jax.bench.throughput import work_model
 from opiq_jax.config import static_for_env, stack_hparams
 from opiq_jax.methods import method_hparams
 from opiq_jax.networks import init_params, make_bootstrapped_network, make_network
-from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
+from opiq_jax.runner import Experiment, RunSpec, compiled_trainer
 from opiq_jax.trainer import make_train
+from tests.training import train_chunks
 
 CHAIN = 20  # as tests/test_trainer.py: a random walk almost never reaches the right end
 SEEDS = 12
@@ -21,16 +22,8 @@ STATIC = static_for_env("chain", chain_length=CHAIN, total_steps=2000, log_every
 
 @pytest.fixture(scope="module")
 def trained():
-    experiment = Experiment(STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq")) for s in range(SEEDS)))
-    _, init, train_chunk = compiled_trainer(STATIC)
-    run_keys, env_keys = run_keys_for(experiment)
-    state = init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
-    initial = jax.device_get(state)
-    history = []
-    for _ in range(STATIC.total_steps // STATIC.log_every):
-        state, metrics = train_chunk(state)
-        history.append(jax.device_get(metrics))
-    return initial, jax.device_get(state), history
+    return train_chunks(Experiment(STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq"))
+                                                 for s in range(SEEDS))))
 
 
 def test_opiq_in_mixed_precision_reaches_the_end_of_the_short_chain(trained):

@@ -11,6 +11,7 @@ from opiq_jax.config import make_hparams, stack_hparams, static_for_env
 from opiq_jax.methods import method_hparams, method_settings
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
 from opiq_jax.trainer import Transition
+from tests.training import train_chunks
 
 CHAIN = 20  # horizon 29: a random walk almost never reaches the right end
 SEEDS = 12
@@ -29,15 +30,8 @@ def build_runs():
 @pytest.fixture(scope="module")
 def trained():
     experiment = Experiment(STATIC, build_runs())
-    trainer, init, train_chunk = compiled_trainer(STATIC)
-    run_keys, env_keys = run_keys_for(experiment)
-    state = init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
-    initial = jax.device_get(state)
-    history = []
-    for _ in range(STATIC.total_steps // STATIC.log_every):
-        state, metrics = train_chunk(state)
-        history.append(jax.device_get(metrics))
-    return experiment, trainer, initial, jax.device_get(state), history
+    initial, final, history = train_chunks(experiment)
+    return experiment, compiled_trainer(STATIC)[0], initial, final, history
 
 
 def indices(experiment, method):

@@ -1,0 +1,20 @@
+"""Training an experiment in the tests: the runner's compiled trainer, chunk after chunk, kept on the host."""
+
+import jax
+
+from opiq_jax.config import stack_hparams
+from opiq_jax.runner import Experiment, compiled_trainer, run_keys_for
+
+
+def train_chunks(experiment: Experiment, chunks: int | None = None):
+    """``(initial state, final state, metrics of each chunk)`` of ``experiment``, as host copies, after
+    ``chunks`` chunks (default: all of ``total_steps``)."""
+    static = experiment.static
+    _, init, train_chunk = compiled_trainer(static)
+    state = init(*run_keys_for(experiment), stack_hparams([r.hparams for r in experiment.runs]))
+    initial = jax.device_get(state)
+    history = []
+    for _ in range(static.total_steps // static.log_every if chunks is None else chunks):
+        state, metrics = train_chunk(state)
+        history.append(jax.device_get(metrics))
+    return initial, jax.device_get(state), history
