@@ -34,6 +34,16 @@ def output_layer(num_outputs: int) -> nn.Dense:
     return nn.Dense(num_outputs, name=HEAD, dtype=jnp.float32)
 
 
+def in_compute_precision(params: chex.ArrayTree, dtype: jnp.dtype) -> chex.ArrayTree:
+    """The weights as a network computing in ``dtype`` reads them: the hidden layers' cast to ``dtype``,
+    every output layer ``head`` (BSP: each head's) left float32, as it computes (:func:`output_layer`)."""
+    def cast(path, p):
+        is_output = any(getattr(k, "key", None) == HEAD for k in path)
+        return p if is_output else p.astype(dtype)
+
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
 class MLP(nn.Module):
     """A ReLU multilayer perceptron over the flattened observation."""
 

@@ -36,7 +36,9 @@ from envs import Maze, RandomisedChain
 
 from . import bonuses, counts, replay
 from .config import HParams, StaticConfig
-from .networks import HEAD, init_params, make_bootstrapped_network, make_network, scale_torso_gradients, zero_final_layer
+from .networks import (
+    in_compute_precision, init_params, make_bootstrapped_network, make_network, scale_torso_gradients, zero_final_layer,
+)
 from .optimism import intrinsic_reward, linear_epsilon, optimism_bonus
 from .targets import bootstrap_value, n_step_return, td_loss, window_mask
 
@@ -270,15 +272,6 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         updates, opt_state = optimiser.update(grads, opt_state, params)
         return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
 
-    def in_compute_precision(params):
-        """The Q-network's weights as its forward passes read them: bfloat16 copies of the hidden layers under
-        mixed precision; the output layer ``head`` (BSP: every head's) stays float32, as it computes."""
-        def cast(path, p):
-            is_output = any(getattr(k, "key", None) == HEAD for k in path)
-            return p if is_output else p.astype(compute_dtype)
-
-        return jax.tree_util.tree_map_with_path(cast, params)
-
     def forward_params(run: RunState):
         """What acting, the loss and the test episodes evaluate: ``params`` itself in float32."""
         return run.compute_params if mixed_precision else run.params
@@ -320,9 +313,9 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
             extra["rnd"] = RndState(params=predictor, opt_state=optimiser.init(predictor),
                                     target_params=rnd_network.init(k_tgt, obs[None]))
         if mixed_precision:
-            extra["compute_params"] = in_compute_precision(params)
+            extra["compute_params"] = in_compute_precision(params, compute_dtype)
         return RunState(
-            key=k_loop, hparams=hp, params=params, target_params=in_compute_precision(params),
+            key=k_loop, hparams=hp, params=params, target_params=in_compute_precision(params, compute_dtype),
             opt_state=optimiser.init(params),
             env_params=env_params, env_state=env_state, obs=obs, hash_matrix=hash_matrix,
             cell_columns=(jax.vmap(lambda c: columns_of(hash_matrix, env_params, c))(env.all_compacts())
@@ -442,7 +435,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
                 grads = scale_torso_gradients(grads, 1.0 / static.bsp_heads)
         with jax.named_scope("optimiser"):
             params, opt_state = sgd_step(run.params, run.opt_state, grads, run.hparams.lr)
-            extra = {"compute_params": in_compute_precision(params)} if mixed_precision else {}
+            extra = {"compute_params": in_compute_precision(params, compute_dtype)} if mixed_precision else {}
         stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / num_heads, jnp.mean(intrinsic[:, 0])))
         return run.replace(params=params, opt_state=opt_state, stats=stats, **extra)
 
