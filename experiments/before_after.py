@@ -64,6 +64,15 @@ def rank_sum_p_value(x: np.ndarray, y: np.ndarray) -> float:
     return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2))))
 
 
+def mean_difference_interval(before: np.ndarray, after: np.ndarray, z: float = 1.96) -> tuple[float, float, float]:
+    """``after``'s mean minus ``before``'s and its 95 % interval (normal approximation with each sample's own
+    variance, as in Welch's test): the change a comparison can rule out, which a p-value alone does not say."""
+    before, after = np.asarray(before, float), np.asarray(after, float)
+    difference = float(np.mean(after) - np.mean(before))
+    spread = math.sqrt(np.var(before, ddof=1) / len(before) + np.var(after, ddof=1) / len(after))
+    return difference, difference - z * spread, difference + z * spread
+
+
 def seed_areas(values: np.ndarray) -> np.ndarray:
     """Each seed's area under its own curve (``values[seed, step]``), normalised by the number of points and
     counting a missing point as 0, as :func:`~opiq_jax.plotting.area_under_median` does for the median."""
@@ -72,7 +81,8 @@ def seed_areas(values: np.ndarray) -> np.ndarray:
 
 def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[dict]:
     """Per method present in both: final median and area under the median, before and after, and the
-    share of identical (seed, step) values, and the seeds' own areas: their means and the rank-sum p-value."""
+    share of identical (seed, step) values, and the seeds' own areas: their means, the change of the mean with
+    its 95 % interval, and the rank-sum p-value."""
     old, new = curves(before, metric), curves(after, metric)
     rows = []
     for method in sorted(set(old) & set(new)):
@@ -82,22 +92,26 @@ def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[
                              f"({a['values'].shape} against {b['values'].shape})")
         same = np.isclose(a["values"], b["values"], rtol=0, atol=0, equal_nan=True)
         areas_before, areas_after = seed_areas(a["values"]), seed_areas(b["values"])
+        change, change_low, change_high = mean_difference_interval(areas_before, areas_after)
         rows.append(dict(method=method, metric=metric, final_before=float(a["median"][-1]),
                          final_after=float(b["median"][-1]), auc_before=area_under_median(a),
                          auc_after=area_under_median(b), identical=float(np.mean(same)),
                          seed_area_mean_before=float(np.mean(areas_before)), seed_area_mean_after=float(np.mean(areas_after)),
+                         seed_area_change=change, seed_area_change_low=change_low, seed_area_change_high=change_high,
                          seed_area_p=rank_sum_p_value(areas_before, areas_after)))
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| method | metric | final median before | after | area under median before | after | identical points "
-             "| seeds' mean area before | after | rank-sum p |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| seeds' mean area before | after | change of the mean (95 % interval) | rank-sum p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['method']} | {r['metric']} | {r['final_before']:.3g} | {r['final_after']:.3g} | "
                      f"{r['auc_before']:.3g} | {r['auc_after']:.3g} | {100 * r['identical']:.0f}% | "
-                     f"{r['seed_area_mean_before']:.3g} | {r['seed_area_mean_after']:.3g} | {r['seed_area_p']:.2g} |")
+                     f"{r['seed_area_mean_before']:.3g} | {r['seed_area_mean_after']:.3g} | "
+                     f"{r['seed_area_change']:+.2g} ({r['seed_area_change_low']:+.2g}, {r['seed_area_change_high']:+.2g}) | "
+                     f"{r['seed_area_p']:.2g} |")
     return "\n".join(lines)
 
 

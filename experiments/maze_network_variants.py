@@ -1,4 +1,4 @@
-"""The maze network's forward and backward pass for R runs, written four ways, timed side by side.
+"""The maze network's forward and backward pass for R runs, written six ways, timed side by side.
 
 The maze's step is limited by its network passes, not by parameter traffic (``docs/results/profile/``):
 building the second convolution's patch matrix and the first convolution's bias gradient are its
@@ -10,7 +10,13 @@ over runs as in the trainer), in float32 and bfloat16:
 * ``bias_folded``: a column of ones appended to each patch matrix and the bias as the kernel's extra
   row, so the bias gradient comes out of the weight-gradient GEMM instead of a reduction;
 * ``shifted_conv1``: the one-channel first convolution as nine multiply-adds of strided views;
-* ``lax_conv``: ``lax.conv_general_dilated`` (under ``vmap`` over runs: a grouped convolution).
+* ``lax_conv``: ``lax.conv_general_dilated`` (under ``vmap`` over runs: a grouped convolution);
+* ``space_to_depth``: each input zero-padded at the bottom and right to even sizes and cut into 2x2
+  pixel blocks (``4 C`` channels), the 3x3 kernel zero-padded to 4x4 and read as a 2x2 kernel over
+  blocks, so each stride-2 3x3 convolution is a stride-1 2x2 one: a patch matrix of four contiguous
+  block vectors and one GEMM, bias added;
+* ``space_to_depth_shift``: the same blocks and block kernel, but one GEMM of the blocks with all four
+  kernel positions side by side (``[4 C, 4 F]``), then the sum of the four shifted output slices.
 
 Every variant reads the same ``MazeConv`` parameters and computes the same function (checked against
 ``MazeConv`` before timing). Run: ``python -m experiments.maze_network_variants --runs 512``.
@@ -78,15 +84,59 @@ def _lax_conv(x, layer, dtype):
     return y + layer["bias"].astype(dtype)
 
 
+def _blocks(x, dtype):
+    """``[B, ceil(H / 2), ceil(W / 2), 4 C]``: ``x`` (``[B, H, W, C]``) zero-padded at the bottom and right to
+    even height and width, cut into 2x2 pixel blocks, order ``(di, dj, c)`` within a block."""
+    batch, height, width, channels = x.shape
+    x = jnp.pad(x, ((0, 0), (0, height % 2), (0, width % 2), (0, 0)))
+    x = x.reshape(batch, (height + 1) // 2, 2, (width + 1) // 2, 2, channels).transpose(0, 1, 3, 2, 4, 5)
+    return x.reshape(batch, (height + 1) // 2, (width + 1) // 2, 4 * channels).astype(dtype)
+
+
+def _block_kernel(kernel, dtype):
+    """``[2, 2, 4 C, F]``: the stride-2 3x3 ``kernel`` (``[3, 3, C, F]``) as a stride-1 2x2 kernel over the
+    blocks of :func:`_blocks`: tap ``(2 a + di, 2 b + dj)`` of the kernel zero-padded to 4x4 at block offset
+    ``(a, b)``. Row and column 3 are zeros, and they alone meet the pixel past each patch, the only place
+    the padding of :func:`_blocks` can fall; the gradient reaches only the 3x3 taps."""
+    _, _, channels, features = kernel.shape
+    kernel = jnp.pad(kernel, ((0, 1), (0, 1), (0, 0), (0, 0))).reshape(2, 2, 2, 2, channels, features)
+    return kernel.transpose(0, 2, 1, 3, 4, 5).reshape(2, 2, 4 * channels, features).astype(dtype)
+
+
+def _space_to_depth_conv(x, layer, dtype):
+    blocks = _blocks(x, dtype)
+    kernel = _block_kernel(layer["kernel"], dtype)
+    patches = extract_patches(blocks, (2, 2), (1, 1))
+    return patches @ kernel.reshape(-1, kernel.shape[-1]) + layer["bias"].astype(dtype)
+
+
+def _space_to_depth_shift_conv(x, layer, dtype):
+    blocks = _blocks(x, dtype)
+    batch, block_h, block_w, width = blocks.shape
+    kernel = _block_kernel(layer["kernel"], dtype)
+    features = kernel.shape[-1]
+    y = blocks.reshape(batch, block_h * block_w, width) @ kernel.transpose(2, 0, 1, 3).reshape(width, 4 * features)
+    y = y.reshape(batch, block_h, block_w, 4 * features)
+    out_h, out_w = block_h - 1, block_w - 1
+    out = layer["bias"].astype(dtype)
+    for a in range(2):
+        for b in range(2):
+            out = out + y[:, a : a + out_h, b : b + out_w, (2 * a + b) * features : (2 * a + b + 1) * features]
+    return out
+
+
 def variant(name: str, dtype) -> Callable:
     """``apply(params, obs) -> Q`` of the maze network for one run, convolutions written as ``name``."""
     if name == "patches":
         net = MazeConv(num_outputs=4, dtype=dtype)
         return net.apply
+    space_to_depth = {"space_to_depth": lambda x, l: _space_to_depth_conv(x, l, dtype),
+                      "space_to_depth_shift": lambda x, l: _space_to_depth_shift_conv(x, l, dtype)}
     conv1 = {"bias_folded": lambda x, l: _patch_conv(x, l, dtype, True), "shifted_conv1": lambda x, l: _shifted_conv1(x, l, dtype),
-             "lax_conv": lambda x, l: _lax_conv(x, l, dtype)}[name]
+             "lax_conv": lambda x, l: _lax_conv(x, l, dtype), **space_to_depth}[name]
     conv2 = {"bias_folded": lambda x, l: _patch_conv(x, l, dtype, True),
-             "shifted_conv1": lambda x, l: _patch_conv(x, l, dtype, False), "lax_conv": lambda x, l: _lax_conv(x, l, dtype)}[name]
+             "shifted_conv1": lambda x, l: _patch_conv(x, l, dtype, False), "lax_conv": lambda x, l: _lax_conv(x, l, dtype),
+             **space_to_depth}[name]
 
     def apply(params, obs):
         p = params["params"]
@@ -100,7 +150,7 @@ def variant(name: str, dtype) -> Callable:
     return apply
 
 
-VARIANTS = ("patches", "bias_folded", "shifted_conv1", "lax_conv")
+VARIANTS = ("patches", "bias_folded", "shifted_conv1", "lax_conv", "space_to_depth", "space_to_depth_shift")
 
 
 def inputs(key: jax.Array, runs: int, batch: int):

@@ -4,7 +4,7 @@ import pytest
 
 import numpy as np
 
-from experiments.before_after import comparison_rows, main, rank_sum_p_value, seed_areas
+from experiments.before_after import comparison_rows, main, mean_difference_interval, rank_sum_p_value, seed_areas
 from opiq_jax.config import static_for_env
 from opiq_jax.methods import method_hparams
 from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_experiment
@@ -57,3 +57,14 @@ def test_rank_sum_p_value():
 def test_seed_areas_count_missing_points_as_zero():
     values = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]])
     np.testing.assert_allclose(seed_areas(values), [4.0 / 3.0, 0.0])
+
+
+def test_mean_difference_interval():
+    # before 1, 2, 3 (variance 1), after 4, 6, 8 (variance 4): change 4, standard error sqrt(1/3 + 4/3)
+    change, low, high = mean_difference_interval(np.array([1.0, 2, 3]), np.array([4.0, 6, 8]))
+    assert change == pytest.approx(4.0)
+    assert (low, high) == pytest.approx((4.0 - 1.96 * np.sqrt(5 / 3), 4.0 + 1.96 * np.sqrt(5 / 3)))
+    rng = np.random.default_rng(1)
+    covered = [low <= 0.5 <= high for low, high in
+               (mean_difference_interval(rng.normal(size=50), rng.normal(size=50) + 0.5)[1:] for _ in range(400))]
+    assert 0.92 < np.mean(covered) < 0.98
