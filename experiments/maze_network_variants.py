@@ -45,12 +45,17 @@ class Args:
     """Minibatch rows per run (the paper: 64)."""
     calls: int = 20
     """Calls per timed interval; the best of 5 intervals counts."""
+    variants: tuple[str, ...] = ()
+    """Variants to time besides ``patches`` (default: all)."""
     out: Path = Path("results/maze_network_variants")
     """Folder for ``maze_network_variants.json``."""
 
     def validate(self) -> None:
         if min(self.runs, self.batch, self.calls) < 1:
             raise SystemExit("maze_network_variants: error: --runs, --batch and --calls must be >= 1")
+        unknown = sorted(set(self.variants) - set(VARIANTS))
+        if unknown:
+            raise SystemExit(f"maze_network_variants: error: unknown --variants {unknown}; choose from {list(VARIANTS)}")
 
 
 def _dense(x, layer, dtype):
@@ -188,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = dict(device=jax.devices()[0].device_kind, runs=args.runs, batch=args.batch, rows=[])
     for dtype in (jnp.float32, jnp.bfloat16):
         reference = jax.vmap(variant("patches", dtype))(params, obs)
-        for name in VARIANTS:
+        for name in dict.fromkeys(("patches", *(args.variants or VARIANTS))):
             apply = variant(name, dtype)
             q = jax.vmap(apply)(params, obs)
             difference = float(jnp.max(jnp.abs(q - reference)) / jnp.max(jnp.abs(reference)))

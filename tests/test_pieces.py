@@ -137,9 +137,10 @@ def test_replay_partial_buffer_samples_only_stored():
 )
 def test_network_shapes_and_final_bias(name, obs_shape):
     net = networks.make_network(name, 4)
-    params = networks.init_params(net, jax.random.key(0), jnp.zeros(obs_shape), 3.0)
+    # jitted: op by op, the Nature torso's 64-slice patch matrix alone compiles for seconds on a CPU
+    params = jax.jit(lambda key: networks.init_params(net, key, jnp.zeros(obs_shape), 3.0))(jax.random.key(0))
     np.testing.assert_array_equal(params["params"]["head"]["bias"], 3.0)
-    out = net.apply(params, jnp.zeros((2, *obs_shape)))
+    out = jax.jit(net.apply)(params, jnp.zeros((2, *obs_shape)))
     assert out.shape == (2, 4)
     np.testing.assert_allclose(out, 3.0)  # zero input: only the biases speak (hidden biases start at 0)
 
