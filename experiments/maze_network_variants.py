@@ -1,4 +1,4 @@
-"""The maze network's forward and backward pass for R runs, written six ways, timed side by side.
+"""The maze network's forward and backward pass for R runs, written eight ways, timed side by side.
 
 The maze's step is limited by its network passes, not by parameter traffic (``docs/results/profile/``):
 building the second convolution's patch matrix and the first convolution's bias gradient are its
@@ -16,7 +16,15 @@ over runs as in the trainer), in float32 and bfloat16:
   blocks, so each stride-2 3x3 convolution is a stride-1 2x2 one: a patch matrix of four contiguous
   block vectors and one GEMM, bias added;
 * ``space_to_depth_shift``: the same blocks and block kernel, but one GEMM of the blocks with all four
-  kernel positions side by side (``[4 C, 4 F]``), then the sum of the four shifted output slices.
+  kernel positions side by side (``[4 C, 4 F]``), then the sum of the four shifted output slices;
+* ``direct_patches``: the second convolution's patch matrix computed straight from the input: the
+  first convolution is evaluated at every (output position, tap) of the second, on the 3x3 input
+  patches of those positions (``[B, 5, 5, 9 taps, 9 pixels]``: the patches of the first convolution's
+  patch matrix), so its GEMM writes the second's patch matrix in place (``[B, 5, 5, 9 x 16]``). The
+  first layer does 225 instead of 121 positions of 9-by-16 work, but the 16-channel map is never
+  written out and re-gathered, and its gradient needs no scatter back onto the 11x11 map;
+* ``direct_patches_bias_folded``: the same, with the first convolution's bias folded into its GEMM as
+  in ``bias_folded``.
 
 Every variant reads the same ``MazeConv`` parameters and computes the same function (checked against
 ``MazeConv`` before timing). Run: ``python -m experiments.maze_network_variants --runs 512``.
@@ -63,14 +71,8 @@ def _dense(x, layer, dtype):
 
 
 def _patch_conv(x, layer, dtype, fold_bias: bool):
-    kernel = layer["kernel"]
-    kh, kw, _, features = kernel.shape
-    patches = extract_patches(x, (kh, kw), (2, 2)).astype(dtype)
-    if not fold_bias:
-        return patches @ kernel.reshape(-1, features).astype(dtype) + layer["bias"].astype(dtype)
-    ones = jnp.ones(patches.shape[:-1] + (1,), dtype)
-    weights = jnp.concatenate([kernel.reshape(-1, features), layer["bias"][None]], axis=0).astype(dtype)
-    return jnp.concatenate([patches, ones], axis=-1) @ weights
+    kh, kw = layer["kernel"].shape[:2]
+    return _patch_gemm(extract_patches(x, (kh, kw), (2, 2)).astype(dtype), layer, dtype, fold_bias)
 
 
 def _shifted_conv1(x, layer, dtype):
@@ -130,11 +132,36 @@ def _space_to_depth_shift_conv(x, layer, dtype):
     return out
 
 
+def _direct_patches_torso(x, p, dtype, fold_bias: bool):
+    """Both convolutions (with their ReLUs), the second's patch matrix built by the first's GEMM."""
+    layer1, layer2 = p["PatchConv_0"], p["PatchConv_1"]
+    kh, kw, _, features = layer1["kernel"].shape
+    pixel_patches = extract_patches(x, (kh, kw), (2, 2))  # [B, 11, 11, 9]
+    tap_patches = extract_patches(pixel_patches, layer2["kernel"].shape[:2], (2, 2))  # [B, 5, 5, 9 * 9], (tap, pixel)
+    batch, out_h, out_w, _ = tap_patches.shape
+    taps = layer2["kernel"].shape[0] * layer2["kernel"].shape[1]
+    per_tap = tap_patches.reshape(batch, out_h, out_w, taps, kh * kw).astype(dtype)
+    hidden = jax.nn.relu(_patch_gemm(per_tap, layer1, dtype, fold_bias))  # [B, 5, 5, 9, 16]
+    return jax.nn.relu(_patch_gemm(hidden.reshape(batch, out_h, out_w, taps * features), layer2, dtype, False))
+
+
+def _patch_gemm(patches, layer, dtype, fold_bias: bool):
+    """``patches @ kernel + bias`` for a patch matrix in the kernel's ``(i, j, c)`` order."""
+    features = layer["kernel"].shape[-1]
+    if not fold_bias:
+        return patches @ layer["kernel"].reshape(-1, features).astype(dtype) + layer["bias"].astype(dtype)
+    ones = jnp.ones(patches.shape[:-1] + (1,), dtype)
+    weights = jnp.concatenate([layer["kernel"].reshape(-1, features), layer["bias"][None]], axis=0).astype(dtype)
+    return jnp.concatenate([patches, ones], axis=-1) @ weights
+
+
 def variant(name: str, dtype) -> Callable:
     """``apply(params, obs) -> Q`` of the maze network for one run, convolutions written as ``name``."""
     if name == "patches":
         net = MazeConv(num_outputs=4, dtype=dtype)
         return net.apply
+    if name.startswith("direct_patches"):
+        return _apply_with_torso(lambda x, p: _direct_patches_torso(x, p, dtype, name.endswith("bias_folded")), dtype)
     space_to_depth = {"space_to_depth": lambda x, l: _space_to_depth_conv(x, l, dtype),
                       "space_to_depth_shift": lambda x, l: _space_to_depth_shift_conv(x, l, dtype)}
     conv1 = {"bias_folded": lambda x, l: _patch_conv(x, l, dtype, True), "shifted_conv1": lambda x, l: _shifted_conv1(x, l, dtype),
@@ -143,11 +170,15 @@ def variant(name: str, dtype) -> Callable:
              "shifted_conv1": lambda x, l: _patch_conv(x, l, dtype, False), "lax_conv": lambda x, l: _lax_conv(x, l, dtype),
              **space_to_depth}[name]
 
+    return _apply_with_torso(lambda x, p: jax.nn.relu(conv2(jax.nn.relu(conv1(x, p["PatchConv_0"])), p["PatchConv_1"])), dtype)
+
+
+def _apply_with_torso(torso: Callable, dtype) -> Callable:
+    """The maze network with its two convolutions (ReLUs included) computed by ``torso(x, params)``."""
+
     def apply(params, obs):
         p = params["params"]
-        x = obs.astype(dtype)
-        x = jax.nn.relu(conv1(x, p["PatchConv_0"]))
-        x = jax.nn.relu(conv2(x, p["PatchConv_1"]))
+        x = torso(obs.astype(dtype), p)
         x = x.reshape(x.shape[0], -1)
         x = _dense(jax.nn.relu(_dense(x, p["Dense_0"], dtype)), p["Dense_1"], dtype)
         return _dense(x.astype(jnp.float32), p["head"], jnp.float32)
@@ -155,7 +186,8 @@ def variant(name: str, dtype) -> Callable:
     return apply
 
 
-VARIANTS = ("patches", "bias_folded", "shifted_conv1", "lax_conv", "space_to_depth", "space_to_depth_shift")
+VARIANTS = ("patches", "bias_folded", "shifted_conv1", "lax_conv", "space_to_depth", "space_to_depth_shift",
+            "direct_patches", "direct_patches_bias_folded")
 
 
 def inputs(key: jax.Array, runs: int, batch: int):

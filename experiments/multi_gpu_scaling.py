@@ -35,8 +35,17 @@ class Args:
     """Steps per timed chunk."""
     repeats: int = 2
     """Timed chunks per configuration; the fastest counts."""
+    precision: Literal["float32", "bfloat16"] = "float32"
+    """The networks' compute precision (``StaticConfig.precision``)."""
     out: Path = Path("results/scaling")
     """Where the table goes."""
+
+    def validate(self, num_devices: int) -> None:
+        if min(self.steps, self.repeats, *self.runs) < 1:
+            raise SystemExit("multi_gpu_scaling: error: --runs, --steps and --repeats must be >= 1")
+        uneven = [r for r in self.runs if r % num_devices]
+        if uneven:
+            raise SystemExit(f"multi_gpu_scaling: error: --runs {uneven} do not divide over the {num_devices} local devices")
 
 
 def steps_per_second(static, num_runs: int, sharded: bool, repeats: int) -> float:
@@ -56,10 +65,12 @@ def steps_per_second(static, num_runs: int, sharded: bool, repeats: int) -> floa
     return num_runs * static.log_every / best
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict:
     args = tyro.cli(Args, args=argv)
     devices = jax.local_devices()
-    static = static_for_env(args.env, total_steps=args.steps * 10, log_every=args.steps, count_features="exact")
+    args.validate(len(devices))
+    static = static_for_env(args.env, total_steps=args.steps * 10, log_every=args.steps, count_features="exact",
+                            precision=args.precision)
     rows = []
     for num_runs in args.runs:
         one = steps_per_second(static, num_runs, sharded=False, repeats=args.repeats)
@@ -67,13 +78,14 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(dict(runs=num_runs, one_device=one, all_devices=many, speedup=many / one))
         print(rows[-1], flush=True)
     kind = devices[0].device_kind
-    lines = [f"{args.env}: environment steps per second on 1 and on {len(devices)} x {kind} (runs sharded).", "",
+    lines = [f"{args.env}, {args.precision}: environment steps per second on 1 and on {len(devices)} x {kind} (runs sharded).", "",
              f"| runs | 1 device | {len(devices)} devices | speed-up |", "|---|---|---|---|"]
     lines += [f"| {r['runs']} | {r['one_device']:,.0f} | {r['all_devices']:,.0f} | {r['speedup']:.2f}x |" for r in rows]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scaling.json").write_text(json.dumps(dict(device=kind, devices=len(devices), env=args.env, rows=rows), indent=1))
+    (args.out / "scaling.json").write_text(json.dumps(dict(device=kind, devices=len(devices), env=args.env, precision=args.precision, rows=rows), indent=1))
     (args.out / "scaling.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    return dict(devices=len(devices), rows=rows)
 
 
 if __name__ == "__main__":

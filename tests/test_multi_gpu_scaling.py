@@ -1,0 +1,31 @@
+"""experiments/multi_gpu_scaling.py on two forced host devices (a subprocess: the device count is fixed at start-up)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import sys
+from experiments.multi_gpu_scaling import main
+try:
+    main(["--runs", "3", "--out", sys.argv[1]])
+except SystemExit as error:
+    print("refused:", error)
+main(["--env", "chain", "--runs", "2", "--steps", "70", "--repeats", "1", "--precision", "bfloat16", "--out", sys.argv[1]])
+"""
+
+
+def test_script_times_one_and_two_devices_and_refuses_runs_that_do_not_divide(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=Path(__file__).parents[1], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused: multi_gpu_scaling: error: --runs [3] do not divide over the 2 local devices" in result.stdout
+    saved = json.loads((tmp_path / "scaling.json").read_text())
+    assert (saved["devices"], saved["env"], saved["precision"]) == (2, "chain", "bfloat16")
+    [row] = saved["rows"]
+    assert row["runs"] == 2 and row["one_device"] > 0 and row["all_devices"] > 0
+    assert row["speedup"] == row["all_devices"] / row["one_device"]
+    assert "| 2 |" in (tmp_path / "scaling.md").read_text()
