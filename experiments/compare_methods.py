@@ -62,6 +62,9 @@ class Args:
     precision: Literal["float32", "bfloat16"] = "float32"
     """The Q-network's precision: float32 (the paper) or bfloat16 (mixed precision for throughput: float32 weights
     and optimiser, bfloat16 forward and backward passes and target network; see StaticConfig.precision)."""
+    maze_torso: Literal["auto", "xla", "pallas"] = "auto"
+    """The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto (Pallas on GPUs in
+    bfloat16; see StaticConfig.maze_torso)."""
     methods: tuple[str, ...] = tuple(dict.fromkeys(BASELINES + ABLATIONS))
     """Methods to run."""
     progress: bool = True
@@ -85,7 +88,8 @@ def resolve(args: Args) -> Args:
 def build(args: Args) -> Experiment:
     extra = dict(chain_length=args.chain_length) if args.env == "chain" else {}
     static = static_for_env(args.env, total_steps=args.steps, log_every=args.log_every,
-                            count_features=args.count_features, precision=args.precision, **extra)
+                            count_features=args.count_features, precision=args.precision,
+                            maze_torso=args.maze_torso, **extra)
     runs = tuple(RunSpec(m, "paper", s, method_hparams(args.env, m)) for m in args.methods for s in range(args.seeds))
     return Experiment(static, runs)
 

@@ -1,4 +1,4 @@
-"""The maze network's forward and backward pass for R runs, written eight ways, timed side by side.
+"""The maze network's forward and backward pass for R runs, written nine ways, timed side by side.
 
 The maze's step is limited by its network passes, not by parameter traffic (``docs/results/profile/``):
 building the second convolution's patch matrix and the first convolution's bias gradient are its
@@ -24,7 +24,10 @@ over runs as in the trainer), in float32 and bfloat16:
   first layer does 225 instead of 121 positions of 9-by-16 work, but the 16-channel map is never
   written out and re-gathered, and its gradient needs no scatter back onto the 11x11 map;
 * ``direct_patches_bias_folded``: the same, with the first convolution's bias folded into its GEMM as
-  in ``bias_folded``.
+  in ``bias_folded``;
+* ``pallas_torso``: both convolutions as the Pallas kernels of ``opiq_jax.maze_torso`` (the same
+  evaluation order as ``direct_patches``, with nothing between the observation and the second
+  convolution's output stored in memory).
 
 Every variant reads the same ``MazeConv`` parameters and computes the same function (checked against
 ``MazeConv`` before timing). Run: ``python -m experiments.maze_network_variants --runs 512``.
@@ -42,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import tyro
 
+from opiq_jax.maze_torso import maze_torso
 from opiq_jax.networks import MazeConv, extract_patches
 
 
@@ -160,6 +164,9 @@ def variant(name: str, dtype) -> Callable:
     if name == "patches":
         net = MazeConv(num_outputs=4, dtype=dtype)
         return net.apply
+    if name == "pallas_torso":
+        return _apply_with_torso(lambda x, p: maze_torso(x, *(p[layer][w].astype(dtype) for layer in ("PatchConv_0", "PatchConv_1")
+                                                             for w in ("kernel", "bias"))), dtype)
     if name.startswith("direct_patches"):
         return _apply_with_torso(lambda x, p: _direct_patches_torso(x, p, dtype, name.endswith("bias_folded")), dtype)
     space_to_depth = {"space_to_depth": lambda x, l: _space_to_depth_conv(x, l, dtype),
@@ -187,7 +194,7 @@ def _apply_with_torso(torso: Callable, dtype) -> Callable:
 
 
 VARIANTS = ("patches", "bias_folded", "shifted_conv1", "lax_conv", "space_to_depth", "space_to_depth_shift",
-            "direct_patches", "direct_patches_bias_folded")
+            "direct_patches", "direct_patches_bias_folded", "pallas_torso")
 
 
 def inputs(key: jax.Array, runs: int, batch: int):

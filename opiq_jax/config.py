@@ -93,6 +93,11 @@ class StaticConfig:
     as are the hidden layers' activations and gradients; the output layer (weights and computation), the
     TD loss and the optimiser's arithmetic stay float32. BSP's prior and DORA's and RND's networks stay
     float32."""
+    maze_torso: str = "auto"
+    """How the maze network computes its two convolutions: ``xla`` (patch matrices and GEMMs,
+    ``networks.PatchConv``), ``pallas`` (the fused kernels of ``opiq_jax.maze_torso``; off GPUs they run
+    in Pallas's interpreter, for tests) or ``auto``: ``pallas`` on GPUs in bfloat16, else ``xla``
+    (float32 keeps XLA's form, the one the paper's results here were produced with)."""
     envs_per_run: int = 1
     """Montezuma only: environments of the EnvPool pool that each run owns (the pool holds runs x envs_per_run).
     Step counts (total_steps, log_every, train_every, target_update, the epsilon schedule) stay in environment
@@ -126,6 +131,7 @@ class StaticConfig:
             (0.0 <= self.dora_gamma <= 1.0, f"dora_gamma must lie in [0, 1], got {self.dora_gamma}"),
             (self.precision in ("float32", "bfloat16"), f"unknown precision {self.precision!r}: use float32 or bfloat16"),
             (self.precision == "float32" or self.env != "montezuma", "precision bfloat16 is not implemented for montezuma"),
+            (self.maze_torso in ("auto", "xla", "pallas"), f"unknown maze_torso {self.maze_torso!r}: use auto, xla or pallas"),
             (self.envs_per_run >= 1, f"envs_per_run must be >= 1, got {self.envs_per_run}"),
             (self.envs_per_run == 1 or self.env == "montezuma", "envs_per_run > 1 is for --env montezuma only"),
             (self.log_every % self.envs_per_run == 0 and self.target_update % self.envs_per_run == 0

@@ -26,6 +26,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from opiq_jax.maze_torso import maze_torso
+
 HEAD = "head"
 
 
@@ -91,23 +93,49 @@ class PatchConv(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         kh, kw = self.kernel_size
         channels = x.shape[-1]
-        kernel = self.param("kernel", nn.initializers.lecun_normal(), (kh, kw, channels, self.features))
-        bias = self.param("bias", nn.initializers.zeros_init(), (self.features,))
+        kernel, bias = conv_params(self, channels, self.features, self.kernel_size)
         patches = extract_patches(x, self.kernel_size, self.strides).astype(self.dtype)
         return patches @ kernel.reshape(kh * kw * channels, self.features).astype(self.dtype) + bias.astype(self.dtype)
 
 
+def conv_params(module: nn.Module, channels: int, features: int, kernel_size: tuple[int, int]):
+    """A convolution's ``kernel [kh, kw, channels, features]`` and ``bias``, declared in ``module``'s scope."""
+    kernel = module.param("kernel", nn.initializers.lecun_normal(), (*kernel_size, channels, features))
+    return kernel, module.param("bias", nn.initializers.zeros_init(), (features,))
+
+
+class ConvParams(nn.Module):
+    """A ``PatchConv``'s parameters alone (same names, shapes and initialisers), for a fused computation."""
+
+    features: int
+    kernel_size: tuple[int, int]
+
+    @nn.compact
+    def __call__(self, channels: int) -> tuple[jax.Array, jax.Array]:
+        return conv_params(self, channels, self.features, self.kernel_size)
+
+
 class MazeConv(nn.Module):
-    """The maze network of the paper's appendix (input ``[B, 24, 24, 1]``)."""
+    """The maze network of the paper's appendix (input ``[B, 24, 24, 1]``).
+
+    ``pallas_torso``: both convolutions and their ReLUs computed by the Pallas kernels of
+    :mod:`opiq_jax.maze_torso` (same parameters, same function, each product rounded as here).
+    """
 
     num_outputs: int
     dtype: jnp.dtype = jnp.float32
+    pallas_torso: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = obs.astype(self.dtype)
-        x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
-        x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
+        if self.pallas_torso:
+            k1, b1 = ConvParams(16, (3, 3), name="PatchConv_0")(x.shape[-1])
+            k2, b2 = ConvParams(16, (3, 3), name="PatchConv_1")(16)
+            x = maze_torso(x, *(w.astype(self.dtype) for w in (k1, b1, k2, b2)))
+        else:
+            x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
+            x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
         x = jnp.reshape(x, (x.shape[0], -1))
         x = nn.relu(nn.Dense(400, dtype=self.dtype)(x))
         x = nn.Dense(200, dtype=self.dtype)(x)
@@ -222,12 +250,13 @@ def zero_final_layer(params: chex.ArrayTree) -> chex.ArrayTree:
 
 
 def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256),
-                 dtype: jnp.dtype = jnp.float32) -> nn.Module:
-    """Builds a network by name: ``mlp``, ``maze_conv`` or ``nature``, its hidden layers computing in ``dtype``."""
+                 dtype: jnp.dtype = jnp.float32, pallas_torso: bool = False) -> nn.Module:
+    """Builds a network by name: ``mlp``, ``maze_conv`` or ``nature``, its hidden layers computing in ``dtype``
+    (``pallas_torso``: the maze network's convolutions as Pallas kernels, :class:`MazeConv`)."""
     if name == "mlp":
         return MLP(num_outputs=num_outputs, hidden=tuple(hidden), dtype=dtype)
     if name == "maze_conv":
-        return MazeConv(num_outputs=num_outputs, dtype=dtype)
+        return MazeConv(num_outputs=num_outputs, dtype=dtype, pallas_torso=pallas_torso)
     if name == "nature":
         return NatureDQN(num_outputs=num_outputs, dtype=dtype)
     raise ValueError(f"unknown network {name!r}; choose mlp, maze_conv or nature")

@@ -197,6 +197,13 @@ def network_name(static: StaticConfig, env) -> str:
     return "maze_conv" if len(shape) == 3 else "mlp"
 
 
+def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:
+    """Whether the maze network's convolutions run as Pallas kernels (``StaticConfig.maze_torso``)."""
+    if net_name != "maze_conv" or static.maze_torso == "xla":
+        return False
+    return static.maze_torso == "pallas" or (static.precision == "bfloat16" and jax.default_backend() == "gpu")
+
+
 def make_optimiser(static: StaticConfig) -> optax.GradientTransformation:
     """Global-norm clip then PyTorch-style RMSProp scaling; the per-run learning rate is applied after."""
     return optax.chain(
@@ -217,7 +224,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
     if static.bsp_heads:
         network = make_bootstrapped_network(net_name, num_actions, static.bsp_heads, static.hidden, compute_dtype)
     else:
-        network = make_network(net_name, num_actions, static.hidden, compute_dtype)
+        network = make_network(net_name, num_actions, static.hidden, compute_dtype, uses_pallas_torso(static, net_name))
     e_network = make_network(net_name, num_actions, static.hidden)  # DORA's E-values (logits)
     rnd_network = make_network(net_name, static.rnd_outputs, static.hidden)
     has_cell_table = hasattr(env, "all_compacts")

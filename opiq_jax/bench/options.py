@@ -50,6 +50,9 @@ class Bench:
     precision: Literal["float32", "bfloat16"] = "float32"
     """The trainer's Q-network precision (bfloat16: mixed precision, StaticConfig.precision); the plain
     baseline is always float32."""
+    maze_torso: Literal["auto", "xla", "pallas"] = "auto"
+    """The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto (Pallas on GPUs in
+    bfloat16; see StaticConfig.maze_torso)."""
     buffer_size: int | None = None
     """Replay capacity per run (default: the paper's, 10k chain, 250k maze)."""
     hidden: tuple[int, ...] | None = None
@@ -85,7 +88,7 @@ class Bench:
         """The static configuration measured on ``env``: the paper's, with this bench's overrides."""
         overrides: dict[str, Any] = dict(
             log_every=self.steps_per_measure, total_steps=self.steps_per_measure, count_features=self.count_features,
-            precision=self.precision,
+            precision=self.precision, maze_torso=self.maze_torso,
         )
         if env == "chain":
             overrides["chain_length"] = self.chain_length

@@ -50,7 +50,7 @@ from ..runner import (
     state_bytes_per_run,
     tree_bytes,
 )
-from ..trainer import make_optimiser, make_train
+from ..trainer import make_optimiser, make_train, uses_pallas_torso
 from .options import Bench, runs_schedule
 from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run
 
@@ -74,6 +74,9 @@ def layer_macs(network: Any, example_obs: jax.Array) -> dict[str, int]:
     come from flax's captured intermediates under ``jax.eval_shape`` (nothing is computed).
     Biases and activations are not counted.
     """
+
+    if getattr(network, "pallas_torso", False):  # the same layers; XLA's form exposes each one's output
+        network = network.clone(pallas_torso=False)
 
     def capture(obs):
         params = network.init(jax.random.key(0), obs)
@@ -506,6 +509,13 @@ TABLE_COLUMNS = (
 )
 
 
+def torso_note(static: StaticConfig, env: str) -> str:
+    """Which form the maze network's convolutions took (``StaticConfig.maze_torso``); empty for the chain."""
+    if env != "maze":
+        return ""
+    return ", convolutions: " + ("Pallas kernels" if uses_pallas_torso(static, "maze_conv") else "XLA patch GEMMs")
+
+
 def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any], peaks: DevicePeaks | None,
                    model: WorkModel, static: StaticConfig) -> str:
     """The Markdown report of one environment, headed by the device it ran on."""
@@ -514,7 +524,7 @@ def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any],
         "",
         f"Paper settings: batch {static.batch_size}, n-step {static.n_step}, replay {static.buffer_size:,}, "
         f"target update {static.target_update}, counts: {static.count_features}, precision: {static.precision} "
-        f"(the plain baseline: float32); one update per environment step.",
+        f"(the plain baseline: float32){torso_note(static, env)}; one update per environment step.",
         f"Work per step per run: {model.params:,} parameters, {model.total_bytes / 1e6:.3f} MB, "
         f"{model.total_flops / 1e6:.3f} MFLOP.",
     ]

@@ -1,0 +1,210 @@
+"""The maze network's two convolutions (3x3, stride 2, 16 channels, each with its ReLU) as Pallas kernels.
+
+Under ``vmap`` over runs XLA writes out the first convolution's 11x11x16 map and then gathers the
+second convolution's patch matrix from it, 16 channels at a time; in the backward pass it scatters
+that matrix's gradient back onto the map. On one H200 those steps take about half of a bfloat16
+maze step (``docs/results/profile/``). The kernels here keep everything between the observation and
+the second convolution's output in registers:
+
+* for every row (sample, position of the second convolution) and every tap of the second
+  convolution, the 3x3 input patch the first convolution sees there is gathered straight from the
+  observation, so the first convolution is evaluated where the second reads it (225 instead of 121
+  positions of a 9-by-16 product, no 16-channel map in memory);
+* the forward kernel sums the nine taps' ``relu(conv1) @ W2[tap]`` and writes only the output;
+* the backward kernel recomputes the forward pass tile by tile and accumulates all four parameter
+  gradients in float32 registers, so the only memory traffic is the observations, the output's
+  gradient and the weights.
+
+Rounding follows XLA's form of the same network (``networks.PatchConv``): each product accumulates in
+float32 and is rounded to the compute dtype before its bias is added. One program handles one run's
+whole batch; ``vmap`` over runs (the trainer's) adds the runs as the kernel's grid. Off GPUs the
+kernels run in Pallas's interpreter (for tests). Shapes are padded to powers of two as Triton needs:
+25 output positions to 32 rows per sample, 9 patch pixels to 16 (the padded kernel rows are zero).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+SIDE = 24  # the observation is SIDE x SIDE x 1
+KERNEL = 3
+STRIDE = 2
+FEATURES = 16
+TAPS = KERNEL * KERNEL
+OUT_SIDE = 5  # 24 -> 11 -> 5
+POSITIONS = OUT_SIDE * OUT_SIDE
+ROWS_PER_SAMPLE = 32  # POSITIONS padded to a power of two
+PIXELS = 16  # TAPS padded to a power of two
+# Tuned on one H200 (experiments/maze_network_variants.py, 512 runs, batch 64): four programs per run,
+# four samples per loop step, no software pipelining (two or more stages ask for more shared memory
+# than the card has at larger tiles, and were slower at smaller ones).
+MAX_PROGRAM_SAMPLES = 16
+MAX_TILE_SAMPLES = 4
+NUM_STAGES = 1
+
+
+def _split(batch: int) -> tuple[int, int]:
+    """Samples per program and per step of its loop."""
+    program = math.gcd(batch, MAX_PROGRAM_SAMPLES)
+    return program, math.gcd(program, MAX_TILE_SAMPLES)
+
+
+def _patch_offsets(tile: int) -> jax.Array:
+    """``[tile * 32, 16]`` flat offsets into a tile's observations: row ``(sample, position)`` and column
+    ``pixel`` address that pixel of the first convolution's patch under tap (0, 0) of the second
+    convolution's output ``position``; another tap adds a constant (:func:`_tap_patches`). Padding rows
+    and columns address the sample's pixel 0, which the padded kernel rows and output rows make harmless."""
+    shape = (tile * ROWS_PER_SAMPLE, PIXELS)
+    row = jax.lax.broadcasted_iota(jnp.int32, shape, 0)
+    pixel = jax.lax.broadcasted_iota(jnp.int32, shape, 1)
+    position = row % ROWS_PER_SAMPLE
+    in_row = STRIDE * STRIDE * (position // OUT_SIDE) + pixel // KERNEL
+    in_col = STRIDE * STRIDE * (position % OUT_SIDE) + pixel % KERNEL
+    inside = (position < POSITIONS) & (pixel < TAPS)
+    return (row // ROWS_PER_SAMPLE) * SIDE * SIDE + jnp.where(inside, in_row * SIDE + in_col, 0)
+
+
+def _tap_patches(x_ref, offsets: jax.Array, first_sample, tap: int) -> jax.Array:
+    """``[tile * 32, 16]``: row ``(sample, position)`` holds the input patch that the first convolution
+    reads at tap ``tap`` of the second convolution's output ``position``: the first convolution's output
+    ``(2 * out_row + tap_row, 2 * out_col + tap_col)`` reads input rows and columns from twice that."""
+    tap_row, tap_col = divmod(tap, KERNEL)
+    return x_ref[offsets + (first_sample * SIDE * SIDE + STRIDE * (tap_row * SIDE + tap_col))]
+
+
+def _conv1(patches: jax.Array, w1: jax.Array, b1: jax.Array) -> jax.Array:
+    """The first convolution's pre-activation, rounded to the compute dtype before the bias (as XLA)."""
+    return plgpu.dot(patches, w1).astype(w1.dtype) + b1
+
+
+def _conv2_preactivation(x_ref, offsets, w1, b1, w2_ref, b2, first_sample) -> jax.Array:
+    acc = jnp.zeros((offsets.shape[0], FEATURES), jnp.float32)
+    for tap in range(TAPS):
+        hidden = jnp.maximum(_conv1(_tap_patches(x_ref, offsets, first_sample, tap), w1, b1), 0)
+        acc = acc + plgpu.dot(hidden, w2_ref[tap])
+    return acc.astype(w1.dtype) + b2
+
+
+def _rows(first_sample, tile: int):
+    return pl.ds(first_sample * ROWS_PER_SAMPLE, tile * ROWS_PER_SAMPLE)
+
+
+def _forward_kernel(x_ref, w1_ref, b1_ref, w2_ref, b2_ref, y_ref, *, samples: int, tile: int):
+    w1, b1, b2 = w1_ref[...], b1_ref[...], b2_ref[...]
+    start = pl.program_id(0) * samples
+    offsets = _patch_offsets(tile)
+
+    def body(step, carry):
+        first = start + step * tile
+        y_ref[_rows(first, tile), :] = jnp.maximum(_conv2_preactivation(x_ref, offsets, w1, b1, w2_ref, b2, first), 0)
+        return carry
+
+    jax.lax.fori_loop(0, samples // tile, body, 0)
+
+
+def _backward_kernel(x_ref, w1_ref, b1_ref, w2_ref, y_ref, dy_ref, dw1_ref, db1_ref, dw2_ref, db2_ref, *,
+                     samples: int, tile: int):
+    """One program's share of the parameter gradients (``[program, ...]`` outputs, summed outside)."""
+    w1, b1 = w1_ref[...], b1_ref[...]
+    dtype = w1.dtype
+    program = pl.program_id(0)
+    offsets = _patch_offsets(tile)
+
+    def body(step, grads):
+        dw1, db1, dw2, db2 = grads
+        first = program * samples + step * tile
+        d2 = jnp.where(y_ref[_rows(first, tile), :] > 0, dy_ref[_rows(first, tile), :], 0).astype(dtype)
+        db2 = db2 + jnp.sum(d2.astype(jnp.float32), axis=0, keepdims=True)
+        new_dw2 = []
+        for tap in range(TAPS):
+            patches = _tap_patches(x_ref, offsets, first, tap)
+            pre1 = _conv1(patches, w1, b1)
+            new_dw2.append(dw2[tap] + plgpu.dot(jnp.maximum(pre1, 0), d2, trans_a=True))
+            d1 = jnp.where(pre1 > 0, plgpu.dot(d2, w2_ref[tap], trans_b=True).astype(dtype), 0).astype(dtype)
+            dw1 = dw1 + plgpu.dot(patches, d1, trans_a=True)
+            db1 = db1 + jnp.sum(d1.astype(jnp.float32), axis=0, keepdims=True)
+        return dw1, db1, tuple(new_dw2), db2
+
+    square = jnp.zeros((PIXELS, FEATURES), jnp.float32)
+    row = jnp.zeros((1, FEATURES), jnp.float32)
+    dw1, db1, dw2, db2 = jax.lax.fori_loop(0, samples // tile, body, (square, row, (square,) * TAPS, row))
+    dw1_ref[program] = dw1
+    db1_ref[program] = db1
+    for tap in range(TAPS):
+        dw2_ref[program, tap] = dw2[tap]
+    db2_ref[program] = db2
+
+
+def _kernel_operands(obs, k1, b1, k2, b2):
+    """The kernels' layouts: the observations as one flat vector, ``k1`` as ``[16, 16]`` (rows past 9 zero), ``k2`` per tap."""
+    dtype = k1.dtype
+    w1 = jnp.pad(k1.reshape(TAPS, FEATURES), ((0, PIXELS - TAPS), (0, 0)))
+    return (obs.reshape(obs.shape[0] * SIDE * SIDE).astype(dtype), w1, b1.reshape(1, FEATURES),
+            k2.reshape(TAPS, FEATURES, FEATURES), b2.reshape(1, FEATURES))
+
+
+def _call(kernel, operands, out_shape, batch: int):
+    on_gpu = jax.default_backend() == "gpu"
+    samples, tile = _split(batch)
+    return pl.pallas_call(
+        functools.partial(kernel, samples=samples, tile=tile), out_shape=out_shape, grid=(batch // samples,),
+        interpret=not on_gpu, compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=NUM_STAGES) if on_gpu else None,
+    )(*operands)
+
+
+def _check_shapes(obs, k1, b1, k2, b2) -> None:
+    chex.assert_shape(obs, (None, SIDE, SIDE, 1))
+    chex.assert_shape([k1, b1, k2, b2], [(KERNEL, KERNEL, 1, FEATURES), (FEATURES,),
+                                         (KERNEL, KERNEL, FEATURES, FEATURES), (FEATURES,)])
+    chex.assert_type([b1, k2, b2], k1.dtype)
+
+
+def _forward_padded(obs, k1, b1, k2, b2) -> jax.Array:
+    """``[B * 32, 16]``: the output with each sample's 25 positions padded to 32 rows."""
+    batch = obs.shape[0]
+    operands = _kernel_operands(obs, k1, b1, k2, b2)
+    return _call(_forward_kernel, operands, jax.ShapeDtypeStruct((batch * ROWS_PER_SAMPLE, FEATURES), k1.dtype), batch)
+
+
+def _unpad(padded: jax.Array) -> jax.Array:
+    batch = padded.shape[0] // ROWS_PER_SAMPLE
+    return padded.reshape(batch, ROWS_PER_SAMPLE, FEATURES)[:, :POSITIONS].reshape(batch, OUT_SIDE, OUT_SIDE, FEATURES)
+
+
+@jax.custom_vjp
+def maze_torso(obs: jax.Array, k1: jax.Array, b1: jax.Array, k2: jax.Array, b2: jax.Array) -> jax.Array:
+    """``relu(conv2(relu(conv1(obs))))`` (``[B, 5, 5, 16]``) for ``obs`` ``[B, 24, 24, 1]`` and the two
+    ``PatchConv`` layers' kernels and biases, all in one compute dtype. Differentiable in the weights
+    (the observations get a zero cotangent: nothing upstream of them is learnt)."""
+    _check_shapes(obs, k1, b1, k2, b2)
+    return _unpad(_forward_padded(obs, k1, b1, k2, b2))
+
+
+def _maze_torso_fwd(obs, k1, b1, k2, b2):
+    _check_shapes(obs, k1, b1, k2, b2)
+    padded = _forward_padded(obs, k1, b1, k2, b2)
+    return _unpad(padded), (obs, k1, b1, k2, padded)
+
+
+def _maze_torso_bwd(residuals, dy):
+    obs, k1, b1, k2, padded = residuals  # the output's sign is the second ReLU's mask
+    batch = obs.shape[0]
+    dy = jnp.pad(dy.reshape(batch, POSITIONS, FEATURES).astype(k1.dtype), ((0, 0), (0, ROWS_PER_SAMPLE - POSITIONS), (0, 0)))
+    x, w1, b1_row, w2, _ = _kernel_operands(obs, k1, b1, k2, b1)
+    operands = (x, w1, b1_row, w2, padded, dy.reshape(batch * ROWS_PER_SAMPLE, FEATURES))
+    programs = batch // _split(batch)[0]
+    shapes = [jax.ShapeDtypeStruct((programs, *s), jnp.float32) for s in
+              ((PIXELS, FEATURES), (1, FEATURES), (TAPS, FEATURES, FEATURES), (1, FEATURES))]
+    dw1, db1, dw2, db2 = (g.sum(axis=0).astype(k1.dtype) for g in _call(_backward_kernel, operands, shapes, batch))
+    return (jnp.zeros_like(obs), dw1[:TAPS].reshape(k1.shape), db1.reshape(b1.shape), dw2.reshape(k2.shape),
+            db2.reshape(b1.shape))
+
+
+maze_torso.defvjp(_maze_torso_fwd, _maze_torso_bwd)
