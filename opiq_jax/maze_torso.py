@@ -11,13 +11,14 @@ the second convolution's output in registers:
   observation, so the first convolution is evaluated where the second reads it (225 instead of 121
   positions of a 9-by-16 product, no 16-channel map in memory);
 * the forward kernel sums the nine taps' ``relu(conv1) @ W2[tap]`` and writes only the output;
-* the backward kernel recomputes the forward pass tile by tile and accumulates all four parameter
-  gradients in float32 registers, so the only memory traffic is the observations, the output's
-  gradient and the weights.
+* the backward kernel recomputes the first convolution tile by tile (the saved output gives the
+  second ReLU's mask) and accumulates all four parameter gradients in float32 registers, so the only
+  memory traffic is the observations, the output and its gradient, and the weights.
 
 Rounding follows XLA's form of the same network (``networks.PatchConv``): each product accumulates in
-float32 and is rounded to the compute dtype before its bias is added. One program handles one run's
-whole batch; ``vmap`` over runs (the trainer's) adds the runs as the kernel's grid. Off GPUs the
+float32 and is rounded to the compute dtype before its bias is added. A program handles up to 16
+of a run's samples (the backward kernel's per-program gradients are summed after it); ``vmap`` over
+runs (the trainer's) adds the runs to the kernels' grid. Off GPUs the
 kernels run in Pallas's interpreter (for tests). Shapes are padded to powers of two as Triton needs:
 25 output positions to 32 rows per sample, 9 patch pixels to 16 (the padded kernel rows are zero).
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import chex
 import jax
@@ -42,18 +44,30 @@ OUT_SIDE = 5  # 24 -> 11 -> 5
 POSITIONS = OUT_SIDE * OUT_SIDE
 ROWS_PER_SAMPLE = 32  # POSITIONS padded to a power of two
 PIXELS = 16  # TAPS padded to a power of two
+
+
+class Launch(NamedTuple):
+    """How a kernel is launched: the most samples per program, the most per step of its loop, warps."""
+
+    program_samples: int
+    tile_samples: int
+    num_warps: int
+
+
 # Tuned on one H200 (experiments/maze_network_variants.py, 512 runs, batch 64): four programs per run,
-# four samples per loop step, no software pipelining (two or more stages ask for more shared memory
-# than the card has at larger tiles, and were slower at smaller ones).
-MAX_PROGRAM_SAMPLES = 16
-MAX_TILE_SAMPLES = 4
+# four samples per loop step; the backward kernel with two warps (1.27 ms for the network's forward
+# and backward pass against 1.41 with four, 1.60 with one, 1.80 with eight); no software pipelining
+# (two or more stages ask for more shared memory than the card has at larger tiles, and were slower
+# at smaller ones).
+FORWARD = Launch(16, 4, 4)
+BACKWARD = Launch(16, 4, 2)
 NUM_STAGES = 1
 
 
-def _split(batch: int) -> tuple[int, int]:
+def _split(batch: int, launch: Launch) -> tuple[int, int]:
     """Samples per program and per step of its loop."""
-    program = math.gcd(batch, MAX_PROGRAM_SAMPLES)
-    return program, math.gcd(program, MAX_TILE_SAMPLES)
+    program = math.gcd(batch, launch.program_samples)
+    return program, math.gcd(program, launch.tile_samples)
 
 
 def _patch_offsets(tile: int) -> jax.Array:
@@ -150,12 +164,13 @@ def _kernel_operands(obs, k1, b1, k2, b2):
             k2.reshape(TAPS, FEATURES, FEATURES), b2.reshape(1, FEATURES))
 
 
-def _call(kernel, operands, out_shape, batch: int):
+def _call(kernel, launch: Launch, operands, out_shape, batch: int):
     on_gpu = jax.default_backend() == "gpu"
-    samples, tile = _split(batch)
+    samples, tile = _split(batch, launch)
     return pl.pallas_call(
         functools.partial(kernel, samples=samples, tile=tile), out_shape=out_shape, grid=(batch // samples,),
-        interpret=not on_gpu, compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=NUM_STAGES) if on_gpu else None,
+        interpret=not on_gpu,
+        compiler_params=plgpu.CompilerParams(num_warps=launch.num_warps, num_stages=NUM_STAGES) if on_gpu else None,
     )(*operands)
 
 
@@ -170,7 +185,7 @@ def _forward_padded(obs, k1, b1, k2, b2) -> jax.Array:
     """``[B * 32, 16]``: the output with each sample's 25 positions padded to 32 rows."""
     batch = obs.shape[0]
     operands = _kernel_operands(obs, k1, b1, k2, b2)
-    return _call(_forward_kernel, operands, jax.ShapeDtypeStruct((batch * ROWS_PER_SAMPLE, FEATURES), k1.dtype), batch)
+    return _call(_forward_kernel, FORWARD, operands, jax.ShapeDtypeStruct((batch * ROWS_PER_SAMPLE, FEATURES), k1.dtype), batch)
 
 
 def _unpad(padded: jax.Array) -> jax.Array:
@@ -199,10 +214,10 @@ def _maze_torso_bwd(residuals, dy):
     dy = jnp.pad(dy.reshape(batch, POSITIONS, FEATURES).astype(k1.dtype), ((0, 0), (0, ROWS_PER_SAMPLE - POSITIONS), (0, 0)))
     x, w1, b1_row, w2, _ = _kernel_operands(obs, k1, b1, k2, b1)
     operands = (x, w1, b1_row, w2, padded, dy.reshape(batch * ROWS_PER_SAMPLE, FEATURES))
-    programs = batch // _split(batch)[0]
+    programs = batch // _split(batch, BACKWARD)[0]
     shapes = [jax.ShapeDtypeStruct((programs, *s), jnp.float32) for s in
               ((PIXELS, FEATURES), (1, FEATURES), (TAPS, FEATURES, FEATURES), (1, FEATURES))]
-    dw1, db1, dw2, db2 = (g.sum(axis=0).astype(k1.dtype) for g in _call(_backward_kernel, operands, shapes, batch))
+    dw1, db1, dw2, db2 = (g.sum(axis=0).astype(k1.dtype) for g in _call(_backward_kernel, BACKWARD, operands, shapes, batch))
     return (jnp.zeros_like(obs), dw1[:TAPS].reshape(k1.shape), db1.reshape(b1.shape), dw2.reshape(k2.shape),
             db2.reshape(b1.shape))
 

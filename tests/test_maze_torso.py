@@ -77,9 +77,9 @@ def test_maze_network_with_the_kernels_has_the_same_parameters_and_outputs():
     obs = maze_like_obs(jax.random.key(6), (5,))
     fused, plain = MazeConv(4, pallas_torso=True), MazeConv(4)
     params = plain.init(jax.random.key(7), obs)
-    chex_params = fused.init(jax.random.key(7), obs)
-    assert jax.tree.structure(chex_params) == jax.tree.structure(params)
-    for a, b in zip(jax.tree.leaves(chex_params), jax.tree.leaves(params)):
+    fused_params = fused.init(jax.random.key(7), obs)
+    assert jax.tree.structure(fused_params) == jax.tree.structure(params)
+    for a, b in zip(jax.tree.leaves(fused_params), jax.tree.leaves(params)):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(jax.jit(fused.apply)(params, obs), plain.apply(params, obs), rtol=1e-5, atol=1e-6)
 
