@@ -156,12 +156,13 @@ def _backward_kernel(x_ref, w1_ref, b1_ref, w2_ref, y_ref, dy_ref, dw1_ref, db1_
     db2_ref[program] = db2
 
 
-def _kernel_operands(obs, k1, b1, k2, b2):
-    """The kernels' layouts: the observations as one flat vector, ``k1`` as ``[16, 16]`` (rows past 9 zero), ``k2`` per tap."""
+def _kernel_operands(obs, k1, b1, k2):
+    """The layouts both kernels read: the observations as one flat vector, ``k1`` as ``[16, 16]`` (rows
+    past 9 zero), ``b1`` as a row, ``k2`` per tap (``[9, 16, 16]``)."""
     dtype = k1.dtype
     w1 = jnp.pad(k1.reshape(TAPS, FEATURES), ((0, PIXELS - TAPS), (0, 0)))
     return (obs.reshape(obs.shape[0] * SIDE * SIDE).astype(dtype), w1, b1.reshape(1, FEATURES),
-            k2.reshape(TAPS, FEATURES, FEATURES), b2.reshape(1, FEATURES))
+            k2.reshape(TAPS, FEATURES, FEATURES))
 
 
 def _call(kernel, launch: Launch, operands, out_shape, batch: int):
@@ -184,7 +185,7 @@ def _check_shapes(obs, k1, b1, k2, b2) -> None:
 def _forward_padded(obs, k1, b1, k2, b2) -> jax.Array:
     """``[B * 32, 16]``: the output with each sample's 25 positions padded to 32 rows."""
     batch = obs.shape[0]
-    operands = _kernel_operands(obs, k1, b1, k2, b2)
+    operands = (*_kernel_operands(obs, k1, b1, k2), b2.reshape(1, FEATURES))
     return _call(_forward_kernel, FORWARD, operands, jax.ShapeDtypeStruct((batch * ROWS_PER_SAMPLE, FEATURES), k1.dtype), batch)
 
 
@@ -212,14 +213,12 @@ def _maze_torso_bwd(residuals, dy):
     obs, k1, b1, k2, padded = residuals  # the output's sign is the second ReLU's mask
     batch = obs.shape[0]
     dy = jnp.pad(dy.reshape(batch, POSITIONS, FEATURES).astype(k1.dtype), ((0, 0), (0, ROWS_PER_SAMPLE - POSITIONS), (0, 0)))
-    x, w1, b1_row, w2, _ = _kernel_operands(obs, k1, b1, k2, b1)
-    operands = (x, w1, b1_row, w2, padded, dy.reshape(batch * ROWS_PER_SAMPLE, FEATURES))
+    operands = (*_kernel_operands(obs, k1, b1, k2), padded, dy.reshape(batch * ROWS_PER_SAMPLE, FEATURES))
     programs = batch // _split(batch, BACKWARD)[0]
     shapes = [jax.ShapeDtypeStruct((programs, *s), jnp.float32) for s in
               ((PIXELS, FEATURES), (1, FEATURES), (TAPS, FEATURES, FEATURES), (1, FEATURES))]
     dw1, db1, dw2, db2 = (g.sum(axis=0).astype(k1.dtype) for g in _call(_backward_kernel, BACKWARD, operands, shapes, batch))
-    return (jnp.zeros_like(obs), dw1[:TAPS].reshape(k1.shape), db1.reshape(b1.shape), dw2.reshape(k2.shape),
-            db2.reshape(b1.shape))
+    return jnp.zeros_like(obs), dw1[:TAPS].reshape(k1.shape), db1.reshape(b1.shape), dw2.reshape(k2.shape), db2.reshape(-1)
 
 
 maze_torso.defvjp(_maze_torso_fwd, _maze_torso_bwd)

@@ -8,7 +8,7 @@ import pytest
 from experiments.maze_network_variants import VARIANTS, inputs, main, variant
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", [v for v in VARIANTS if v != "patches"])  # patches is the reference
 def test_each_variant_is_the_trainers_maze_network(name):
     params, obs, _ = inputs(jax.random.key(1), runs=2, batch=3)
     expected = jax.jit(jax.vmap(variant("patches", jnp.float32)))(params, obs)
