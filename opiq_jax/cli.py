@@ -73,6 +73,9 @@ class Train:
     precision: Literal["float32", "bfloat16"] = "float32"
     """The Q-network's precision: float32 (the paper) or bfloat16 (mixed precision for throughput: float32 weights
     and optimiser, bfloat16 forward and backward passes and target network; see StaticConfig.precision)."""
+    maze_torso: Literal["auto", "xla", "pallas"] = "auto"
+    """The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto (Pallas on GPUs in
+    bfloat16; see StaticConfig.maze_torso)."""
     shared_action_mask: bool = False
     """Use one action randomisation for all runs (the reference code) instead of one per run (the paper)."""
     m: float | None = None
@@ -223,7 +226,7 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
     if args.env == "chain":
         static_overrides["chain_length"] = args.chain_length
     static_overrides.update(count_features=args.count_features, shared_action_mask=args.shared_action_mask,
-                            precision=args.precision)
+                            precision=args.precision, maze_torso=args.maze_torso)
     if args.env_arg:
         static_overrides["env_kwargs"] = parse_env_args(args.env_arg)
     total = static_overrides.get("total_steps")

@@ -126,7 +126,9 @@ def test_cli_rejects_unknown_env():
 def test_cli_train_and_plot(tmp_path, capsys):
     out = tmp_path / "cli"
     main(["train", "--env", "chain", "--method", "opiq", "dqn", "--seeds", "2", "--steps", "600", "--log-every", "300",
-          "--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--out", str(out), "--no-progress"])
+          "--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--maze-torso", "xla", "--out", str(out),
+          "--no-progress"])
+    assert {json.loads(c.read_text())["static"]["maze_torso"] for c in out.rglob("config.json")} == {"xla"}
     printed = capsys.readouterr().out
     assert "| opiq |" in printed and "| dqn |" in printed
     for metric in ("train_return", "test_return", "states_visited", "max_return"):
