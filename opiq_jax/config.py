@@ -97,7 +97,8 @@ class StaticConfig:
     """How the maze network computes its two convolutions: ``xla`` (patch matrices and GEMMs,
     ``networks.PatchConv``), ``pallas`` (the fused kernels of ``opiq_jax.maze_torso``; off GPUs they run
     in Pallas's interpreter, for tests) or ``auto``: ``pallas`` on GPUs in bfloat16, else ``xla``
-    (float32 keeps XLA's form, the one the paper's results here were produced with)."""
+    (float32 keeps XLA's form, the one the paper's results here were produced with). The Q-network only:
+    BSP's shared torso and DORA's and RND's networks keep XLA's form."""
     envs_per_run: int = 1
     """Montezuma only: environments of the EnvPool pool that each run owns (the pool holds runs x envs_per_run).
     Step counts (total_steps, log_every, train_every, target_update, the epsilon schedule) stay in environment
