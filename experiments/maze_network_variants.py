@@ -25,9 +25,9 @@ over runs as in the trainer), in float32 and bfloat16:
   written out and re-gathered, and its gradient needs no scatter back onto the 11x11 map;
 * ``direct_patches_bias_folded``: the same, with the first convolution's bias folded into its GEMM as
   in ``bias_folded``;
-* ``pallas_torso``: both convolutions as the Pallas kernels of ``opiq_jax.maze_torso`` (the same
-  evaluation order as ``direct_patches``, with nothing between the observation and the second
-  convolution's output stored in memory).
+* ``pallas_torso``: the trainer's ``MazeConv`` with ``pallas_torso=True``, both convolutions as the
+  Pallas kernels of ``opiq_jax.maze_torso`` (the same evaluation order as ``direct_patches``, with
+  nothing between the observation and the second convolution's output stored in memory).
 
 Every variant reads the same ``MazeConv`` parameters and computes the same function (checked against
 ``MazeConv`` before timing). Run: ``python -m experiments.maze_network_variants --runs 512``.
@@ -45,7 +45,6 @@ import jax
 import jax.numpy as jnp
 import tyro
 
-from opiq_jax.maze_torso import maze_torso
 from opiq_jax.networks import MazeConv, extract_patches
 
 
@@ -161,12 +160,8 @@ def _patch_gemm(patches, layer, dtype, fold_bias: bool):
 
 def variant(name: str, dtype) -> Callable:
     """``apply(params, obs) -> Q`` of the maze network for one run, convolutions written as ``name``."""
-    if name == "patches":
-        net = MazeConv(num_outputs=4, dtype=dtype)
-        return net.apply
-    if name == "pallas_torso":
-        return _apply_with_torso(lambda x, p: maze_torso(x, *(p[layer][w].astype(dtype) for layer in ("PatchConv_0", "PatchConv_1")
-                                                             for w in ("kernel", "bias"))), dtype)
+    if name in ("patches", "pallas_torso"):  # the trainer's network, in either of its forms
+        return MazeConv(num_outputs=4, dtype=dtype, pallas_torso=name == "pallas_torso").apply
     if name.startswith("direct_patches"):
         return _apply_with_torso(lambda x, p: _direct_patches_torso(x, p, dtype, name.endswith("bias_folded")), dtype)
     space_to_depth = {"space_to_depth": lambda x, l: _space_to_depth_conv(x, l, dtype),
