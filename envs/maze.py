@@ -158,7 +158,12 @@ class Maze(environment.Environment[MazeState, MazeParams]):
         return self.get_obs(state, params), state
 
     def _render(self, row: jax.Array, col: jax.Array) -> jax.Array:
-        obs = jnp.asarray(self._background).at[row, col].set(1.0)  # PLAYER / 3
+        # A select, not a scatter into a broadcast background: batched, XLA fuses it into what
+        # reads the observations (the trainer's cast to bfloat16) instead of writing them out twice.
+        rows = jnp.arange(MAZE_SIZE, dtype=jnp.int32)[:, None]
+        cols = jnp.arange(MAZE_SIZE, dtype=jnp.int32)[None, :]
+        player = (rows == row) & (cols == col)
+        obs = jnp.where(player, jnp.float32(1.0), jnp.asarray(self._background))  # PLAYER / 3
         return obs[..., None]
 
     def get_obs(self, state: MazeState, params=None, key=None) -> jax.Array:

@@ -65,6 +65,10 @@ class Args:
     maze_torso: Literal["auto", "xla", "pallas"] = "auto"
     """The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto (Pallas on GPUs in
     bfloat16; see StaticConfig.maze_torso)."""
+    target_values: Literal["auto", "table", "network"] = "auto"
+    """The bootstrap targets' target-network values: looked up in a table of every cell filled at each target
+    copy (chain, maze), the target network on every batch, or auto (the table in bfloat16; see
+    StaticConfig.target_values)."""
     methods: tuple[str, ...] = tuple(dict.fromkeys(BASELINES + ABLATIONS))
     """Methods to run."""
     progress: bool = True
@@ -89,7 +93,7 @@ def build(args: Args) -> Experiment:
     extra = dict(chain_length=args.chain_length) if args.env == "chain" else {}
     static = static_for_env(args.env, total_steps=args.steps, log_every=args.log_every,
                             count_features=args.count_features, precision=args.precision,
-                            maze_torso=args.maze_torso, **extra)
+                            maze_torso=args.maze_torso, target_values=args.target_values, **extra)
     runs = tuple(RunSpec(m, "paper", s, method_hparams(args.env, m)) for m in args.methods for s in range(args.seeds))
     return Experiment(static, runs)
 

@@ -76,6 +76,10 @@ class Train:
     maze_torso: Literal["auto", "xla", "pallas"] = "auto"
     """The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto (Pallas on GPUs in
     bfloat16; see StaticConfig.maze_torso)."""
+    target_values: Literal["auto", "table", "network"] = "auto"
+    """The bootstrap targets' target-network values: looked up in a table of every cell filled at each target
+    copy (chain, maze), the target network on every batch, or auto (the table in bfloat16; see
+    StaticConfig.target_values)."""
     shared_action_mask: bool = False
     """Use one action randomisation for all runs (the reference code) instead of one per run (the paper)."""
     m: float | None = None
@@ -226,7 +230,8 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
     if args.env == "chain":
         static_overrides["chain_length"] = args.chain_length
     static_overrides.update(count_features=args.count_features, shared_action_mask=args.shared_action_mask,
-                            precision=args.precision, maze_torso=args.maze_torso)
+                            precision=args.precision, maze_torso=args.maze_torso,
+                            target_values=args.target_values)
     if args.env_arg:
         static_overrides["env_kwargs"] = parse_env_args(args.env_arg)
     total = static_overrides.get("total_steps")

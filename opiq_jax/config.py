@@ -99,6 +99,14 @@ class StaticConfig:
     in Pallas's interpreter, for tests) or ``auto``: ``pallas`` on GPUs in bfloat16, else ``xla``
     (float32 keeps XLA's form, the one the paper's results here were produced with). The Q-network only:
     BSP's shared torso and DORA's and RND's networks keep XLA's form."""
+    target_values: str = "auto"
+    """How the bootstrap targets get the target network's values: ``network`` (its forward pass on every
+    sampled batch), ``table`` (evaluated at every cell when it is copied, ``RunState.target_table``, and
+    looked up: the same function, one forward pass over all cells every ``target_update`` steps instead of
+    one over ``batch_size`` states every update; only for environments with a cell table, the chain and the
+    maze, whose observation is a function of one of a few hundred cells) or ``auto``: ``table`` in bfloat16
+    where the environment has a cell table, else ``network`` (float32 keeps the path the paper's results
+    here were produced with, bit for bit; a table's GEMM rounds differently in the last bits)."""
     envs_per_run: int = 1
     """Montezuma only: environments of the EnvPool pool that each run owns (the pool holds runs x envs_per_run).
     Step counts (total_steps, log_every, train_every, target_update, the epsilon schedule) stay in environment
@@ -133,6 +141,8 @@ class StaticConfig:
             (self.precision in ("float32", "bfloat16"), f"unknown precision {self.precision!r}: use float32 or bfloat16"),
             (self.precision == "float32" or self.env != "montezuma", "precision bfloat16 is not implemented for montezuma"),
             (self.maze_torso in ("auto", "xla", "pallas"), f"unknown maze_torso {self.maze_torso!r}: use auto, xla or pallas"),
+            (self.target_values in ("auto", "table", "network"),
+             f"unknown target_values {self.target_values!r}: use auto, table or network"),
             (self.envs_per_run >= 1, f"envs_per_run must be >= 1, got {self.envs_per_run}"),
             (self.envs_per_run == 1 or self.env == "montezuma", "envs_per_run > 1 is for --env montezuma only"),
             (self.log_every % self.envs_per_run == 0 and self.target_update % self.envs_per_run == 0

@@ -19,8 +19,10 @@ Rounding follows XLA's form of the same network (``networks.PatchConv``): each p
 float32 and is rounded to the compute dtype before its bias is added. A program handles up to 16
 of a run's samples (the backward kernel's per-program gradients are summed after it); ``vmap`` over
 runs (the trainer's) adds the runs to the kernels' grid. Off GPUs the
-kernels run in Pallas's interpreter (for tests). Shapes are padded to powers of two as Triton needs:
-25 output positions to 32 rows per sample, 9 patch pixels to 16 (the padded kernel rows are zero).
+kernels run in Pallas's interpreter (for tests). Inside the kernels shapes are padded to powers of two
+as Triton needs: 25 output positions to 32 rows per sample, 9 patch pixels to 16 (the padded kernel rows
+are zero). The output and its gradient are read and written in their own ``[B, 25, 16]`` layout with
+masked stores and loads, so no padded copy of either is made outside the kernels.
 """
 
 from __future__ import annotations
@@ -85,6 +87,21 @@ def _patch_offsets(tile: int) -> jax.Array:
     return (row // ROWS_PER_SAMPLE) * SIDE * SIDE + jnp.where(inside, in_row * SIDE + in_col, 0)
 
 
+def _output_offsets(tile: int) -> tuple[jax.Array, jax.Array]:
+    """``[tile * 32, 16]`` flat offsets into a tile's ``[tile, 25, 16]`` output, and which of them are real
+    (rows past a sample's 25 positions are padding)."""
+    shape = (tile * ROWS_PER_SAMPLE, FEATURES)
+    row = jax.lax.broadcasted_iota(jnp.int32, shape, 0)
+    channel = jax.lax.broadcasted_iota(jnp.int32, shape, 1)
+    position = row % ROWS_PER_SAMPLE
+    return (row // ROWS_PER_SAMPLE) * POSITIONS * FEATURES + position * FEATURES + channel, position < POSITIONS
+
+
+def _load_outputs(ref, offsets: jax.Array, valid: jax.Array, first_sample) -> jax.Array:
+    """``[tile * 32, 16]`` rows of an output-shaped ref (flat ``[B * 400]``), zero in the padding rows."""
+    return plgpu.load(ref.at[offsets + first_sample * POSITIONS * FEATURES], mask=valid, other=0)
+
+
 def _tap_patches(x_ref, offsets: jax.Array, first_sample, tap: int) -> jax.Array:
     """``[tile * 32, 16]``: row ``(sample, position)`` holds the input patch that the first convolution
     reads at tap ``tap`` of the second convolution's output ``position``: the first convolution's output
@@ -106,18 +123,16 @@ def _conv2_preactivation(x_ref, offsets, w1, b1, w2_ref, b2, first_sample) -> ja
     return acc.astype(w1.dtype) + b2
 
 
-def _rows(first_sample, tile: int):
-    return pl.ds(first_sample * ROWS_PER_SAMPLE, tile * ROWS_PER_SAMPLE)
-
-
 def _forward_kernel(x_ref, w1_ref, b1_ref, w2_ref, b2_ref, y_ref, *, samples: int, tile: int):
     w1, b1, b2 = w1_ref[...], b1_ref[...], b2_ref[...]
     start = pl.program_id(0) * samples
     offsets = _patch_offsets(tile)
+    out_offsets, valid = _output_offsets(tile)
 
     def body(step, carry):
         first = start + step * tile
-        y_ref[_rows(first, tile), :] = jnp.maximum(_conv2_preactivation(x_ref, offsets, w1, b1, w2_ref, b2, first), 0)
+        y = jnp.maximum(_conv2_preactivation(x_ref, offsets, w1, b1, w2_ref, b2, first), 0)
+        plgpu.store(y_ref.at[out_offsets + first * POSITIONS * FEATURES], y, mask=valid)
         return carry
 
     jax.lax.fori_loop(0, samples // tile, body, 0)
@@ -130,11 +145,13 @@ def _backward_kernel(x_ref, w1_ref, b1_ref, w2_ref, y_ref, dy_ref, dw1_ref, db1_
     dtype = w1.dtype
     program = pl.program_id(0)
     offsets = _patch_offsets(tile)
+    out_offsets, valid = _output_offsets(tile)
 
     def body(step, grads):
         dw1, db1, dw2, db2 = grads
         first = program * samples + step * tile
-        d2 = jnp.where(y_ref[_rows(first, tile), :] > 0, dy_ref[_rows(first, tile), :], 0).astype(dtype)
+        y = _load_outputs(y_ref, out_offsets, valid, first)
+        d2 = jnp.where(y > 0, _load_outputs(dy_ref, out_offsets, valid, first), 0).astype(dtype)
         db2 = db2 + jnp.sum(d2.astype(jnp.float32), axis=0, keepdims=True)
         new_dw2 = []
         for tap in range(TAPS):
@@ -182,16 +199,12 @@ def _check_shapes(obs, k1, b1, k2, b2) -> None:
     chex.assert_type([b1, k2, b2], k1.dtype)
 
 
-def _forward_padded(obs, k1, b1, k2, b2) -> jax.Array:
-    """``[B * 32, 16]``: the output with each sample's 25 positions padded to 32 rows."""
+def _forward(obs, k1, b1, k2, b2) -> jax.Array:
+    """``[B, 5, 5, 16]``: the output."""
     batch = obs.shape[0]
     operands = (*_kernel_operands(obs, k1, b1, k2), b2.reshape(1, FEATURES))
-    return _call(_forward_kernel, FORWARD, operands, jax.ShapeDtypeStruct((batch * ROWS_PER_SAMPLE, FEATURES), k1.dtype), batch)
-
-
-def _unpad(padded: jax.Array) -> jax.Array:
-    batch = padded.shape[0] // ROWS_PER_SAMPLE
-    return padded.reshape(batch, ROWS_PER_SAMPLE, FEATURES)[:, :POSITIONS].reshape(batch, OUT_SIDE, OUT_SIDE, FEATURES)
+    flat = _call(_forward_kernel, FORWARD, operands, jax.ShapeDtypeStruct((batch * POSITIONS * FEATURES,), k1.dtype), batch)
+    return flat.reshape(batch, OUT_SIDE, OUT_SIDE, FEATURES)
 
 
 @jax.custom_vjp
@@ -200,20 +213,19 @@ def maze_torso(obs: jax.Array, k1: jax.Array, b1: jax.Array, k2: jax.Array, b2: 
     ``PatchConv`` layers' kernels and biases, all in one compute dtype. Differentiable in the weights
     (the observations get a zero cotangent: nothing upstream of them is learnt)."""
     _check_shapes(obs, k1, b1, k2, b2)
-    return _unpad(_forward_padded(obs, k1, b1, k2, b2))
+    return _forward(obs, k1, b1, k2, b2)
 
 
 def _maze_torso_fwd(obs, k1, b1, k2, b2):
     _check_shapes(obs, k1, b1, k2, b2)
-    padded = _forward_padded(obs, k1, b1, k2, b2)
-    return _unpad(padded), (obs, k1, b1, k2, padded)
+    y = _forward(obs, k1, b1, k2, b2)
+    return y, (obs, k1, b1, k2, y)
 
 
 def _maze_torso_bwd(residuals, dy):
-    obs, k1, b1, k2, padded = residuals  # the output's sign is the second ReLU's mask
+    obs, k1, b1, k2, y = residuals  # the output's sign is the second ReLU's mask
     batch = obs.shape[0]
-    dy = jnp.pad(dy.reshape(batch, POSITIONS, FEATURES).astype(k1.dtype), ((0, 0), (0, ROWS_PER_SAMPLE - POSITIONS), (0, 0)))
-    operands = (*_kernel_operands(obs, k1, b1, k2), padded, dy.reshape(batch * ROWS_PER_SAMPLE, FEATURES))
+    operands = (*_kernel_operands(obs, k1, b1, k2), y.reshape(-1), dy.astype(k1.dtype).reshape(-1))
     programs = batch // _split(batch, BACKWARD)[0]
     shapes = [jax.ShapeDtypeStruct((programs, *s), jnp.float32) for s in
               ((PIXELS, FEATURES), (1, FEATURES), (TAPS, FEATURES, FEATURES), (1, FEATURES))]

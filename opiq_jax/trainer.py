@@ -153,6 +153,7 @@ class RunState:
     active_head: jax.Array  # int32: the BSP head acting in this episode (0 without BSP)
     prior_params: Any = None  # BSP's fixed random prior network (None without BSP)
     compute_params: Any = None  # precision=bfloat16: the bfloat16 copy of params the forward passes read; else None
+    target_table: jax.Array | None = None  # float32[num_cells, K, A]: the target network at every cell, or None
     dora: DoraState | None = None
     rnd: RndState | None = None
 
@@ -204,6 +205,16 @@ def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:
     return static.maze_torso == "pallas" or (static.precision == "bfloat16" and jax.default_backend() == "gpu")
 
 
+def uses_target_table(static: StaticConfig, env: Any) -> bool:
+    """Whether the targets look the target network's values up per cell (``StaticConfig.target_values``)."""
+    has_cell_table = hasattr(env, "all_compacts")
+    if static.target_values == "table" and not has_cell_table:
+        raise ValueError(f"target_values='table' needs an environment with a cell table (chain, maze), not {static.env!r}")
+    if static.target_values == "auto":
+        return has_cell_table and static.precision == "bfloat16"
+    return static.target_values == "table"
+
+
 def make_optimiser(static: StaticConfig) -> optax.GradientTransformation:
     """Global-norm clip then PyTorch-style RMSProp scaling; the per-run learning rate is applied after."""
     return optax.chain(
@@ -228,6 +239,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
     e_network = make_network(net_name, num_actions, static.hidden)  # DORA's E-values (logits)
     rnd_network = make_network(net_name, static.rnd_outputs, static.hidden)
     has_cell_table = hasattr(env, "all_compacts")
+    table = uses_target_table(static, env)
     optimiser = make_optimiser(static)
     horizon = int(env.default_params.max_steps_in_episode)
     obs_dim = int(np.prod(env.observation_space(env.default_params).shape))
@@ -262,6 +274,15 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         else:
             code = counts.simhash_code(hash_matrix, env.obs_from_compact(compact, env_params))
         return counts.sketch_columns(code, static.sketch_rows, static.sketch_width)
+
+    def cell_values(run: RunState, params) -> jax.Array:
+        """``[num_cells, K, A]``: ``head_values`` at every cell of the environment's cell table."""
+        return head_values(run, params, obs_of(run, env.all_compacts()))
+
+    def with_target(run: RunState, params) -> RunState:
+        """``run`` with ``params`` as its target network (and that network's values at every cell)."""
+        run = run.replace(target_params=params)
+        return run.replace(target_table=cell_values(run, params)) if table else run
 
     def count_columns(run: RunState, compact: jax.Array) -> jax.Array:
         """Sketch columns of ``compact``, looked up in the run's per-cell table where there is one.
@@ -321,9 +342,8 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
                                     target_params=rnd_network.init(k_tgt, obs[None]))
         if mixed_precision:
             extra["compute_params"] = in_compute_precision(params, compute_dtype)
-        return RunState(
-            key=k_loop, hparams=hp, params=params, target_params=in_compute_precision(params, compute_dtype),
-            opt_state=optimiser.init(params),
+        run = RunState(
+            key=k_loop, hparams=hp, params=params, target_params=None, opt_state=optimiser.init(params),
             env_params=env_params, env_state=env_state, obs=obs, hash_matrix=hash_matrix,
             cell_columns=(jax.vmap(lambda c: columns_of(hash_matrix, env_params, c))(env.all_compacts())
                           if has_cell_table else jnp.zeros((0, static.sketch_rows), jnp.int32)),
@@ -331,6 +351,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
             buffer=replay.init(example, static.buffer_size), stats=stats,
             active_head=jax.random.randint(k_head, (), 0, num_heads), **extra,
         )
+        return with_target(run, in_compute_precision(params, compute_dtype))
 
     def init(run_keys: jax.Array, env_keys: jax.Array, hparams: HParams) -> TrainState:
         num_runs = run_keys.shape[0]
@@ -418,7 +439,10 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         next_compact = jnp.take_along_axis(windows.next_compact, last[:, None, None], axis=1)[:, 0]
         next_columns = jax.vmap(lambda c: count_columns(run, c))(next_compact)
         next_counts = jax.vmap(lambda cols: counts.query_all_actions(run.sketch, cols))(next_columns)
-        q_next = head_values(run, run.target_params, obs_of(run, next_compact))  # [B, K, A]
+        if table:
+            q_next = run.target_table[jax.vmap(env.cell_id)(next_compact)]  # [B, K, A]
+        else:
+            q_next = head_values(run, run.target_params, obs_of(run, next_compact))
         bonus = optimism_bonus(next_counts, hp.c_bootstrap, hp.m)[:, None, :]
         values = bootstrap_value(q_next, jnp.broadcast_to(bonus, q_next.shape))
         return partial[:, None] + discount[:, None] * values, intrinsic
@@ -493,7 +517,7 @@ def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
         return run.replace(key=key)
 
     def copy_target(run: RunState) -> RunState:
-        return run.replace(target_params=forward_params(run))
+        return with_target(run, forward_params(run))
 
     def env_step(state: TrainState, _) -> tuple[TrainState, None]:
         # the named scopes label the compiled ops for experiments/profile_step.py (no effect on the results)

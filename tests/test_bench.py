@@ -62,19 +62,24 @@ def test_maze_conv_flops_match_a_hand_count():
 
 
 def test_work_model_of_a_small_chain():
-    model = work_model(STATIC)
+    model = work_model(dataclasses.replace(STATIC, target_values="table"))
     assert model.params == CHAIN * 16 + 16 + 16 * 2 + 2
     fwd, batch = 2 * (CHAIN * 16 + 16 * 2), STATIC.batch_size
     assert model.forward_flops == fwd
     assert model.flops["acting forward"] == fwd
     assert model.flops["online forward+backward"] == 3 * fwd * batch
-    assert model.flops["target forward"] == fwd * batch
     assert model.flops["simhash"] == 0  # the bench counts exact cell ids by default
     param_bytes = 4 * model.params
     assert model.bytes["update params"] == 4 * param_bytes
-    assert model.bytes["target"] == pytest.approx(param_bytes * (1 + 2 / STATIC.target_update))
     assert model.bytes["replay"] == (batch * STATIC.n_step + 1) * model.replay_item_bytes
     assert model.total_bytes == pytest.approx(sum(model.bytes.values()))
+    # the target table: every cell's two action values filled once per copy, two looked up per sample
+    cells, copy = CHAIN, 1 / STATIC.target_update
+    assert model.flops["target forward"] == pytest.approx(fwd * cells * copy)
+    assert model.bytes["target"] == pytest.approx((3 * param_bytes + cells * 2 * 4) * copy + batch * 2 * 4)
+    network = work_model(STATIC)  # float32: the target network on every batch
+    assert network.flops["target forward"] == fwd * batch
+    assert network.bytes["target"] == pytest.approx(param_bytes * (1 + 2 * copy))
 
 
 # ------------------------------------------------------------------------------ the plain baseline

@@ -126,9 +126,10 @@ def test_cli_rejects_unknown_env():
 def test_cli_train_and_plot(tmp_path, capsys):
     out = tmp_path / "cli"
     main(["train", "--env", "chain", "--method", "opiq", "dqn", "--seeds", "2", "--steps", "600", "--log-every", "300",
-          "--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--maze-torso", "xla", "--out", str(out),
-          "--no-progress"])
-    assert {json.loads(c.read_text())["static"]["maze_torso"] for c in out.rglob("config.json")} == {"xla"}
+          "--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--maze-torso", "xla", "--target-values", "table",
+          "--out", str(out), "--no-progress"])
+    statics = [json.loads(c.read_text())["static"] for c in out.rglob("config.json")]
+    assert {s["maze_torso"] for s in statics} == {"xla"} and {s["target_values"] for s in statics} == {"table"}
     printed = capsys.readouterr().out
     assert "| opiq |" in printed and "| dqn |" in printed
     for metric in ("train_return", "test_return", "states_visited", "max_return"):

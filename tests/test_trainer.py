@@ -1,6 +1,8 @@
 """The compiled trainer: learning on a short chain, per-run randomness, the n-step Q+ target with
 counts read at training time, and method equivalences. One compiled program serves the module."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ from opiq_jax import counts
 from opiq_jax.config import make_hparams, stack_hparams, static_for_env
 from opiq_jax.methods import method_hparams, method_settings
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
-from opiq_jax.trainer import Transition
+from opiq_jax.trainer import Transition, make_env, uses_target_table
 from tests.training import train_chunks
 
 CHAIN = 20  # horizon 29: a random walk almost never reaches the right end
@@ -127,3 +129,42 @@ def test_n_step_q_plus_target_by_hand():
     window = window.replace(terminated=jnp.array([[False, True, False]]), done=jnp.array([[False, True, False]]))
     target, _ = trainer.targets(run, window, jnp.ones((1, 3), bool))
     assert float(target[0, 0]) == pytest.approx(rewards[0] + g * rewards[1], rel=1e-5)
+
+
+def test_target_table_holds_the_target_networks_values_and_follows_its_copies():
+    """The targets looked up per cell equal the target network's on the batch, at init and after copies."""
+    static = static_for_env("chain", chain_length=6, total_steps=60, log_every=30, buffer_size=100, hidden=(8,),
+                            batch_size=8, n_step=2, target_update=10, count_features="exact", target_values="table")
+    hp = method_hparams("chain", "opiq")
+    runs = (RunSpec("opiq", "x", 0, hp), RunSpec("opiq", "x", 1, hp))
+    trainer, init, train_chunk = compiled_trainer(static)
+    network_trainer = compiled_trainer(dataclasses.replace(static, target_values="network"))[0]
+    state = init(*run_keys_for(Experiment(static, runs)), stack_hparams([hp, hp]))
+    window = Transition(
+        compact=jnp.array([[[1], [2]], [[5], [0]]], jnp.int32), action=jnp.array([[1, 0], [0, 1]], jnp.int32),
+        reward=jnp.zeros((2, 2)), terminated=jnp.zeros((2, 2), bool), done=jnp.zeros((2, 2), bool),
+        next_compact=jnp.array([[[2], [3]], [[4], [5]]], jnp.int32),
+    )
+    for chunk in range(3):  # at init, then after 30 and 60 steps (learning from step 9, a copy every 10)
+        run = jax.tree.map(lambda x: x[1], state.runs)
+        all_obs = jax.vmap(trainer.env.obs_from_compact, in_axes=(0, None))(trainer.env.all_compacts(), run.env_params)
+        np.testing.assert_allclose(run.target_table[:, 0], trainer.q_values(run.target_params, all_obs), rtol=1e-6)
+        exists = jnp.ones((2, 2), bool)
+        np.testing.assert_allclose(trainer.targets(run, window, exists)[0], network_trainer.targets(run, window, exists)[0],
+                                   rtol=1e-6)
+        if chunk < 2:
+            before = np.asarray(state.runs.target_table)
+            state, _ = train_chunk(state)
+            assert not np.allclose(before, state.runs.target_table)  # the copies refreshed the table
+
+
+def test_target_values_choice():
+    """auto: the table in bfloat16 where there is a cell table; a table where there is none is refused."""
+    chain, gymnax = static_for_env("chain"), static_for_env("gymnax:CartPole-v1")
+    assert not uses_target_table(chain, make_env(chain))  # float32 keeps the path of the paper's results
+    assert uses_target_table(dataclasses.replace(chain, precision="bfloat16"), make_env(chain))
+    assert not uses_target_table(dataclasses.replace(gymnax, precision="bfloat16"), make_env(gymnax))
+    with pytest.raises(ValueError, match="needs an environment with a cell table"):
+        uses_target_table(dataclasses.replace(gymnax, target_values="table"), make_env(gymnax))
+    with pytest.raises(ValueError, match="unknown target_values"):
+        dataclasses.replace(chain, target_values="cells").validate()

@@ -53,6 +53,10 @@ class Bench:
     maze_torso: Literal["auto", "xla", "pallas"] = "auto"
     """The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto (Pallas on GPUs in
     bfloat16; see StaticConfig.maze_torso)."""
+    target_values: Literal["auto", "table", "network"] = "auto"
+    """The bootstrap targets' target-network values: looked up in a table of every cell filled at each target
+    copy (chain, maze), the target network on every batch, or auto (the table in bfloat16; see
+    StaticConfig.target_values)."""
     buffer_size: int | None = None
     """Replay capacity per run (default: the paper's, 10k chain, 250k maze)."""
     hidden: tuple[int, ...] | None = None
@@ -88,7 +92,7 @@ class Bench:
         """The static configuration measured on ``env``: the paper's, with this bench's overrides."""
         overrides: dict[str, Any] = dict(
             log_every=self.steps_per_measure, total_steps=self.steps_per_measure, count_features=self.count_features,
-            precision=self.precision, maze_torso=self.maze_torso,
+            precision=self.precision, maze_torso=self.maze_torso, target_values=self.target_values,
         )
         if env == "chain":
             overrides["chain_length"] = self.chain_length

@@ -50,7 +50,7 @@ from ..runner import (
     state_bytes_per_run,
     tree_bytes,
 )
-from ..trainer import make_optimiser, make_train, uses_pallas_torso
+from ..trainer import make_env, make_optimiser, make_train, uses_pallas_torso, uses_target_table
 from .options import Bench, runs_schedule
 from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run
 
@@ -143,15 +143,19 @@ def work_model(static: StaticConfig) -> WorkModel:
       (in the forward passes' precision);
     * ``optimiser``: the RMSProp state read and written;
     * ``target``: the target network (in the forward passes' precision) read once for the
-      bootstrap forward, plus its copy (read + write) every ``target_update`` steps;
+      bootstrap forward, plus its copy (read + write) every ``target_update`` steps; with the target
+      table (``StaticConfig.target_values``, the chain and the maze) the network is read once per copy
+      to fill the table, the table written then, and ``batch x actions`` of its values read per update;
     * ``replay``: ``batch x n`` stored items gathered, plus one item written per step;
     * ``counts``: sketch cells read to act (``rows x actions``), updated (read + write of ``rows``),
       and read at training time for the intrinsic rewards (``batch x n x rows``) and the bootstrap
       (``batch x rows x actions``);
-    * ``observations``: the rebuilt observations of the online and the target batch, written then read.
+    * ``observations``: the rebuilt observations of the online and the target batch (with the target
+      table: of the online batch, and of every cell once per copy), written then read.
 
     FLOPs: the online forward to act (1 observation), the online forward + backward on the batch
-    (3 forwards), the target forward on the batch, SimHash projections (``2 k D`` each: one to act,
+    (3 forwards), the target forward on the batch (with the target table: on every cell once per
+    copy), SimHash projections (``2 k D`` each: one to act,
     ``batch x (n + 1)`` at training time) when counting SimHash codes, and about 10 per parameter
     for the clip and RMSProp.
     """
@@ -174,21 +178,30 @@ def work_model(static: StaticConfig) -> WorkModel:
     b, n, a, rows = static.batch_size, static.n_step, env.num_actions, static.sketch_rows
     per_update = 1.0 / static.train_every
     int_bytes = 4.0
+    per_copy = 1.0 / static.target_update
+    if uses_target_table(static, env):
+        table_bytes = float(tree_bytes(shapes.runs.target_table))  # one run
+        cells = shapes.runs.target_table.shape[1]
+        target_bytes = (3 * compute_bytes + table_bytes) * per_copy + b * a * 4.0 * per_update
+        target_obs, target_forwards = 2 * cells * obs_bytes * per_copy, cells * per_copy
+    else:
+        target_bytes = compute_bytes * per_update + 2 * compute_bytes * per_copy
+        target_obs, target_forwards = 2 * b * obs_bytes * per_update, b * per_update
     nbytes = {
         "acting params": compute_bytes,
         "update params": (2 * compute_bytes + 2 * param_bytes + copy_bytes) * per_update,
         "gradients": 3 * compute_bytes * per_update,
         "optimiser": 2 * opt_bytes * per_update,
-        "target": compute_bytes * per_update + 2 * compute_bytes / static.target_update,
+        "target": target_bytes,
         "replay": b * n * item_bytes * per_update + item_bytes,
         "counts": int_bytes * rows * (a + 2 + (b * n + b * a) * per_update),
-        "observations": 2 * 2 * b * obs_bytes * per_update,
+        "observations": 2 * b * obs_bytes * per_update + target_obs,
     }
     simhash = 2.0 * static.simhash_bits * example_obs.size if static.count_features == "simhash" else 0.0
     flops = {
         "acting forward": float(fwd),
         "online forward+backward": 3.0 * fwd * b * per_update,
-        "target forward": float(fwd) * b * per_update,
+        "target forward": float(fwd) * target_forwards,
         "simhash": simhash * (1 + b * (n + 1) * per_update),
         "optimiser": 10.0 * num_params * per_update,
     }
@@ -509,11 +522,14 @@ TABLE_COLUMNS = (
 )
 
 
-def torso_note(static: StaticConfig, env: str) -> str:
-    """Which form the maze network's convolutions took (``StaticConfig.maze_torso``); empty for the chain."""
-    if env != "maze":
-        return ""
-    return ", convolutions: " + ("Pallas kernels" if uses_pallas_torso(static, "maze_conv") else "XLA patch GEMMs")
+def form_note(static: StaticConfig, env: str) -> str:
+    """How the targets were computed (``StaticConfig.target_values``) and, for the maze, which form its
+    network's convolutions took (``StaticConfig.maze_torso``)."""
+    table = uses_target_table(static, make_env(static))
+    note = ", targets: " + ("the target network's values per cell" if table else "the target network on every batch")
+    if env == "maze":
+        note += ", convolutions: " + ("Pallas kernels" if uses_pallas_torso(static, "maze_conv") else "XLA patch GEMMs")
+    return note
 
 
 def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any], peaks: DevicePeaks | None,
@@ -524,7 +540,7 @@ def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any],
         "",
         f"Paper settings: batch {static.batch_size}, n-step {static.n_step}, replay {static.buffer_size:,}, "
         f"target update {static.target_update}, counts: {static.count_features}, precision: {static.precision} "
-        f"(the plain baseline: float32){torso_note(static, env)}; one update per environment step.",
+        f"(the plain baseline: float32){form_note(static, env)}; one update per environment step.",
         f"Work per step per run: {model.params:,} parameters, {model.total_bytes / 1e6:.3f} MB, "
         f"{model.total_flops / 1e6:.3f} MFLOP.",
     ]
