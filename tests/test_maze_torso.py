@@ -104,8 +104,8 @@ def test_which_runs_use_the_kernels():
 
 def test_trainer_with_the_kernels_follows_the_xla_trainer():
     def train(torso):
-        static = static_for_env("maze", total_steps=150, log_every=150, buffer_size=500, precision="bfloat16",
-                                count_features="exact", maze_torso=torso)  # acting on one sample, training on 64
+        static = static_for_env("maze", total_steps=120, log_every=120, buffer_size=500, batch_size=16,
+                                precision="bfloat16", count_features="exact", maze_torso=torso)  # acting on 1, training on 16
         runs = tuple(RunSpec("opiq", "paper", s, method_hparams("maze", "opiq")) for s in range(2))
         return train_chunks(Experiment(static, runs))[2][-1]
 
