@@ -25,6 +25,7 @@ import csv
 import dataclasses
 import functools
 import gzip
+import io
 import json
 import os
 import time
@@ -293,22 +294,33 @@ def _read_checkpoint(out: Path, template) -> tuple[object, int] | None:
     return payload["state"], int(payload["chunk"])
 
 
+def csv_text(rows) -> str:
+    """``rows`` as CSV text the way :func:`append_metrics` writes them (quoted where needed, CRLF endings)."""
+    buffer = io.StringIO(newline="")
+    csv.writer(buffer).writerows(rows)
+    return buffer.getvalue()
+
+
 def _truncate_metrics(out: Path, last_step: int) -> None:
-    """Keeps the header and the rows up to ``last_step`` (rows of an interrupted chunk go)."""
+    """Keeps the header and the rows up to ``last_step`` (rows of an interrupted chunk go).
+
+    The kept rows are written back with the same CSV writer that appended them, so labels with commas,
+    quotes or any unicode keep their quoting, and the file keeps one line ending.
+    """
     path = out / METRICS_FILE
     if not path.exists():
         return
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
-    kept = [rows[0]] + [r for r in rows[1:] if int(r[4]) <= last_step]
-    atomic_write_bytes(path, "".join(",".join(r) + "\n" for r in kept).encode())
+    kept = [rows[0]] + [r for r in rows[1:] if len(r) == len(METRICS_HEADER) and int(r[4]) <= last_step]
+    atomic_write_bytes(path, csv_text(kept).encode("utf-8"))
 
 
 def append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[str, np.ndarray],
                    names: tuple[str, ...] = METRICS) -> None:
     path = out / METRICS_FILE
     new = not path.exists()
-    with open(path, "a", newline="") as f:
+    with open(path, "a", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         if new:
             writer.writerow(METRICS_HEADER)
@@ -322,7 +334,7 @@ def read_metrics_file(folder: Path) -> list[dict]:
     none where nothing was logged yet."""
     for path, opener in ((folder / METRICS_FILE, open), (folder / f"{METRICS_FILE}.gz", gzip.open)):
         if path.exists():
-            with opener(path, "rt", newline="") as f:
+            with opener(path, "rt", newline="", encoding="utf-8") as f:
                 return list(csv.DictReader(f))
     return []
 

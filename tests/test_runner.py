@@ -228,3 +228,42 @@ def test_a_config_written_before_a_static_field_existed_still_matches():
     other = Experiment(dataclasses.replace(STATIC, precision="bfloat16"), EXPERIMENT.runs)
     assert not same_experiment(older, other.to_json())
     assert not same_experiment(config, other.to_json())
+
+
+ODD_LABELS = ("m=2,c_action=10", 'say "hi", then, go', "β=0.1 ✓ 日本")
+
+
+def test_metrics_survive_repeated_resumes_with_odd_setting_labels(tmp_path):
+    """Setting labels with commas, quotes and unicode keep their quoting, and the file its line ending,
+    through any number of resumes (each rewrites the file past its checkpoint)."""
+    runs = tuple(RunSpec("opiq", label, s, method_hparams("chain", "opiq")) for label in ODD_LABELS for s in range(1))
+    experiment = Experiment(STATIC, runs)
+    out = tmp_path / "odd"
+    run_experiment(experiment, out, progress=False, checkpoint_seconds=0, stop_after_chunks=3)
+    for _ in range(3):  # two more partial calls, then the rest, then a finished experiment's no-op resume
+        run_experiment(experiment, out, progress=False, checkpoint_seconds=1e9, stop_after_chunks=2)
+    run_experiment(experiment, out, progress=False, checkpoint_seconds=0)
+    run_experiment(experiment, out, progress=False, checkpoint_seconds=0)
+    straight = tmp_path / "straight"
+    run_experiment(experiment, straight, progress=False, checkpoint_seconds=0)
+    data = (out / METRICS_FILE).read_bytes()
+    assert data == (straight / METRICS_FILE).read_bytes()
+    assert data.count(b"\r\n") == data.count(b"\n")  # one line ending throughout
+    rows = read_metrics(out)
+    assert {r["setting"] for r in rows} == set(ODD_LABELS)
+    assert len(rows) == len(runs) * len(METRICS) * (STATIC.total_steps // STATIC.log_every)
+
+
+def test_cli_rerun_of_a_finished_train_with_two_overrides_keeps_the_metrics(tmp_path):
+    """The user's report: a finished ``train`` with two hyperparameter overrides, run again, must neither fail nor
+    damage metrics.csv (its setting label "c_action=10,m=2" holds a comma)."""
+    out = tmp_path / "x"
+    argv = ["train", "--chain-length", "6", "--seeds", "1", "--steps", "400", "--log-every", "200", "--hidden", "16",
+            "--buffer-size", "400", "--m", "2", "--c-action", "10", "--out", str(out), "--no-progress", "--no-plot"]
+    main(argv)
+    before = (out / METRICS_FILE).read_bytes()
+    main(argv)
+    assert (out / METRICS_FILE).read_bytes() == before
+    assert {r["setting"] for r in read_metrics(out)} == {"c_action=10,m=2"}
+    main(["plot", str(out), "--metrics", "test_return"])
+    assert (out / "plot_test_return.png").exists()
