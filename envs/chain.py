@@ -20,6 +20,8 @@ import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from .base import CompactEnvironment
+
 START_POS = 1
 LEFT_REWARD = 0.001
 RIGHT_REWARD = 1.0
@@ -60,10 +62,11 @@ def chain_transition(
     return next_pos, reward
 
 
-class RandomisedChain(environment.Environment[ChainState, ChainParams]):
+class RandomisedChain(CompactEnvironment):
     """The OPIQ randomised chain. Never terminates; truncates at the horizon."""
 
     compact_dim = 1
+    has_cell_table = True
 
     def __init__(self, length: int = 100, horizon: int | None = None):
         super().__init__()

@@ -17,7 +17,8 @@ needs on top of gymnax's API (see ``envs/chain.py`` for the reference semantics)
   ``num_cells = N * N + 1``); for every other environment a 16-bit hash of the observation's bytes
   (``num_cells = 2**16``), an approximate count (collisions merge states; continuous observations
   make almost every state distinct).
-* No ``all_compacts``: the trainer counts these environments by hashing the observation each time.
+* No cell table (``has_cell_table`` False): the trainer counts these environments by hashing the observation
+  each time.
 
 Keyword arguments are routed by name: a constructor argument of the gymnax class (DeepSea's
 ``size``; an ``int`` for an argument whose name ends in ``key`` becomes ``jax.random.key(int)``) or a
@@ -52,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from .base import CompactEnvironment
 from .hashing import mix32
 
 # Distinct cell ids of environments other than DeepSea: the observation hashed into 16 bits.
@@ -109,7 +111,7 @@ class AdapterState:
     compact: jax.Array  # float32[prod(obs_shape)]
 
 
-class GymnaxAdapter(environment.Environment):
+class GymnaxAdapter(CompactEnvironment):
     """A registered gymnax environment with the compact-state interface of the opiq-jax trainer."""
 
     def __init__(self, name: str, **kwargs: Any):

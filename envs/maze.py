@@ -22,6 +22,8 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from .base import CompactEnvironment
+
 MAZE_SIZE = 24
 MAZE_START = (1, 1)
 MAZE_GOAL = (16, 5)
@@ -35,7 +37,7 @@ MOVES = np.array([[0, -1], [1, 0], [0, 1], [-1, 0]], dtype=np.int32)
 
 def load_maze_grid() -> np.ndarray:
     """The raw maze file as int32[24, 24] (0 empty, 1 wall, 2 goal, 3 start)."""
-    text = resources.files("envs").joinpath("data/maze_24x24.txt").read_text()
+    text = resources.files(__package__).joinpath("data/maze_24x24.txt").read_text()
     rows = [line.strip() for line in text.splitlines() if line.strip()]
     grid = np.array([[int(ch) for ch in row] for row in rows], dtype=np.int32)
     if grid.shape != (MAZE_SIZE, MAZE_SIZE):
@@ -60,10 +62,11 @@ class MazeParams(environment.EnvParams):
     max_steps_in_episode: int = 250
 
 
-class Maze(environment.Environment[MazeState, MazeParams]):
+class Maze(CompactEnvironment):
     """The OPIQ maze with per-cell randomised actions."""
 
     compact_dim = 2
+    has_cell_table = True
 
     def __init__(self, horizon: int = 250):
         super().__init__()

@@ -30,8 +30,7 @@ from typing import Literal
 import jax
 import tyro
 
-from opiq_jax.config import static_for_env
-from opiq_jax.methods import method_hparams
+from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table
 from opiq_jax.runner import Experiment, RunSpec, atomic_write_bytes, is_finished, read_metrics, run_methods
 

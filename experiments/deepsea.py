@@ -61,8 +61,7 @@ import matplotlib
 import numpy as np
 import tyro
 
-from opiq_jax.config import static_for_env
-from opiq_jax.methods import method_hparams
+from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.runner import Experiment, RunSpec, is_finished, read_metrics, run_experiment
 
 matplotlib.use("Agg")

@@ -52,11 +52,10 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START
+from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START
 from opiq_jax import counts
-from opiq_jax.config import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.optimism import optimism_bonus
+from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.parts.optimism import optimism_bonus
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, is_finished, run_experiment
 
 BASE_METHODS = ("dqn_pc", "opiq")
@@ -137,12 +136,13 @@ def cell_tables(trainer, run) -> dict[str, jax.Array]:
     axis (walls included: their values are meaningless and masked later). Counts come from the
     run's own sketch through the trainer's own cell lookup, as the agent reads them when acting.
     """
-    env = trainer.env
+    env = trainer.path.env
     compacts = env.all_compacts()
-    obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(compacts, run.env_params)
-    columns = jax.vmap(lambda c: trainer.count_columns(run, c))(compacts)
-    n = jax.vmap(lambda cols: counts.query_all_actions(run.sketch, cols))(columns)
-    return dict(q=trainer.q_values(run.params, obs), q_target=trainer.q_values(run.target_params, obs), counts=n)
+    obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(compacts, run.env.params)
+    columns = jax.vmap(lambda c: trainer.agent.count_columns(run, c))(compacts)
+    n = jax.vmap(lambda cols: counts.query_all_actions(run.counts.sketch, cols))(columns)
+    q_values = trainer.network.apply
+    return dict(q=q_values(run.params, obs), q_target=q_values(run.target_params, obs), counts=n)
 
 
 def used_values(q: jax.Array, q_target: jax.Array, n: jax.Array, c_action, c_bootstrap, m) -> tuple[jax.Array, jax.Array]:
@@ -160,7 +160,8 @@ def all_values(trainer, runs) -> dict[str, jax.Array]:
     """:func:`cell_tables` and :func:`used_values` of every run of ``runs`` (leading runs axis)."""
     tables = jax.vmap(lambda run: cell_tables(trainer, run))(runs)
     hp = runs.hparams
-    acting, bootstrap = used_values(tables["q"], tables["q_target"], tables["counts"], hp.c_action, hp.c_bootstrap, hp.m)
+    acting, bootstrap = used_values(tables["q"], tables["q_target"], tables["counts"], hp["c_action"], hp["c_bootstrap"],
+                                    hp["m"])
     return dict(tables, acting=acting, bootstrap=bootstrap)
 
 
@@ -267,12 +268,12 @@ def save_values(path: Path, experiment: Experiment, values: dict[str, np.ndarray
         arrays[f"{name}_maps"] = to_maps(per_cell, walls).astype(np.float32)
     n = np.asarray(values["counts"]).copy()
     n[:, wall_ids, :] = -1
-    hp = [r.hparams for r in experiment.runs]
+    hp = experiment.hparams()
     np.savez_compressed(
         path, **arrays, counts=n, visited=visited, walls=walls, action_map=action_map,
         methods=np.array([r.method for r in experiment.runs]), seed=np.array([r.seed for r in experiment.runs]),
-        c_action=np.array([float(h.c_action) for h in hp]), c_bootstrap=np.array([float(h.c_bootstrap) for h in hp]),
-        m=np.array([float(h.m) for h in hp]), step=np.int64(step),
+        c_action=np.array([float(h["c_action"]) for h in hp]), c_bootstrap=np.array([float(h["c_bootstrap"]) for h in hp]),
+        m=np.array([float(h["m"]) for h in hp]), step=np.int64(step),
     )
     return path
 
@@ -296,24 +297,23 @@ def main(argv: list[str] | None = None) -> dict:
 
     trainer = compiled_trainer(experiment.static)[0]
     values = jax.device_get(jax.jit(lambda runs: all_values(trainer, runs))(state.runs))
-    visited_ids, action_map = jax.device_get((state.runs.stats.visited_states, state.runs.env_params.action_map))
+    visited_ids, action_map = jax.device_get((state.runs.stats.visited["states_visited"], state.runs.env.params.action_map))
     step = int(state.step)
-    walls = np.asarray(trainer.env.walls)
+    walls = np.asarray(trainer.path.env.walls)
     open_cells = int((~walls).sum())
     visited_ids = np.asarray(visited_ids)  # bool[runs, 576] by cell id
     visited_maps = visited_ids.reshape(-1, MAZE_SIZE, MAZE_SIZE) & ~walls
     files = []
-    for i, spec in enumerate(experiment.runs):
-        hp = spec.hparams
+    for i, (spec, hp) in enumerate(zip(experiment.runs, experiment.hparams())):
         visited = int(visited_maps[i].sum())
         acting = to_maps(values["acting"][i], walls)
         files.append(draw_maps(args.out / f"maze_values_{spec.method}.png", acting, walls, visited_maps[i],
-                               acting_title(spec.method, float(hp.c_action), float(hp.m), step, spec.seed, visited, open_cells),
+                               acting_title(spec.method, float(hp["c_action"]), float(hp["m"]), step, spec.seed, visited, open_cells),
                                args.vmax, args.visited_alpha))
-        if float(hp.c_bootstrap) > 0:
+        if float(hp["c_bootstrap"]) > 0:
             boot = to_maps(values["bootstrap"][i], walls)
             files.append(draw_maps(args.out / f"maze_bootstrap_values_{spec.method}.png", boot, walls, visited_maps[i],
-                                   bootstrap_title(spec.method, float(hp.c_bootstrap), float(hp.m), step, spec.seed,
+                                   bootstrap_title(spec.method, float(hp["c_bootstrap"]), float(hp["m"]), step, spec.seed,
                                                    visited, open_cells),
                                    args.vmax, args.visited_alpha))
     files.append(save_values(args.out / VALUES_FILE, experiment, values, visited_ids, walls,

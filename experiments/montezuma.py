@@ -18,10 +18,9 @@ from pathlib import Path
 
 import tyro
 
-from opiq_jax.config import static_for_env
-from opiq_jax.methods import method_hparams
+from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table
-from opiq_jax.runner import Experiment, RunSpec, read_metrics
+from opiq_jax.runner import Experiment, RunSpec, experiment_folders, read_metrics, run_methods
 
 PAPER_STEPS, PAPER_SEEDS = 12_500_000, 4
 
@@ -58,8 +57,10 @@ def build(args: Args) -> Experiment:
 
 
 def projection(info: dict, methods: int) -> str:
-    """The paper's experiment (12.5M steps x 4 seeds per method) at the measured rate."""
+    """The paper's experiment (12.5M steps x 4 seeds per method) at the measured rate of one program."""
     rate = info["env_steps_per_second"]
+    if not rate:
+        return f"{info['runs']} runs on {info['device']}: too few chunks for a rate"
     hours = PAPER_STEPS * PAPER_SEEDS * methods / rate / 3600
     return (f"Measured {rate:,.0f} environment steps/s with {info['runs']} runs on {info['device']}; "
             f"the paper's {PAPER_STEPS / 1e6:g}M steps x {PAPER_SEEDS} seeds x {methods} methods would take about "
@@ -70,21 +71,21 @@ def report(out: Path, methods: int) -> str:
     rows = read_metrics(out)
     for metric in ("train_return", "max_return", "rooms_visited"):
         save_curve_figure(out / f"montezuma_{metric}.png", curves(rows, metric), metric, "Montezuma's Revenge")
-    info = json.loads((out / "run_info.json").read_text())
     text = "\n\n".join(f"### {m}\n\n{markdown_table(summary_table(rows, m), m)}"
                        for m in ("train_return", "max_return", "rooms_visited"))
-    text += "\n\n" + projection(info, methods) + f"\n\nState per run: {info['state_bytes_per_run'] / 2**30:.2f} GiB.\n"
-    (out / "summary.md").write_text(text)
+    for folder in experiment_folders(out):
+        info = json.loads((folder / "run_info.json").read_text())
+        text += (f"\n\n{folder.name}: " + projection(info, methods)
+                 + f" State per run: {info['state_bytes_per_run'] / 2**30:.2f} GiB.")
+    (out / "summary.md").write_text(text + "\n")
     return text
 
 
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
     try:
-        from opiq_jax.atari import run_atari_experiment
-
-        run_atari_experiment(build(args), args.out, progress=args.progress,
-                             max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
+        run_methods(build(args), args.out, progress=args.progress,
+                    max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
     except (ImportError, ValueError) as e:
         raise SystemExit(f"montezuma: {e}") from None
     print(report(args.out, len(args.methods)))

@@ -22,8 +22,8 @@ from pathlib import Path
 import jax
 import tyro
 
-from opiq_jax.config import stack_hparams, static_for_env
-from opiq_jax.methods import method_hparams
+from opiq_jax.config import stack_hparams
+from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.runner import Experiment, RunSpec, run_keys_for
 
 
@@ -40,7 +40,7 @@ class Args:
 
 
 def time_raw(pool_size: int, steps: int) -> dict:
-    from envs.montezuma import MontezumaPool
+    from opiq_jax.envs.montezuma import MontezumaPool
 
     pool = MontezumaPool(num_envs=pool_size, seed=0)
     handle, _ = pool.reset()
@@ -65,16 +65,18 @@ def time_raw(pool_size: int, steps: int) -> dict:
 
 
 def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True) -> dict:
-    from envs.montezuma import MontezumaPool
-    from opiq_jax.atari import make_atari_train, state_bytes_per_run
+    from opiq_jax.envs.montezuma import MontezumaPool
+    from opiq_jax.runner import state_bytes_per_run
+    from opiq_jax.trainer import make_train
 
-    static = static_for_env("montezuma", total_steps=2 * steps, log_every=steps, buffer_size=buffer_size)
+    static = static_for_env("montezuma", total_steps=2 * steps, log_every=steps, buffer_size=buffer_size,
+                            overlap=overlap)
     runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(pool_size))
+    experiment = Experiment(static, runs)
+    static = experiment.static
     pool = MontezumaPool(num_envs=pool_size, seed=0)
-    trainer = make_atari_train(static, pool, overlap=overlap)
-    handle, first = pool.reset()
-    state = jax.jit(trainer.init)(run_keys_for(Experiment(static, runs))[0], stack_hparams([r.hparams for r in runs]),
-                                  handle, first)
+    trainer = make_train(static, pool)
+    state = jax.jit(trainer.init)(*run_keys_for(experiment), stack_hparams(experiment.hparams()), pool.reset())
     chunk = jax.jit(trainer.train_chunk, donate_argnums=0)
     started = time.perf_counter()
     state, metrics = chunk(state)

@@ -20,8 +20,8 @@ from typing import Literal
 import jax
 import tyro
 
-from opiq_jax.config import stack_hparams, static_for_env
-from opiq_jax.methods import method_hparams
+from opiq_jax.config import stack_hparams
+from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for, shard_over_devices
 
 

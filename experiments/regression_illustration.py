@@ -61,7 +61,7 @@ import tyro
 from matplotlib.figure import Figure
 
 from opiq_jax.networks import HEAD, MLP, set_final_bias
-from opiq_jax.optimism import optimism_bonus
+from opiq_jax.parts.optimism import optimism_bonus
 
 LOW, HIGH = -2.0, 2.0
 

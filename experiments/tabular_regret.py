@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import tyro  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from opiq_jax import tabular as T  # noqa: E402
+from experiments import tabular as T  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

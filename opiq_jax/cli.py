@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Literal
 
 import tyro
 
-from .config import HPARAM_FIELDS, make_hparams, static_for_env
-from .methods import METHODS, method_settings, method_structure
+from .environments import environment_spec, method_hparams, static_for_env
+from .methods import METHODS, get_method, program_name, program_parts
+from .parts import PARTS, get_part
 
 if TYPE_CHECKING:  # the runner imports gymnax, which starts JAX's backend: see join_processes
     from .runner import Experiment
@@ -169,19 +170,31 @@ def _check(ok: bool, message: str) -> None:
         raise UsageError(message)
 
 
+def all_hparam_options() -> dict:
+    """Every hyperparameter a method may have: the trainer's and every registered part's."""
+    from .config import hparam_options
+
+    get_part("pseudocounts")  # the built-in parts register on first use
+    return hparam_options(PARTS.values())
+
+
 def hparam_overrides(args: Train) -> dict[str, float]:
+    """The hyperparameters set on the command line, checked against their declarations (one-line errors)."""
+    options = all_hparam_options()
     overrides = {k: float(getattr(args, k)) for k in HPARAM_OPTIONS if getattr(args, k) is not None}
-    for name in ("m", "c_action", "c_bootstrap", "beta", "epsilon_decay_steps", "beta_dora", "beta_dora_action",
-                 "beta_rnd", "beta_bsp"):
-        if name in overrides:
-            _check(overrides[name] >= 0, f"--{name.replace('_', '-')} must be >= 0, got {overrides[name]:g}")
-    for name in ("epsilon_start", "epsilon_end"):
-        if name in overrides:
-            _check(0 <= overrides[name] <= 1, f"--{name.replace('_', '-')} must lie in [0, 1], got {overrides[name]:g}")
-    if "lr" in overrides:
-        _check(overrides["lr"] > 0, f"--lr must be > 0, got {overrides['lr']:g}")
-    assert set(overrides) <= set(HPARAM_FIELDS)
+    for name, value in overrides.items():
+        message = options[name].problem(value)
+        _check(message is None, message or "")
     return overrides
+
+
+def overrides_per_method(methods: tuple[str, ...], overrides: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Each method's share of ``overrides``: the ones its parts declare; an override no method has is refused."""
+    options = {m: get_method(m).options() for m in methods}
+    for name in overrides:
+        _check(any(name in o for o in options.values()),
+               f"--{name.replace('_', '-')} applies to none of {', '.join(methods)} (no part of theirs has it)")
+    return {m: {k: v for k, v in overrides.items() if k in options[m]} for m in methods}
 
 
 def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
@@ -202,10 +215,12 @@ def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
 def build_experiment(args: Train) -> tuple[Experiment, Path]:
     """Validates ``args`` and turns them into an :class:`Experiment` (no compilation)."""
     from .runner import Experiment, RunSpec, check_fits
-    _check(args.env in ("chain", "maze", "montezuma") or (args.env.startswith("gymnax:") and len(args.env) > 7),
-           f"unknown env {args.env!r}: use chain, maze, montezuma or gymnax:NAME (e.g. gymnax:DeepSea-bsuite)")
+    try:
+        environment_spec(args.env)
+    except ValueError as e:
+        raise UsageError(f"{e} (e.g. gymnax:DeepSea-bsuite)") from None
     if args.env == "montezuma":
-        from envs.montezuma import ENVPOOL_MISSING
+        from opiq_jax.envs.montezuma import ENVPOOL_MISSING
 
         try:
             import envpool  # noqa: F401
@@ -239,29 +254,27 @@ def build_experiment(args: Train) -> tuple[Experiment, Path]:
         default_log = static_for_env(args.env).log_every
         static_overrides["log_every"] = default_log if total % default_log == 0 else total
     try:
-        static = static_for_env(args.env, **static_overrides)
+        static = static_for_env(args.env, bsp_heads=args.bsp_heads, **static_overrides)
         if args.env.startswith("gymnax:"):
-            from .trainer import make_env
+            from .trainer import make_path
 
-            make_env(static)  # a missing package or an unknown name fails here, in one line
+            make_path(static)  # a missing package or an unknown name fails here, in one line
     except (ValueError, ImportError) as e:
         raise UsageError(str(e)) from None
     try:
-        settings = {method: make_hparams(**{**method_settings(args.env, method), **overrides}) for method in args.method}
+        shares = overrides_per_method(args.method, overrides)
+        settings = {method: method_hparams(args.env, method, **shares[method]) for method in args.method}
     except ValueError as e:  # a method the environment does not offer
         raise UsageError(str(e)) from None
-    if args.env != "montezuma":  # Montezuma checks its memory when it starts its pool
-        per_structure: dict[str, tuple[int, dict]] = {}  # name -> (runs, static options)
-        for method in args.method:
-            name, structure = method_structure(method, args.bsp_heads)
-            per_structure[name] = (per_structure.get(name, (0, structure))[0] + args.seeds, structure)
-        try:  # before building the runs: a huge --seeds must fail here, not exhaust the host's memory
-            for num_runs, structure in per_structure.values():
-                check_fits(dataclasses.replace(static, **structure), num_runs)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-    setting = ",".join(f"{k}={v:g}" for k, v in sorted(overrides.items())) or "paper"
-    runs = tuple(RunSpec(method=method, setting=setting, seed=seed, hparams=settings[method])
+    per_program: dict[str, list[str]] = {}
+    for method in args.method:
+        per_program.setdefault(program_name(get_method(method).part_names), []).append(method)
+    try:  # before building the runs: a huge --seeds must fail here, not exhaust the host's memory
+        for methods in per_program.values():
+            check_fits(dataclasses.replace(static, parts=program_parts(methods)), len(methods) * args.seeds)
+    except (ValueError, ImportError) as e:
+        raise UsageError(str(e)) from None
+    runs = tuple(RunSpec(method=method, setting=setting_label(shares[method]), seed=seed, hparams=settings[method])
                  for method in args.method for seed in range(args.seeds))
     experiment = Experiment(static=static, runs=runs, seed=args.seed)
     out = args.out or Path("results") / f"{args.env.replace(':', '-')}-{'-'.join(args.method)}-seeds{args.seeds}-steps{static.total_steps}"
@@ -310,12 +323,7 @@ def train(args: Train) -> Path:
           f"{experiment.static.total_steps:,} steps each -> {out}", flush=True)
     started = time.time()
     try:
-        if args.env == "montezuma":
-            from .atari import run_atari_experiment
-
-            run_atari_experiment(experiment, out, progress=args.progress)
-        else:
-            run_methods(experiment, out, bsp_heads=args.bsp_heads, progress=args.progress)
+        run_methods(experiment, out, progress=args.progress)
     except ValueError as e:  # a results folder of another experiment, or too many runs for the device
         raise UsageError(str(e)) from None
     print(f"opiq-jax: finished in {time.time() - started:.0f} s", flush=True)
@@ -344,6 +352,11 @@ def sweep(args: Sweep) -> None:
         run_sweep(preset, out, progress=args.progress, max_batch_runs=args.max_batch_runs)
     except ValueError as e:  # a batch folder of another experiment, or too many runs for the device
         raise UsageError(str(e)) from None
+
+
+def setting_label(overrides: dict[str, float]) -> str:
+    """The label of a run's setting: its overrides in name order, or ``paper``."""
+    return ",".join(f"{k}={v:g}" for k, v in sorted(overrides.items())) or "paper"
 
 
 def plot(args: Plot) -> None:

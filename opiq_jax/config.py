@@ -1,27 +1,73 @@
 """Configuration, split in two as the design asks.
 
 * :class:`StaticConfig` holds shapes and structure (network, buffer size, batch, n-step, counting
-  features, ...). It is closed over at trace time: changing it means compiling again.
-* :class:`HParams` holds numbers (M, C_action, C_bootstrap, beta, the epsilon schedule, reward
-  offset, final-layer bias, learning rate, MMC beta). It is a pytree of float32 arrays with a
-  leading runs axis, so one compiled program trains many settings side by side.
+  features, the exploration parts of the program, ...). It is closed over at trace time: changing it
+  means compiling again.
+* Hyperparameters are numbers (M, C_action, C_bootstrap, beta, the epsilon schedule, ...): a dict of
+  float32 arrays with a leading runs axis, so one compiled program trains many settings side by side.
+  The trainer's own hyperparameters are declared here (:data:`CORE_HPARAMS`); every exploration part
+  declares its own (``Part.hparams``), so a part brings its numbers with it.
 
-``ENV_DEFAULTS`` are the paper's settings per environment (appendix "Hyperparameters and Network
-architectures", completed by ``REFERENCE.md``).
+Each hyperparameter is declared once, as an :class:`Option`: its name, default, allowed range and
+one line of documentation; checks and messages come from that declaration.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
-EnvName = Literal["chain", "maze"]
-CountFeatures = Literal["simhash", "exact"]
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option, declared once: name, default, allowed range and a line of documentation."""
+
+    name: str
+    default: Any
+    doc: str
+    minimum: float | None = None
+    """Smallest allowed value (inclusive, or exclusive with ``open_minimum``)."""
+    maximum: float | None = None
+    """Largest allowed value (inclusive)."""
+    open_minimum: bool = False
+    choices: tuple | None = None
+    """The allowed values, when they are a short list."""
+    cli: str | None = None
+    """How a user writes it on the command line, without the dashes (default: the name with dashes)."""
+
+    @property
+    def flag(self) -> str:
+        """``--name-with-dashes`` (or the declared command-line name)."""
+        return "--" + (self.cli or self.name.replace("_", "-"))
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` for this option, in one line naming the option as the user writes it."""
+        if self.choices is not None:
+            return None if value in self.choices else (
+                f"{self.flag} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            return None
+        if isinstance(value, float) and math.isnan(value):
+            return f"{self.flag} must be a number, got nan"
+        if self.minimum is not None and (value <= self.minimum if self.open_minimum else value < self.minimum):
+            return f"{self.flag} must be {'>' if self.open_minimum else '>='} {self.minimum:g}, got {value:g}"
+        if self.maximum is not None and value > self.maximum:
+            if self.minimum is not None and not self.open_minimum:
+                return f"{self.flag} must lie in [{self.minimum:g}, {self.maximum:g}], got {value:g}"
+            return f"{self.flag} must be <= {self.maximum:g}, got {value:g}"
+        return None
+
+    def check(self, value: Any) -> None:
+        """Raises ``ValueError`` with :meth:`problem`'s message when ``value`` is not allowed."""
+        message = self.problem(value)
+        if message:
+            raise ValueError(message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,12 +75,15 @@ class StaticConfig:
     """Shapes and structure of one compiled experiment (everything that is not a traced number)."""
 
     env: str = "chain"
-    """Environment: ``chain`` (randomised chain), ``maze``, ``montezuma`` (EnvPool, the Atari extra) or
-    ``gymnax:NAME`` (any gymnax environment)."""
+    """Environment: ``chain`` (randomised chain), ``maze``, ``montezuma`` (EnvPool, the Atari extra),
+    ``gymnax:NAME`` (any gymnax environment) or any name registered with ``register_environment``."""
     env_kwargs: tuple[tuple[str, object], ...] = ()
     """Extra (name, value) pairs for a gymnax environment: constructor arguments or EnvParams fields."""
     chain_length: int = 100
     """Number of chain states (the horizon is ``chain_length + 9``)."""
+    parts: tuple[str, ...] = ()
+    """The exploration parts of this program (``opiq_jax.parts``), in registry order: the union of the
+    parts of its methods. The runner sets it from the methods; it is not an option of its own."""
     network: str = "mlp"
     """Q-network: ``mlp`` (chain), ``maze_conv`` (maze), ``nature`` (Atari) or ``auto`` (from the
     observation's shape: ``mlp`` for vectors, ``maze_conv`` for images)."""
@@ -73,19 +122,16 @@ class StaticConfig:
     """RMSProp decay (PyTorch's alpha)."""
     rms_eps: float = 1e-8
     """RMSProp epsilon, added outside the square root as PyTorch does."""
-    bonus_network: str = "none"
-    """A learned bonus source with networks of its own: ``none``, ``dora`` (an E-value network trained by
-    SARSA on zero rewards; DQN + DORA and DORA OA) or ``rnd`` (random network distillation; DQN + RND)."""
-    bsp_heads: int = 0
-    """Bootstrapped DQN with randomised priors (BSP): the number K of Q-heads on a shared torso (0: one plain Q)."""
+    bsp_heads: int = 10
+    """BSP: the number K of Q-heads on a shared torso (paper: 10)."""
     rnd_outputs: int = 128
-    """Output size of RND's target and predictor networks (paper: 128 chain and maze, 512 Atari)."""
+    """RND: output size of its target and predictor networks (paper: 128 chain and maze, 512 Atari)."""
     rnd_batch: int = 32
-    """RND's predictor takes one gradient step per update on this many most recent states."""
+    """RND: its predictor takes one gradient step per update on this many most recent states."""
     dora_buffer_factor: int = 4
-    """DORA's E-network trains on a small ring of the ``dora_buffer_factor * batch_size`` most recent steps."""
+    """DORA: its E-network trains on a small ring of the ``dora_buffer_factor * batch_size`` most recent steps."""
     dora_gamma: float = 0.99
-    """Discount gamma_E of DORA's E-value SARSA."""
+    """DORA: discount gamma_E of the E-value SARSA."""
     precision: str = "float32"
     """The Q-network's precision: ``float32`` (the paper) or ``bfloat16``, mixed precision for throughput:
     float32 weights and RMSProp statistics are what the optimiser updates; the target network's and a
@@ -108,15 +154,16 @@ class StaticConfig:
     where the environment has a cell table, else ``network`` (float32 keeps the path the paper's results
     here were produced with, bit for bit; a table's GEMM rounds differently in the last bits)."""
     envs_per_run: int = 1
-    """Montezuma only: environments of the EnvPool pool that each run owns (the pool holds runs x envs_per_run).
-    Step counts (total_steps, log_every, train_every, target_update, the epsilon schedule) stay in environment
-    steps per run, so several environments per run keep the paper's replay ratio."""
+    """Environments each run owns and steps at once (Montezuma: of the EnvPool pool, which holds runs x
+    envs_per_run). Step counts (total_steps, log_every, train_every, target_update, the epsilon schedule)
+    stay in environment steps per run, so several environments per run keep the paper's replay ratio."""
+    overlap: bool = True
+    """Pool environments (Montezuma) only: learn while the emulators step (the update sees the replay and
+    counts one step late); off: step, count, store, then train, as the in-program environments do."""
 
     def validate(self) -> None:
         """Raises ``ValueError`` with a one-line message for any inconsistent field."""
         checks = [
-            (self.env in ("chain", "maze", "montezuma") or (self.env.startswith("gymnax:") and len(self.env) > 7),
-             f"unknown env {self.env!r}: use chain, maze, montezuma or gymnax:NAME"),
             (self.chain_length >= 2, f"chain_length must be >= 2, got {self.chain_length}"),
             (self.network in ("mlp", "maze_conv", "nature", "auto"), f"unknown network {self.network!r}"),
             (self.total_steps > 0, f"total_steps must be positive, got {self.total_steps}"),
@@ -132,22 +179,19 @@ class StaticConfig:
             (self.count_features in ("simhash", "exact"), f"unknown count_features {self.count_features!r}: use simhash or exact"),
             (self.simhash_bits >= 1, f"simhash_bits must be >= 1, got {self.simhash_bits}"),
             (self.sketch_rows >= 1 and self.sketch_width >= 2, "sketch_rows must be >= 1 and sketch_width >= 2"),
-            (self.bonus_network in ("none", "dora", "rnd"), f"unknown bonus_network {self.bonus_network!r}: use none, dora or rnd"),
-            (self.bsp_heads >= 0 and self.bsp_heads != 1, f"bsp_heads must be 0 (no BSP) or >= 2, got {self.bsp_heads}"),
+            (self.bsp_heads >= 2, f"bsp_heads must be >= 2, got {self.bsp_heads}"),
             (self.rnd_outputs >= 1, f"rnd_outputs must be >= 1, got {self.rnd_outputs}"),
             (1 <= self.rnd_batch <= self.buffer_size, f"rnd_batch must lie in [1, buffer_size], got {self.rnd_batch}"),
             (self.dora_buffer_factor >= 1, f"dora_buffer_factor must be >= 1, got {self.dora_buffer_factor}"),
             (0.0 <= self.dora_gamma <= 1.0, f"dora_gamma must lie in [0, 1], got {self.dora_gamma}"),
             (self.precision in ("float32", "bfloat16"), f"unknown precision {self.precision!r}: use float32 or bfloat16"),
-            (self.precision == "float32" or self.env != "montezuma", "precision bfloat16 is not implemented for montezuma"),
             (self.maze_torso in ("auto", "xla", "pallas"), f"unknown maze_torso {self.maze_torso!r}: use auto, xla or pallas"),
             (self.target_values in ("auto", "table", "network"),
              f"unknown target_values {self.target_values!r}: use auto, table or network"),
             (self.envs_per_run >= 1, f"envs_per_run must be >= 1, got {self.envs_per_run}"),
-            (self.envs_per_run == 1 or self.env == "montezuma", "envs_per_run > 1 is for --env montezuma only"),
             (self.log_every % self.envs_per_run == 0 and self.target_update % self.envs_per_run == 0
-             and self.batch_size % self.envs_per_run == 0,
-             f"log_every, target_update and batch_size must be multiples of envs_per_run ({self.envs_per_run})"),
+             and self.batch_size % self.envs_per_run == 0 and self.buffer_size % self.envs_per_run == 0,
+             f"log_every, target_update, batch_size and buffer_size must be multiples of envs_per_run ({self.envs_per_run})"),
             (self.train_every % self.envs_per_run == 0 or self.envs_per_run % self.train_every == 0,
              f"train_every ({self.train_every}) and envs_per_run ({self.envs_per_run}) must divide one another"),
         ]
@@ -156,113 +200,55 @@ class StaticConfig:
                 raise ValueError(message)
 
 
-@struct.dataclass
-class HParams:
-    """Numbers that differ between runs of one compiled program (each a float32 array)."""
+# ------------------------------------------------------------------------------------ hyperparameters
 
-    m: jax.Array
-    """Exponent M of the optimism bonus C / (N + 1)^M."""
-    c_action: jax.Array
-    """C_action: optimism added to Q for action selection (0: act on plain Q)."""
-    c_bootstrap: jax.Array
-    """C_bootstrap: optimism added to the target network's values when bootstrapping (0: plain max)."""
-    beta: jax.Array
-    """Scale of the pseudocount intrinsic reward beta / sqrt(N) (0: none)."""
-    epsilon_start: jax.Array
-    epsilon_end: jax.Array
-    epsilon_decay_steps: jax.Array
-    """Linear epsilon schedule; decay_steps 0 means a fixed epsilon_end."""
-    reward_subtract: jax.Array
-    """Constant subtracted from every stored environment reward (DQN R-Subtract)."""
-    final_bias: jax.Array
-    """Initial value of the output layer's bias (DQN Bias)."""
-    lr: jax.Array
-    """RMSProp learning rate."""
-    beta_mmc: jax.Array
-    """Weight of the Monte Carlo return in the mixed target (0: none)."""
-    beta_dora: jax.Array
-    """DQN + DORA: scale of the intrinsic reward beta_dora / sqrt(-log E(s, a)) (needs bonus_network=dora)."""
-    beta_dora_action: jax.Array
-    """DQN + DORA OA: scale of the action-selection bonus beta_dora_action / sqrt(-log E(s, a))."""
-    beta_rnd: jax.Array
-    """DQN + RND: scale of the intrinsic reward beta_rnd * ||predictor(s') - target(s')||^2 (needs bonus_network=rnd)."""
-    beta_bsp: jax.Array
-    """BSP: scale of each head's fixed random prior, Q_k + beta_bsp * p_k (needs bsp_heads >= 2)."""
+HParams = dict
+"""A run's hyperparameters: ``{name: float32 array}`` (with a leading runs axis once stacked)."""
 
-
-HPARAM_FIELDS = tuple(f.name for f in dataclasses.fields(HParams))
-
-BASE_HPARAMS = dict(
-    m=2.0, c_action=0.0, c_bootstrap=0.0, beta=0.0, epsilon_start=0.01, epsilon_end=0.01,
-    epsilon_decay_steps=0.0, reward_subtract=0.0, final_bias=0.0, lr=5e-4, beta_mmc=0.0,
-    beta_dora=0.0, beta_dora_action=0.0, beta_rnd=0.0, beta_bsp=0.0,
+CORE_HPARAMS: tuple[Option, ...] = (
+    Option("epsilon_start", 0.01, "Initial epsilon of the linear schedule.", minimum=0.0, maximum=1.0),
+    Option("epsilon_end", 0.01, "Final epsilon of the linear schedule.", minimum=0.0, maximum=1.0),
+    Option("epsilon_decay_steps", 0.0, "Environment steps of the linear epsilon decay (0: a fixed epsilon_end).",
+           minimum=0.0),
+    Option("reward_subtract", 0.0, "Constant subtracted from every stored environment reward (DQN R-Subtract)."),
+    Option("final_bias", 0.0, "Initial value of the output layer's bias (DQN Bias)."),
+    Option("lr", 5e-4, "RMSProp learning rate.", minimum=0.0, open_minimum=True),
+    Option("beta_mmc", 0.0, "Weight of the Monte Carlo return in the mixed target (Montezuma's MMC; 0: none).",
+           minimum=0.0, maximum=1.0),
 )
+"""The trainer's own hyperparameters; every program has them."""
 
 
-def make_hparams(**values: float) -> HParams:
-    """One run's hyperparameters: ``BASE_HPARAMS`` updated with ``values``."""
-    unknown = set(values) - set(HPARAM_FIELDS)
+def hparam_options(parts: Iterable[Any] = ()) -> dict[str, Option]:
+    """Every hyperparameter of a program with ``parts`` (part objects): the core ones, then each part's."""
+    options = {o.name: o for o in CORE_HPARAMS}
+    for part in parts:
+        for option in part.hparams:
+            if option.name in options and options[option.name] != option:
+                raise ValueError(f"hyperparameter {option.name} is declared twice, differently (part {part.name})")
+            options[option.name] = option
+    return options
+
+
+def make_hparams(options: Mapping[str, Option], values: Mapping[str, float] | None = None) -> HParams:
+    """One run's hyperparameters: every option's default, updated with ``values`` (checked against the options)."""
+    values = dict(values or {})
+    unknown = sorted(set(values) - set(options))
     if unknown:
-        raise ValueError(f"unknown hyperparameters {sorted(unknown)}; known: {', '.join(HPARAM_FIELDS)}")
-    merged = {**BASE_HPARAMS, **values}
-    return HParams(**{k: jnp.float32(v) for k, v in merged.items()})
+        raise ValueError(f"unknown hyperparameters {', '.join(unknown)}; known: {', '.join(options)}")
+    for name, value in values.items():
+        options[name].check(value)
+    return {name: jnp.float32(values.get(name, option.default)) for name, option in options.items()}
 
 
-def stack_hparams(settings: list[HParams]) -> HParams:
-    """Stacks per-run hyperparameters along a new leading runs axis."""
+def stack_hparams(settings: Sequence[HParams]) -> HParams:
+    """Stacks per-run hyperparameters along a new leading runs axis (every run must have the same names)."""
+    names = [tuple(sorted(s)) for s in settings]
+    if len(set(names)) != 1:
+        raise ValueError("runs of one program must have the same hyperparameters")
     return jax.tree.map(lambda *xs: jnp.stack(xs), *settings)
 
 
 def hparams_to_dict(hparams: HParams) -> dict[str, list[float] | float]:
     """JSON-friendly form of (possibly stacked) hyperparameters."""
-    return {k: np.asarray(getattr(hparams, k)).tolist() for k in HPARAM_FIELDS}
-
-
-ENV_DEFAULTS: dict[str, dict] = {
-    "chain": dict(
-        env="chain", network="mlp", total_steps=100_000, log_every=1_000, buffer_size=10_000,
-        batch_size=64, n_step=1, train_every=1, target_update=200, simhash_bits=32,
-    ),
-    "maze": dict(
-        env="maze", network="maze_conv", total_steps=1_000_000, log_every=10_000, buffer_size=250_000,
-        batch_size=64, n_step=3, train_every=1, target_update=1_000, simhash_bits=128,
-    ),
-    "montezuma": dict(
-        env="montezuma", network="nature", total_steps=12_500_000, log_every=50_000, buffer_size=1_000_000,
-        batch_size=32, n_step=3, train_every=4, target_update=8_000,
-    ),
-}
-
-# Epsilon of every method except epsilon-greedy DQN (paper appendix).
-ENV_EPSILON = {
-    "chain": dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0),
-    "maze": dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=50_000.0),
-    "montezuma": dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=1_000_000.0),
-    "gymnax": dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0),
-}
-
-
-# A gymnax environment gets the chain's training settings (1-step targets, replay 10k, ...), an
-# automatically chosen network and 32-bit SimHash codes; override any of them.
-GYMNAX_DEFAULTS = dict(
-    network="auto", total_steps=100_000, log_every=1_000, buffer_size=10_000, batch_size=64, n_step=1,
-    train_every=1, target_update=200, simhash_bits=32,
-)
-
-
-def env_family(env: str) -> str:
-    """``chain``, ``maze`` or ``gymnax`` (for ``gymnax:NAME``)."""
-    return "gymnax" if env.startswith("gymnax:") else env
-
-
-def static_for_env(env: str, **overrides) -> StaticConfig:
-    """The paper's static configuration for ``env`` with ``overrides`` applied, validated."""
-    if env.startswith("gymnax:"):
-        defaults = {**GYMNAX_DEFAULTS, "env": env}
-    elif env in ENV_DEFAULTS:
-        defaults = ENV_DEFAULTS[env]
-    else:
-        raise ValueError(f"unknown env {env!r}: use chain, maze, montezuma or gymnax:NAME")
-    config = StaticConfig(**{**defaults, **overrides})
-    config.validate()
-    return config
+    return {k: np.asarray(v).tolist() for k, v in hparams.items()}

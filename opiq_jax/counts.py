@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs.hashing import mix32
+from opiq_jax.envs.hashing import mix32
 
 DEFAULT_ROWS = 4
 DEFAULT_WIDTH = 1 << 14

@@ -177,6 +177,20 @@ def stack_at(buffer: FrameReplay, slot: jax.Array, stack: int = 4) -> tuple[jax.
     return _frames_at_ages(buffer, src_age), complete
 
 
+def frames_after(buffer: FrameReplay, slots: jax.Array, count: int) -> jax.Array:
+    """uint8[..., count, H, W]: the frames stored 1 .. ``count`` slots after each of ``slots`` (the states the
+    steps of a window reached; clamped to the oldest stored frame, meaningful where the window includes them)."""
+    ages = jnp.mod(jnp.asarray(slots, jnp.int32) - _oldest(buffer), buffer.capacity)
+    return _frames_at_ages(buffer, ages[..., None] + 1 + jnp.arange(count))
+
+
+def newest_frames(buffer: FrameReplay, count: int) -> tuple[jax.Array, jax.Array]:
+    """The ``count`` newest stored frames (uint8[count, H, W], newest first) and whether each is stored yet."""
+    ages = jnp.arange(count)
+    slots = (buffer.position - 1 - ages) % buffer.capacity
+    return buffer.frames[slots], ages < buffer.size
+
+
 def _ended(buffer: FrameReplay, slots: jax.Array) -> jax.Array:
     return buffer.terminated[slots] | buffer.truncated[slots]
 
@@ -296,4 +310,5 @@ def fill_episode_returns(
     return buffer.replace(mc_return=buffer.mc_return.at[slots].set(jnp.where(write, returns, old)))
 
 
-__all__ = ["FrameBatch", "FrameReplay", "add", "fill_episode_returns", "init", "sample", "stack_at"]
+__all__ = ["FrameBatch", "FrameReplay", "add", "fill_episode_returns", "frames_after", "init", "newest_frames", "sample",
+           "stack_at"]

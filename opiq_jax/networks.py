@@ -63,11 +63,24 @@ class MLP(nn.Module):
 
 def extract_patches(x: jax.Array, kernel_size: tuple[int, int], strides: tuple[int, int]) -> jax.Array:
     """``[B, out_h, out_w, kh * kw * C]``: the VALID, strided patches of ``x`` (``[B, H, W, C]``), in the
-    order ``(i, j, c)`` of a ``[kh, kw, C, F]`` kernel reshaped to ``[kh * kw * C, F]``."""
+    order ``(i, j, c)`` of a ``[kh, kw, C, F]`` kernel reshaped to ``[kh * kw * C, F]``.
+
+    Where the kernel is a whole number of strides (the Nature network's 8x8/4 and 4x4/2), the patches are
+    gathered as ``(kh / sh) x (kw / sw)`` blocks of a space-to-depth view: the same values in the same order,
+    with a few slices instead of ``kh * kw`` (which XLA compiles many times faster on a CPU).
+    """
     kh, kw = kernel_size
     sh, sw = strides
     batch, height, width, channels = x.shape
     out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
+    if kh % sh == 0 and kw % sw == 0:
+        qh, qw = kh // sh, kw // sw
+        blocks = x[:, : (out_h + qh - 1) * sh, : (out_w + qw - 1) * sw].reshape(
+            batch, out_h + qh - 1, sh, out_w + qw - 1, sw, channels)
+        stacked = jnp.stack([blocks[:, bi : bi + out_h, :, bj : bj + out_w] for bi in range(qh) for bj in range(qw)])
+        stacked = stacked.reshape(qh, qw, batch, out_h, sh, out_w, sw, channels)
+        # (bi, di) and (bj, dj) make the kernel's row i = bi * sh + di and column j = bj * sw + dj
+        return stacked.transpose(2, 3, 5, 0, 4, 1, 6, 7).reshape(batch, out_h, out_w, kh * kw * channels)
     patches = jnp.stack(
         [x[:, i : i + sh * (out_h - 1) + 1 : sh, j : j + sw * (out_w - 1) + 1 : sw, :]
          for i in range(kh) for j in range(kw)],
@@ -157,6 +170,43 @@ class NatureDQN(nn.Module):
         x = jnp.reshape(x, (x.shape[0], -1))
         x = nn.relu(nn.Dense(512, dtype=self.dtype)(x))
         return output_layer(self.num_outputs)(x)
+
+
+class FrameConvs(nn.Module):
+    """The Nature network's three convolutions on single 84x84 frames (``[B, 84, 84, 1]`` uint8) scaled to
+    [0, 1], flattened: the torso of RND's networks on Montezuma."""
+
+    @nn.compact
+    def __call__(self, frames: jax.Array) -> jax.Array:
+        x = frames.astype(jnp.float32) / 255.0
+        x = nn.relu(PatchConv(32, (8, 8), (4, 4))(x))
+        x = nn.relu(PatchConv(64, (4, 4), (2, 2))(x))
+        x = nn.relu(PatchConv(64, (3, 3), (1, 1))(x))
+        return jnp.reshape(x, (x.shape[0], -1))
+
+
+class RndTarget(nn.Module):
+    """RND's fixed target network on Montezuma (Burda et al., 2018, with ReLU as the OPIQ paper says):
+    :class:`FrameConvs` and a linear layer."""
+
+    num_outputs: int = 512
+
+    @nn.compact
+    def __call__(self, frames: jax.Array) -> jax.Array:
+        return nn.Dense(self.num_outputs)(FrameConvs()(frames))
+
+
+class RndPredictor(nn.Module):
+    """RND's trained predictor on Montezuma: :class:`FrameConvs` and two more 512-unit layers (larger than the
+    target, as Burda et al. make it)."""
+
+    num_outputs: int = 512
+
+    @nn.compact
+    def __call__(self, frames: jax.Array) -> jax.Array:
+        x = nn.relu(nn.Dense(512)(FrameConvs()(frames)))
+        x = nn.relu(nn.Dense(512)(x))
+        return nn.Dense(self.num_outputs)(x)
 
 
 class Torso(nn.Module):

@@ -6,47 +6,55 @@ A results folder holds
   label, seed and hyperparameters;
 * ``metrics.csv``: a tidy table ``run, method, setting, seed, step, metric, value``, appended after
   every chunk;
-* ``checkpoint.msgpack``: the whole training state (networks, optimisers, replay, counts, keys)
-  and the chunk it belongs to, written atomically (temporary file, then rename).
+* ``checkpoint.msgpack`` (and the one before it, ``checkpoint.previous.msgpack``): the whole training
+  state (networks, optimisers, replay, counts, keys) and the chunk it belongs to, checksummed;
+* ``run_info.json``: the device, the wall-clock (summed over resumes) and the throughput.
 
 Calling :func:`run_experiment` again on the same folder resumes from the checkpoint: rows of
 ``metrics.csv`` past the checkpoint are dropped and the chunks after it are recomputed, so an
-interrupted experiment ends with exactly the parameters and metrics of an uninterrupted one.
+interrupted experiment ends with exactly the parameters and metrics of an uninterrupted one. How each
+file is written so that no stop loses it is :mod:`opiq_jax.results`' business; SIGINT and SIGTERM stop
+the loop at the next chunk's end with a checkpoint (:class:`Stopped`).
 
-Methods that need networks of their own (DORA, RND, BSP) compile into programs of their own.
-:func:`run_methods` runs such a mix as one program per structure, each in a subfolder named after
-it (``plain``, ``dora``, ``rnd``, ``bsp``); :func:`read_metrics` and :func:`is_finished` read such a
-folder as one experiment. Every run keeps its seed's keys, so comparisons stay paired.
+Methods whose exploration parts have networks of their own (DORA, RND, BSP) compile into programs of
+their own (:func:`opiq_jax.methods.program_name`). :func:`run_methods` runs such a mix as one program
+per group, each in a subfolder named after it (``plain``, ``dora``, ``rnd``, ``bsp``);
+:func:`read_metrics` and :func:`is_finished` read such a folder as one experiment. Every run keeps its
+seed's keys, so comparisons stay paired.
+
+Every environment goes through the same loop; a pool environment (Montezuma) also starts its pool of
+emulators here, and on resume restarts it with fresh episodes (``PoolPath.restart``).
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
-import gzip
-import io
 import json
 import os
+import signal
+import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import serialization
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from .config import HParams, StaticConfig, hparams_to_dict, make_hparams, stack_hparams
-from .methods import method_structure
-from .trainer import METRICS, Trainer, make_train
-
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.csv"
-CHECKPOINT_FILE = "checkpoint.msgpack"
-METRICS_HEADER = ("run", "method", "setting", "seed", "step", "metric", "value")
+from .config import StaticConfig, hparams_to_dict, make_hparams, stack_hparams
+from .environments import environment_spec
+from .methods import METHODS, get_method, program_name, program_parts
+from .parts import get_part
+from .results import (
+    CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, ResultsError, append_metric_rows,
+    atomic_write_bytes, prepare_folder, read_checkpoint, read_json, read_metric_dicts, truncate_metrics,
+    write_checkpoint,
+)
+from .trainer import Trainer, make_train
 
 
 @dataclass(frozen=True)
@@ -56,15 +64,31 @@ class RunSpec:
     method: str
     setting: str  # a label of the hyperparameters, e.g. "m=0.5,c_action=1"
     seed: int
-    hparams: HParams
+    hparams: dict  # the method's hyperparameters (environments.method_hparams); others of its program take defaults
 
 
 @dataclass(frozen=True)
 class Experiment:
+    """Runs that train as one program: ``static.parts`` must hold every part of the runs' methods (see
+    :func:`split_by_program`, which makes such experiments from any mix of methods)."""
+
     static: StaticConfig
     runs: tuple[RunSpec, ...]
     seed: int = 0
     shared_mask_seed: int = 12345
+
+    def __post_init__(self):
+        """A static configuration without parts gets its runs' program's parts, when they make one program."""
+        if self.static.parts or not all(r.method in METHODS for r in self.runs):
+            return
+        if len({program_name(get_method(r.method).part_names) for r in self.runs}) == 1:
+            parts = program_parts({r.method for r in self.runs})
+            object.__setattr__(self, "static", dataclasses.replace(self.static, parts=parts))
+
+    def hparams(self) -> list[dict]:
+        """Every run's hyperparameters as the program needs them: its parts' defaults, then the run's values."""
+        options = make_train_options(self.static)
+        return [make_hparams(options, r.hparams) for r in self.runs]
 
     def to_json(self) -> dict:
         return {
@@ -72,16 +96,37 @@ class Experiment:
             "seed": self.seed,
             "shared_mask_seed": self.shared_mask_seed,
             "runs": [
-                {"run": i, "method": r.method, "setting": r.setting, "seed": r.seed, "hparams": hparams_to_dict(r.hparams)}
-                for i, r in enumerate(self.runs)
+                {"run": i, "method": r.method, "setting": r.setting, "seed": r.seed, "hparams": hparams_to_dict(hp)}
+                for i, (r, hp) in enumerate(zip(self.runs, self.hparams()))
             ],
         }
 
 
+def make_train_options(static: StaticConfig) -> dict:
+    """The hyperparameters of a program with ``static.parts``: the trainer's and its parts'."""
+    from .config import hparam_options
+
+    return hparam_options(get_part(name) for name in static.parts)
+
+
 @functools.lru_cache(maxsize=16)
 def compiled_trainer(static: StaticConfig) -> tuple[Trainer, callable, callable]:
-    """``make_train`` plus jitted ``init`` and a donated, jitted ``train_chunk`` (cached per config)."""
+    """``make_train`` plus jitted ``init`` and a donated, jitted ``train_chunk`` (cached per config; environments
+    stepped in the program only: a pool environment's trainer needs its pool, see :func:`trainer_for`)."""
     trainer = make_train(static)
+    return trainer, jax.jit(trainer.init), jax.jit(trainer.train_chunk, donate_argnums=0)
+
+
+def is_pool(static: StaticConfig) -> bool:
+    """Whether ``static.env`` is stepped through a pool of emulators (Montezuma)."""
+    return environment_spec(static.env).kind == "pool"
+
+
+def trainer_for(static: StaticConfig, pool=None) -> tuple[Trainer, callable, callable]:
+    """The compiled trainer of ``static``: cached for in-program environments, built around ``pool`` for a pool."""
+    if pool is None:
+        return compiled_trainer(static)
+    trainer = make_train(static, pool)
     return trainer, jax.jit(trainer.init), jax.jit(trainer.train_chunk, donate_argnums=0)
 
 
@@ -102,15 +147,17 @@ def run_keys_for(experiment: Experiment) -> tuple[jax.Array, jax.Array]:
     return run_keys, env_keys
 
 
-def split_by_structure(experiment: Experiment, bsp_heads: int = 10) -> dict[str, Experiment]:
-    """One experiment per program structure, in order of first appearance, each with its static options."""
+def split_by_program(experiment: Experiment) -> dict[str, Experiment]:
+    """One experiment per compiled program, in order of first appearance: methods whose parts all share
+    programs train together; a part with networks of its own (DORA, RND, BSP) makes a program of its own.
+    Each program's ``static.parts`` is the union of its methods' parts."""
     groups: dict[str, list[RunSpec]] = {}
     for run in experiment.runs:
-        groups.setdefault(method_structure(run.method, bsp_heads)[0], []).append(run)
+        groups.setdefault(program_name(get_method(run.method).part_names), []).append(run)
     return {
         name: dataclasses.replace(
-            experiment, static=dataclasses.replace(experiment.static, **method_structure(runs[0].method, bsp_heads)[1]),
-            runs=tuple(runs),
+            experiment, runs=tuple(runs),
+            static=dataclasses.replace(experiment.static, parts=program_parts({r.method for r in runs})),
         )
         for name, runs in groups.items()
     }
@@ -128,23 +175,23 @@ def same_experiment(saved: dict, config: dict) -> bool:
 def require_same_experiment(out: Path, experiment: Experiment) -> None:
     """Raises ``ValueError`` when ``out`` already holds the results of another experiment."""
     path = Path(out) / CONFIG_FILE
-    if path.exists() and not same_experiment(json.loads(path.read_text()), experiment.to_json()):
-        raise ValueError(f"{out} holds a different experiment: choose another --out or delete it")
+    if path.exists() and not same_experiment(read_json(path), experiment.to_json()):
+        raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
 
 
-def run_methods(experiment: Experiment, out: str | Path, bsp_heads: int = 10, **kwargs) -> dict[str, object]:
-    """Runs ``experiment`` as one program per structure; a single structure uses ``out`` itself.
+def run_methods(experiment: Experiment, out: str | Path, **kwargs) -> dict[str, object]:
+    """Runs ``experiment`` (any mix of methods) as one program per group; a single program uses ``out`` itself.
 
     Keyword arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call (the
-    structures run one after another). Returns the final state of each structure that ran.
+    programs run one after another). Returns the final state of each program that ran.
     """
     out = Path(out)
-    groups = split_by_structure(experiment, bsp_heads)
+    groups = split_by_program(experiment)
     if len(groups) == 1:
         (name, group), = groups.items()
         return {name: run_experiment(group, out, **kwargs)}
     if (out / CONFIG_FILE).exists():
-        raise ValueError(f"{out} holds a different experiment: choose another --out or delete it")
+        raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
     for name, group in groups.items():  # fail before training anything if some group cannot fit
         check_fits(group.static, len(group.runs))
     max_seconds, started, states = kwargs.pop("max_seconds", None), time.monotonic(), {}
@@ -189,11 +236,15 @@ def tree_bytes(tree) -> int:
 
 def state_bytes_per_run(static: StaticConfig) -> int:
     """Device bytes of one run's training state, from the shapes alone (nothing is allocated)."""
-    trainer = compiled_trainer(static)[0]
     keys = jax.random.split(jax.random.key(0), 1)  # shapes only: eval_shape allocates nothing
-    hp = stack_hparams([make_hparams()])
-    shapes = jax.eval_shape(trainer.init, keys, keys, hp)
-    return tree_bytes(shapes.runs)
+    hp = stack_hparams([make_hparams(make_train_options(static))])
+    if is_pool(static):
+        from .paths.pool import PoolShapes, first_output
+
+        trainer = make_train(static, PoolShapes())
+        start = (jnp.zeros((8,), jnp.uint8), first_output(static.envs_per_run))
+        return tree_bytes(jax.eval_shape(trainer.init, keys, keys, hp, start).runs)
+    return tree_bytes(jax.eval_shape(compiled_trainer(static)[0].init, keys, keys, hp).runs)
 
 
 def available_device_bytes() -> int:
@@ -232,9 +283,22 @@ def require_fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM)
         )
 
 
-def check_fits(static: StaticConfig, num_runs: int) -> None:
-    """Stops with a one-line message when ``num_runs`` runs cannot fit in device memory."""
-    require_fits(state_bytes_per_run(static), num_runs)
+LARGE_STATE_FRACTION = 0.25
+"""A state above this fraction of the free memory gets a note before training starts."""
+
+
+def check_fits(static: StaticConfig, num_runs: int, note: bool = False) -> None:
+    """Stops with a one-line message when ``num_runs`` runs cannot fit in device memory; with ``note``, says
+    before training how much memory a large state takes and how to make it smaller."""
+    per_run = state_bytes_per_run(static)
+    # A pool's replay dominates its state and its chunks make few temporaries.
+    require_fits(per_run, num_runs, headroom=1.2 if is_pool(static) else MEMORY_HEADROOM)
+    total, free = per_run * num_runs, available_device_bytes()
+    if note and total > LARGE_STATE_FRACTION * free:
+        where = jax.local_devices()[0].platform
+        tqdm.write(f"opiq-jax: {num_runs} run(s) keep {total / 2**30:.1f} GiB of training state in {where} memory "
+                   f"({free / 2**30:.1f} GiB free), most of it the replay of {static.buffer_size:,} steps per run: "
+                   f"--buffer-size makes it smaller")
 
 
 # ------------------------------------------------------------------------------------ devices
@@ -262,104 +326,158 @@ def shard_over_devices(state, num_runs: int, verbose: bool = True):
     )
 
 
-# ------------------------------------------------------------------------------------ files
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _write_checkpoint(out: Path, state, chunk: int) -> None:
-    payload = {"chunk": chunk, "state": jax.device_get(keys_to_data(state))}
-    atomic_write_bytes(out / CHECKPOINT_FILE, serialization.to_bytes(payload))
-
-
-def _read_checkpoint(out: Path, template) -> tuple[object, int] | None:
-    path = out / CHECKPOINT_FILE
-    if not path.exists():
-        return None
-    try:
-        payload = serialization.from_bytes({"chunk": 0, "state": template}, path.read_bytes())
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(
-            f"{path} does not fit this version's training state (written by an older opiq-jax, whose state "
-            f"was laid out differently?): resume it with that version, or delete the checkpoint to start over "
-            f"({type(exc).__name__}: {str(exc)[:200]})"
-        ) from None
-    return payload["state"], int(payload["chunk"])
-
-
-def csv_text(rows) -> str:
-    """``rows`` as CSV text the way :func:`append_metrics` writes them (quoted where needed, CRLF endings)."""
-    buffer = io.StringIO(newline="")
-    csv.writer(buffer).writerows(rows)
-    return buffer.getvalue()
-
-
-def _truncate_metrics(out: Path, last_step: int) -> None:
-    """Keeps the header and the rows up to ``last_step`` (rows of an interrupted chunk go).
-
-    The kept rows are written back with the same CSV writer that appended them, so labels with commas,
-    quotes or any unicode keep their quoting, and the file keeps one line ending.
-    """
-    path = out / METRICS_FILE
-    if not path.exists():
-        return
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f))
-    kept = [rows[0]] + [r for r in rows[1:] if len(r) == len(METRICS_HEADER) and int(r[4]) <= last_step]
-    atomic_write_bytes(path, csv_text(kept).encode("utf-8"))
-
-
-def append_metrics(out: Path, experiment: Experiment, step: int, metrics: dict[str, np.ndarray],
-                   names: tuple[str, ...] = METRICS) -> None:
-    path = out / METRICS_FILE
-    new = not path.exists()
-    with open(path, "a", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        if new:
-            writer.writerow(METRICS_HEADER)
-        for i, spec in enumerate(experiment.runs):
-            for name in names:
-                writer.writerow((i, spec.method, spec.setting, spec.seed, step, name, f"{float(metrics[name][i]):.6g}"))
-
-
-def read_metrics_file(folder: Path) -> list[dict]:
-    """The raw rows of one folder's ``metrics.csv`` (or of ``metrics.csv.gz``, as results are committed);
-    none where nothing was logged yet."""
-    for path, opener in ((folder / METRICS_FILE, open), (folder / f"{METRICS_FILE}.gz", gzip.open)):
-        if path.exists():
-            with opener(path, "rt", newline="", encoding="utf-8") as f:
-                return list(csv.DictReader(f))
-    return []
+# ------------------------------------------------------------------------------------ reading results
 
 
 def read_metrics(out: str | Path) -> list[dict]:
     """The tidy metrics table of a results folder as a list of dicts (value as float).
 
-    A folder of per-structure subfolders (see :func:`run_methods`) reads as one table, run ids
-    numbered on across the subfolders.
+    A folder of per-program subfolders (see :func:`run_methods`) reads as one table, run ids numbered on
+    across the subfolders.
     """
+    out = Path(out)
     folders = experiment_folders(out)
     if not folders:
-        raise FileNotFoundError(f"{out} holds no results (no {CONFIG_FILE})")
+        if not out.exists():
+            raise FileNotFoundError(f"{out} does not exist")
+        raise FileNotFoundError(f"{out} holds no results (no {CONFIG_FILE} in it or below it)")
     table, offset = [], 0
     for folder in folders:
-        rows = read_metrics_file(folder)
+        rows = read_metric_dicts(folder)
         for r in rows:
             r["run"], r["seed"], r["step"], r["value"] = (
                 offset + int(r["run"]), int(r["seed"]), int(r["step"]), float(r["value"]))
         table += rows
-        offset += len(json.loads((folder / CONFIG_FILE).read_text())["runs"])
+        offset += len(read_json(folder / CONFIG_FILE)["runs"])
     return table
 
 
-# ------------------------------------------------------------------------------------ loop
+def is_finished(out: str | Path) -> bool:
+    """Whether the results folder (every per-program subfolder) holds metrics of the last chunk."""
+    folders = experiment_folders(out)
+    for folder in folders:
+        config = read_json(folder / CONFIG_FILE)["static"]
+        rows = read_metrics(folder)
+        if not rows or max(r["step"] for r in rows) < config["total_steps"]:
+            return False
+    return bool(folders)
+
+
+# ------------------------------------------------------------------------------------ stopping cleanly
+
+
+class Stopped(KeyboardInterrupt):
+    """A run stopped on request (SIGINT or SIGTERM) at a safe point, its progress checkpointed."""
+
+    def __init__(self, step: int, total: int, signum: int):
+        super().__init__(f"stopped at step {step:,} of {total:,}; run the same command to resume")
+        self.step, self.total, self.signum = step, total, signum
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process ended by a signal: 128 + its number."""
+        return 128 + self.signum
+
+
+class NonFiniteRuns(RuntimeError):
+    """Some run's loss, Q-values or parameters became NaN or infinite and the experiment was asked to stop."""
+
+
+class StopSignals:
+    """SIGINT and SIGTERM ask the loop to stop at its next safe point (after the chunk in flight, or right after
+    compiling); a second signal stops at once, keeping the last checkpoint. Installed only in the main thread."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.previous: dict = {}
+        self.checkpointed, self.total = 0, 0  # where a run stopped at once resumes from
+
+    def handle(self, signum, frame) -> None:
+        del frame
+        if self.signum is not None:
+            raise Stopped(self.checkpointed, self.total, signum)
+        self.signum = signum
+        tqdm.write(f"opiq-jax: {signal.Signals(signum).name} received: stopping after the current chunk "
+                   "(send it again to stop at once)")
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self.handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def wait_for(tree):
+    """``jax.device_get(tree)``, waiting in short sleeps so that a signal handler can run meanwhile."""
+    leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "is_ready")]
+    while leaves and not all(x.is_ready() for x in leaves):
+        time.sleep(0.02)
+    return jax.device_get(tree)
+
+
+# ------------------------------------------------------------------------------------ the loop
+
+
+def start_pool(experiment: Experiment, resumed_at: int, **pool_overrides):
+    """A pool environment's emulators for every run, seeded by the experiment's seed (and, after a resume,
+    the chunk it resumes at, so a resumed run does not replay the first episodes' randomness)."""
+    static = experiment.static
+    seed = experiment.seed if resumed_at == 0 else experiment.seed + 1_000_003 * resumed_at
+    return environment_spec(static.env).make(static, len(experiment.runs) * static.envs_per_run, seed, **pool_overrides)
+
+
+def restore_state(out: Path, experiment: Experiment, hparams, run_keys, env_keys):
+    """``(template, restored)``: the state's shapes, and the newest sound checkpoint in ``out`` (or None)."""
+    static = experiment.static
+    template_trainer = trainer_for(static, _pool_shapes())[0] if is_pool(static) else compiled_trainer(static)[0]
+    typed = jax.eval_shape(template_trainer.init, run_keys, env_keys, hparams, *_start_shapes(experiment))
+    typed = typed.replace(env=None)  # a pool's handle is not kept: a resumed run restarts its emulators
+    raw = jax.eval_shape(keys_to_data, typed)
+    restored = read_checkpoint(out, raw, warn=tqdm.write)
+    if restored is None:
+        return typed, None
+    return typed, (keys_from_data(jax.tree.map(jnp.asarray, restored[0]), typed), restored[1])
+
+
+def compile_chunk(trainer: Trainer, state, name: str, progress: bool):
+    """``trainer.train_chunk`` compiled ahead of its first call (a line before, its duration after), for
+    ``state``'s shapes and placement: the state keeps its placement (the runs axis sharded over the devices, or
+    one device) from chunk to chunk, and the metrics follow the runs."""
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    runs_sharding = jax.tree.leaves(shardings.runs)[0]
+    key = (id(trainer), str(jax.tree.map(lambda x: (x.shape, x.dtype, x.sharding), state)))
+    if key not in _COMPILED:
+        if progress:
+            tqdm.write(f"opiq-jax: compiling {name}...")
+        started = time.monotonic()
+        jitted = jax.jit(trainer.train_chunk, donate_argnums=0, out_shardings=(shardings, runs_sharding))
+        while len(_COMPILED) >= 16:  # a long session of many experiments keeps the newest executables
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[key] = (trainer, jitted.lower(state).compile())  # the trainer is kept so that its id stays its own
+        if progress:
+            tqdm.write(f"opiq-jax: compiled in {time.monotonic() - started:.1f} s")
+    return _COMPILED[key][1]
+
+
+_COMPILED: dict = {}
+
+
+def report_nonfinite(metrics: dict, experiment: Experiment, step: int, flagged: set[int], stop: bool) -> None:
+    """Says which runs became non-finite in this chunk (once each); raises :class:`NonFiniteRuns` if asked to."""
+    new = [i for i in np.flatnonzero(np.asarray(metrics["nonfinite"]) > 0) if i not in flagged]
+    for i in new:
+        spec = experiment.runs[i]
+        tqdm.write(f"opiq-jax: run {i} ({spec.method}, {spec.setting}, seed {spec.seed}) has NaN or infinite loss, "
+                   f"Q-values or parameters by step {step:,}; " + ("stopping" if stop else "the other runs go on"))
+    flagged.update(new)
+    if new and stop:
+        raise NonFiniteRuns(f"{len(new)} run(s) became non-finite by step {step:,} (--stop-on-nonfinite); "
+                            "the metrics and checkpoint up to this chunk are kept")
 
 
 def run_experiment(
@@ -369,73 +487,157 @@ def run_experiment(
     checkpoint_seconds: float = 60.0,
     stop_after_chunks: int | None = None,
     max_seconds: float | None = None,
+    stop_on_nonfinite: bool = False,
+    **pool_overrides,
 ) -> object:
     """Trains every run of ``experiment`` to ``static.total_steps``, resuming from ``out`` if possible.
 
     Args:
       checkpoint_seconds: write a checkpoint after a chunk when at least this long has passed since
-        the last one (0: after every chunk); the last chunk always writes one.
+        the last one (0: after every chunk); the last chunk, a stop request and ``max_seconds`` always
+        write one.
       stop_after_chunks: return after this many chunks of this call (for tests).
       max_seconds: return after the first chunk that ends past this many seconds of this call,
         with a checkpoint written, so that a time-boxed job can be resumed by calling again.
-    Returns the final training state.
+      stop_on_nonfinite: stop the whole experiment (:class:`NonFiniteRuns`) when a run's numbers become
+        NaN or infinite, instead of flagging the run and going on.
+      pool_overrides: options of a pool environment's emulators (EnvPool's, e.g. ``max_episode_steps``).
+    Returns the final training state. Raises :class:`Stopped` after SIGINT or SIGTERM (progress checkpointed).
     """
-    out = Path(out)
+    out = prepare_folder(Path(out))
+    with FolderLock(out, warn=tqdm.write), StopSignals() as signals:
+        return _train(experiment, out, signals, progress, checkpoint_seconds, stop_after_chunks, max_seconds,
+                      stop_on_nonfinite, pool_overrides)
+
+
+def _train(experiment, out, signals, progress, checkpoint_seconds, stop_after_chunks, max_seconds,
+           stop_on_nonfinite, pool_overrides):
+    """The body of :func:`run_experiment`, its folder prepared and locked, its signals handled."""
     static = experiment.static
     num_chunks = static.total_steps // static.log_every
-    config = experiment.to_json()
     require_same_experiment(out, experiment)
-    check_fits(static, len(experiment.runs))
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / CONFIG_FILE, json.dumps(config, indent=1).encode())
+    check_fits(static, len(experiment.runs), note=progress)
+    atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
 
-    trainer, init, train_chunk = compiled_trainer(static)
-    hparams = stack_hparams([r.hparams for r in experiment.runs])
+    hparams = stack_hparams(experiment.hparams())
     run_keys, env_keys = run_keys_for(experiment)
-    typed = jax.eval_shape(trainer.init, run_keys, env_keys, hparams)
-    raw = jax.eval_shape(keys_to_data, typed)
-    restored = _read_checkpoint(out, jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), raw))
+    typed, restored = restore_state(out, experiment, hparams, run_keys, env_keys)
+    chunk = 0 if restored is None else restored[1]
+    signals.checkpointed, signals.total = chunk * static.log_every, static.total_steps
+    pool = start_pool(experiment, chunk, **pool_overrides) if is_pool(static) else None
+    trainer, init, train_chunk = trainer_for(static, pool)
     if restored is None:
-        state, chunk = init(run_keys, env_keys, hparams), 0
+        state = init(run_keys, env_keys, hparams, *(() if pool is None else (pool.reset(),)))
         (out / METRICS_FILE).unlink(missing_ok=True)
     else:
-        host_state, chunk = restored
-        state = keys_from_data(jax.tree.map(jnp.asarray, host_state), typed)
-        _truncate_metrics(out, chunk * static.log_every)
-    state = shard_over_devices(state, len(experiment.runs), progress)
+        state = restored[0] if pool is None else trainer.path.restart(restored[0], pool)
+        truncate_metrics(out / METRICS_FILE, chunk * static.log_every)
+    if pool is None:  # a pool's emulators are one process's: its runs stay on one device
+        state = shard_over_devices(state, len(experiment.runs), progress)
+    step_chunk = compile_chunk(trainer, state, f"{static.env} ({len(experiment.runs)} runs, parts: "
+                               f"{', '.join(static.parts) or 'none'})", progress)
+    if signals.signum is not None:  # asked to stop while compiling: nothing new to keep
+        raise Stopped(chunk * static.log_every, static.total_steps, signals.signum)
 
     bar = tqdm(total=static.total_steps, initial=chunk * static.log_every, unit="step", disable=not progress,
                desc=f"{static.env} x{len(experiment.runs)} runs", dynamic_ncols=True)
-    last_checkpoint = time.monotonic()
-    started, done_here = time.monotonic(), 0
+    info = RunInfo.start(out, experiment, resumed=restored is not None)
+    started, last_checkpoint, steady_since, done_here, flagged = time.monotonic(), time.monotonic(), None, 0, set()
     while chunk < num_chunks:
-        state, metrics = train_chunk(state)
-        metrics = jax.device_get(metrics)
-        chunk += 1
-        done_here += 1
-        append_metrics(out, experiment, chunk * static.log_every, metrics)
+        state, metrics = step_chunk(state)
+        metrics = wait_for(metrics)
+        chunk, done_here = chunk + 1, done_here + 1
+        steady_since = steady_since or time.monotonic()  # the first chunk of a call warms up
+        append_metric_rows(out / METRICS_FILE, metric_rows(experiment, chunk * static.log_every, metrics,
+                                                           trainer.metric_names))
+        stop = signals.signum is not None
         out_of_time = max_seconds is not None and time.monotonic() - started >= max_seconds
-        if chunk == num_chunks or out_of_time or time.monotonic() - last_checkpoint >= checkpoint_seconds:
-            _write_checkpoint(out, state, chunk)
-            last_checkpoint = time.monotonic()
-        rate = done_here * static.log_every * len(experiment.runs) / max(time.monotonic() - started, 1e-9)
-        bar.set_postfix_str(f"{rate:,.0f} env steps/s, test {np.nanmedian(metrics['test_return']):.3g}")
+        due = time.monotonic() - last_checkpoint >= checkpoint_seconds
+        nonfinite = bool(np.any(np.asarray(metrics["nonfinite"]) > 0)) and stop_on_nonfinite
+        if chunk == num_chunks or out_of_time or stop or due or nonfinite:
+            write_checkpoint(out, keys_to_data(state.replace(env=None)), chunk)
+            last_checkpoint, signals.checkpointed = time.monotonic(), chunk * static.log_every
+            info.write(out, chunk, started, steady_since, done_here - 1)
+        report_nonfinite(metrics, experiment, chunk * static.log_every, flagged, stop_on_nonfinite)
+        bar.set_postfix_str(progress_fields(metrics, done_here, static, len(experiment.runs), started))
         bar.update(static.log_every)
+        if stop:
+            bar.close()
+            raise Stopped(chunk * static.log_every, static.total_steps, signals.signum)
         if out_of_time or (stop_after_chunks is not None and done_here >= stop_after_chunks):
             break
     bar.close()
     return state
 
 
-def is_finished(out: str | Path) -> bool:
-    """Whether the results folder (every per-structure subfolder) holds metrics of the last chunk."""
-    folders = experiment_folders(out)
-    for folder in folders:
-        config = json.loads((folder / CONFIG_FILE).read_text())["static"]
-        rows = read_metrics(folder)
-        if not rows or max(r["step"] for r in rows) < config["total_steps"]:
-            return False
-    return bool(folders)
+def progress_fields(metrics: dict, chunks: int, static: StaticConfig, num_runs: int, started: float) -> str:
+    """The progress bar's fields (see ``opiq-jax train --help``): throughput, then the median over runs of the
+    headline return (greedy test where there is one, else training) and of the distinct states or rooms."""
+    rate = chunks * static.log_every * num_runs / max(time.monotonic() - started, 1e-9)
+    fields = [f"{rate:,.0f} env steps/s"]
+    with warnings.catch_warnings():  # no episode ended yet: an all-NaN median
+        warnings.simplefilter("ignore", RuntimeWarning)
+        headline = "test_return" if "test_return" in metrics else "train_return"
+        fields.append(f"{headline.split('_')[0]} {np.nanmedian(metrics[headline]):.3g}")
+        for name in ("states_visited", "rooms_visited"):
+            if name in metrics:
+                fields.append(f"{name.split('_')[0]} {np.nanmedian(metrics[name]):.0f}")
+    return ", ".join(fields)
+
+
+def metric_rows(experiment: Experiment, step: int, metrics: dict[str, np.ndarray], names: tuple[str, ...]) -> list:
+    """One chunk's rows of ``metrics.csv``."""
+    return [(i, spec.method, spec.setting, spec.seed, step, name, f"{float(metrics[name][i]):.6g}")
+            for i, spec in enumerate(experiment.runs) for name in names]
+
+
+@dataclass
+class RunInfo:
+    """``run_info.json``: where and how long a results folder was trained (wall-clock summed over resumes)."""
+
+    previous_seconds: float
+    resumes: int
+    log_every: int
+    base: dict
+
+    @classmethod
+    def start(cls, out: Path, experiment: Experiment, resumed: bool) -> RunInfo:
+        try:
+            earlier = read_json(out / RUN_INFO_FILE) if resumed and (out / RUN_INFO_FILE).exists() else {}
+        except ResultsError:  # an unreadable info file is replaced; the training is not lost for it
+            earlier = {}
+        device = jax.local_devices()[0]
+        base = dict(device=device.device_kind, platform=device.platform, devices=jax.local_device_count(),
+                    jax=jax.__version__, runs=len(experiment.runs), total_steps=experiment.static.total_steps,
+                    state_bytes_per_run=state_bytes_per_run(experiment.static))
+        return cls(float(earlier.get("seconds", 0.0)), int(earlier.get("resumes", -1)) + 1,
+                   experiment.static.log_every, base)
+
+    def write(self, out: Path, chunk: int, started: float, steady_since: float | None, steady_chunks: int) -> None:
+        """Rewrites the file: steps done, seconds so far, and this call's rate after its first chunk (compile)."""
+        now, steps_done = time.monotonic(), chunk * self.log_every
+        rate = None
+        if steady_since is not None and steady_chunks > 0 and now > steady_since:
+            rate = steady_chunks * self.log_every * self.base["runs"] / (now - steady_since)
+        info = dict(self.base, steps_done=steps_done, finished=steps_done >= self.base["total_steps"],
+                    seconds=round(self.previous_seconds + now - started, 3), resumes=self.resumes,
+                    env_steps_per_second=rate)
+        atomic_write_bytes(out / RUN_INFO_FILE, json.dumps(info, indent=1).encode())
+
+
+def _pool_shapes():
+    from .paths.pool import PoolShapes
+
+    return PoolShapes()
+
+
+def _start_shapes(experiment: Experiment) -> tuple:
+    """What ``init`` takes after the hyperparameters: nothing, or a pool's first output (as zeros, for shapes)."""
+    if not is_pool(experiment.static):
+        return ()
+    from .paths.pool import first_output
+
+    return ((jnp.zeros((8,), jnp.uint8), first_output(len(experiment.runs) * experiment.static.envs_per_run)),)
 
 
 def _is_key(x) -> bool:

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .config import HPARAM_FIELDS, static_for_env
-from .methods import METHODS, method_hparams
+from .environments import method_hparams, static_for_env
+from .methods import METHODS, get_method
 from .plotting import area_under_median, curves
 from .runner import (
     Experiment, RunSpec, available_device_bytes, is_finished, read_metrics, require_same_experiment, run_experiment,
-    runs_that_fit, split_by_structure, state_bytes_per_run,
+    runs_that_fit, split_by_program, state_bytes_per_run,
 )
 
 BATCH_PREFIX = "batch_"
@@ -71,9 +71,11 @@ def load_preset(name_or_path: str) -> Preset:
     for g in preset.grids:
         if g["method"] not in METHODS:
             raise ValueError(f"preset names unknown method {g['method']!r}; known: {', '.join(METHODS)}")
-        unknown = set(g.get("grid", {})) - set(HPARAM_FIELDS)
+        options = get_method(g["method"]).options()
+        unknown = set(g.get("grid", {})) - set(options)
         if unknown:
-            raise ValueError(f"preset grid for {g['method']} has unknown hyperparameters {sorted(unknown)}")
+            raise ValueError(f"preset grid for {g['method']} has hyperparameters its parts do not declare: "
+                             f"{', '.join(sorted(unknown))} (it has {', '.join(options)})")
     if preset.seeds < 1:
         raise ValueError("a preset needs seeds >= 1")
     return preset
@@ -115,7 +117,7 @@ def plan_sweep(preset: Preset, max_batch_runs: int | None = None) -> list[Experi
     static = static_for_env(preset.env, **preset.static)
     free = available_device_bytes()
     batches = []
-    for name, group in split_by_structure(Experiment(static, tuple(expand(preset)), seed=preset.seed)).items():
+    for name, group in split_by_program(Experiment(static, tuple(expand(preset)), seed=preset.seed)).items():
         per_run = state_bytes_per_run(group.static)
         num_batches = plan_batches(len(group.runs), per_run, free)
         if max_batch_runs is not None:

@@ -1,72 +1,69 @@
-"""One compiled trainer for every run of an experiment.
+"""One compiled trainer for every run of an experiment, on every environment.
 
 ``make_train(static)`` returns a :class:`Trainer` of pure functions:
 
-* ``init(run_keys, env_keys, hparams) -> TrainState``: every leaf of ``state.runs`` has a leading
-  runs axis; ``run_keys`` seed the networks, SimHash matrices and the acting/learning randomness,
-  ``env_keys`` draw each run's action randomisation (pass one key repeated for a shared mask).
+* ``init(run_keys, env_keys, hparams, start=None) -> TrainState``: every leaf of ``state.runs`` has a
+  leading runs axis; ``run_keys`` seed the networks, SimHash matrices and the acting/learning
+  randomness, ``env_keys`` draw each run's environment parameters (pass one key repeated for a shared
+  action mask); ``start`` is what a pool environment's reset returned (``None`` for the others).
 * ``train_chunk(state) -> (state, metrics)``: a ``lax.scan`` over ``static.log_every`` environment
-  steps for all runs at once, then one greedy test episode per run and the chunk's metrics.
+  steps of every run at once, then the chunk's metrics (one value per run for each of
+  ``trainer.metric_names``).
 
-Order within one environment step (``REFERENCE.md``): choose the action with the counts as they are,
-step the environment, increment ``N(s_t, a_t)``, store the transition, then train. What is common
-to all runs (the step counter, "train now", "copy the target now") stays outside the vmap, so it
-remains a real ``lax.cond`` instead of a select that would run both branches for every run.
+The agent is DQN with the exploration parts of ``static.parts`` (:mod:`opiq_jax.parts`), called at
+fixed places; nothing here names a method. What differs between environments (how they are stepped,
+what the replay stores, what is counted) is the observation path's (:mod:`opiq_jax.paths`).
 
-The baselines that need networks of their own are static switches of this one trainer:
-``static.bonus_network`` adds DORA's E-network or RND's predictor and target (``RunState.dora`` /
-``RunState.rnd``), and ``static.bsp_heads = K`` makes the Q-network K-headed with a fixed prior
-(``RunState.prior_params``). Every Q-value inside the trainer carries a heads axis ``[..., K, A]``
-(``K = 1`` without BSP), so one code path serves all methods.
+Order within one environment step: choose the action with the counts as they are, step the
+environment, increment ``N(s_t, a_t)``, store the transition, then train (a pool path may overlap
+training with the emulators' step, see ``StaticConfig.overlap``). What is common to all runs (the step
+counter, "train now", "copy the target now") stays outside the vmap, so it remains a real
+``lax.cond`` instead of a select that would run both branches for every run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+import functools
+import zlib
+from collections.abc import Callable
+from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 
-from envs import Maze, RandomisedChain
+from . import counts
+from .config import HParams, StaticConfig, hparam_options
+from .environments import environment_spec
+from .networks import in_compute_precision, init_params, make_bootstrapped_network, make_network
+from .parts import Example, Part, get_part
+from .paths import Batch, Decision, Outcome, StepRecord
+from .targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
 
-from . import bonuses, counts, replay
-from .config import HParams, StaticConfig
-from .networks import (
-    in_compute_precision, init_params, make_bootstrapped_network, make_network, scale_torso_gradients, zero_final_layer,
-)
-from .optimism import intrinsic_reward, linear_epsilon, optimism_bonus
-from .targets import bootstrap_value, n_step_return, td_loss, window_mask
+METRIC_DOCS = {
+    "train_return": "mean return of the training episodes that ended in the chunk (NaN if none)",
+    "episodes": "training episodes that ended in the chunk",
+    "test_return": "return of one greedy episode on plain Q (the heads' majority vote for BSP)",
+    "max_return": "largest training episode return so far",
+    "states_visited": "distinct environment cells visited so far",
+    "state_actions_visited": "distinct (cell, action) pairs taken so far",
+    "rooms_visited": "distinct rooms (Montezuma: RAM byte 3) seen so far",
+    "q_start": "max_a Q(s_0, a) at the start state (mean over heads)",
+    "qplus_start": "max_a of Q(s_0, a) plus every part's action bonus (OPIQ: + C_action / (N(s_0, a) + 1)^M)",
+    "loss": "mean TD loss of the chunk's updates",
+    "epsilon": "epsilon at the end of the chunk",
+    "intrinsic_reward": "mean intrinsic reward of the chunk's sampled transitions (all parts)",
+    "nonfinite": "1 once the run's loss, Q-values or parameters were NaN or infinite (the other runs go on)",
+    "env_restarts": "times a resume restarted the run's emulators with fresh episodes (pool environments)",
+}
+"""What each metric of the results' ``metrics.csv`` means."""
 
-METRICS = (
-    "train_return",  # mean return of the training episodes that ended in the chunk (NaN if none)
-    "episodes",  # training episodes that ended in the chunk
-    "test_return",  # return of one greedy episode on plain Q
-    "max_return",  # largest training episode return so far
-    "states_visited",  # distinct environment cells visited so far
-    "state_actions_visited",  # distinct (cell, action) pairs taken so far
-    "q_start",  # max_a Q(s_0, a)
-    "qplus_start",  # max_a Q(s_0, a) + C_action / (N(s_0, a) + 1)^M
-    "loss",  # mean TD loss of the chunk's updates
-    "epsilon",  # epsilon at the end of the chunk
-    "intrinsic_reward",  # mean intrinsic reward of the chunk's sampled transitions (all bonus sources)
-)
-
-
-@struct.dataclass
-class Transition:
-    """One stored environment step, compact: observations are rebuilt from ``compact`` on demand."""
-
-    compact: jax.Array  # [compact_dim]: s_t (int32 cell coordinates; float32 observation for gymnax envs)
-    action: jax.Array  # int32
-    reward: jax.Array  # float32: the training reward (after R-Subtract)
-    terminated: jax.Array  # bool: s_{t+1} is a true terminal
-    done: jax.Array  # bool: the episode ended at this step (terminated or truncated)
-    next_compact: jax.Array  # int32[compact_dim]: s_{t+1} before any auto-reset
+INIT_STREAMS = ("prior", "e_network", "predictor", "rnd_target", "head")
+"""Named keys drawn from a run's key for the parts' initial states (``Agent.init_key``), in a fixed order so that a
+part's initial state does not depend on which other parts the program has."""
 
 
 def chunk_mean(total: jax.Array, count: jax.Array) -> jax.Array:
@@ -109,30 +106,20 @@ class ChunkStats:
 
 
 @struct.dataclass
-class EpisodeStats:
-    episode_return: jax.Array  # return of the running episode
+class RunStats:
+    episode_return: jax.Array  # float32[E]: return of each running episode
     chunk: ChunkStats
     max_return: jax.Array
-    visited_states: jax.Array  # bool[num_cells]
-    visited_state_actions: jax.Array  # bool[num_cells, num_actions]
+    visited: dict  # metric name -> bool[size]: what the path tracks (cells, cell-actions, rooms)
+    nonfinite: jax.Array  # bool: the run's numbers were NaN or infinite at some chunk's end
 
 
 @struct.dataclass
-class DoraState:
-    """DORA's E-value network (logits; E = sigmoid), its optimiser and its small ring of recent steps."""
+class Counts:
+    """The run's visit counts: a count-min sketch and what turns a state into its columns (the path's)."""
 
-    params: Any
-    opt_state: Any
-    buffer: replay.ReplayBuffer
-
-
-@struct.dataclass
-class RndState:
-    """RND's trained predictor, its optimiser and the fixed random target network."""
-
-    params: Any
-    opt_state: Any
-    target_params: Any
+    sketch: jax.Array  # int32[num_actions, rows, width]
+    features: Any
 
 
 @struct.dataclass
@@ -142,77 +129,21 @@ class RunState:
     params: Any
     target_params: Any
     opt_state: Any
-    env_params: Any
-    env_state: Any
-    obs: jax.Array
-    hash_matrix: jax.Array  # float32[k, obs_dim] (SimHash) or float32[0] (exact counts)
-    cell_columns: jax.Array  # int32[num_cells, rows]: sketch columns of every cell, computed once
-    sketch: jax.Array  # int32[num_actions, rows, width]
-    buffer: replay.ReplayBuffer
-    stats: EpisodeStats
-    active_head: jax.Array  # int32: the BSP head acting in this episode (0 without BSP)
-    prior_params: Any = None  # BSP's fixed random prior network (None without BSP)
+    env: Any  # the path's per-run environment data
+    memory: Any  # the path's replay
+    counts: Counts | None  # None when no part of the program counts
+    stats: RunStats
+    active_head: jax.Array  # int32[E]: the head acting in each environment's episode (0 with one head)
+    parts: dict  # part name -> its state (parts without state are absent)
     compute_params: Any = None  # precision=bfloat16: the bfloat16 copy of params the forward passes read; else None
     target_table: jax.Array | None = None  # float32[num_cells, K, A]: the target network at every cell, or None
-    dora: DoraState | None = None
-    rnd: RndState | None = None
 
 
 @struct.dataclass
 class TrainState:
-    step: jax.Array  # int32 scalar: environment steps taken by every run
+    step: jax.Array  # int32 scalar: scan iterations (each steps every environment of every run once)
+    env: Any  # the path's state shared by all runs (EnvPool's handle), or None
     runs: RunState  # leading runs axis on every leaf
-
-
-@dataclasses.dataclass(frozen=True)
-class Trainer:
-    static: StaticConfig
-    env: Any
-    network: Any
-    init: Callable[[jax.Array, jax.Array, HParams], TrainState]
-    train_chunk: Callable[[TrainState], tuple[TrainState, dict[str, jax.Array]]]
-    q_values: Callable[[Any, jax.Array], jax.Array]
-    head_values: Callable[[RunState, Any, jax.Array], jax.Array]
-    count_columns: Callable[[RunState, jax.Array], jax.Array]
-    targets: Callable[[RunState, Transition, jax.Array], jax.Array]
-
-
-def make_env(static: StaticConfig):
-    """The environment object named by ``static.env``."""
-    if static.env == "chain":
-        return RandomisedChain(length=static.chain_length)
-    if static.env == "maze":
-        return Maze()
-    if static.env.startswith("gymnax:"):
-        from envs.gymnax_adapter import GymnaxAdapter  # imports gymnax's registry only when asked
-
-        return GymnaxAdapter(static.env.removeprefix("gymnax:"), **dict(static.env_kwargs))
-    raise ValueError(f"unknown env {static.env!r}")
-
-
-def network_name(static: StaticConfig, env) -> str:
-    """``static.network``, or for ``auto`` an MLP for vector observations and the small conv net for images."""
-    if static.network != "auto":
-        return static.network
-    shape = env.observation_space(env.default_params).shape
-    return "maze_conv" if len(shape) == 3 else "mlp"
-
-
-def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:
-    """Whether the maze network's convolutions run as Pallas kernels (``StaticConfig.maze_torso``)."""
-    if net_name != "maze_conv" or static.maze_torso == "xla":
-        return False
-    return static.maze_torso == "pallas" or (static.precision == "bfloat16" and jax.default_backend() == "gpu")
-
-
-def uses_target_table(static: StaticConfig, env: Any) -> bool:
-    """Whether the targets look the target network's values up per cell (``StaticConfig.target_values``)."""
-    has_cell_table = hasattr(env, "all_compacts")
-    if static.target_values == "table" and not has_cell_table:
-        raise ValueError(f"target_values='table' needs an environment with a cell table (chain, maze), not {static.env!r}")
-    if static.target_values == "auto":
-        return has_cell_table and static.precision == "bfloat16"
-    return static.target_values == "table"
 
 
 def make_optimiser(static: StaticConfig) -> optax.GradientTransformation:
@@ -223,365 +154,507 @@ def make_optimiser(static: StaticConfig) -> optax.GradientTransformation:
     )
 
 
-def make_train(static: StaticConfig, env: Any | None = None) -> Trainer:
-    """Builds the pure ``init`` and ``train_chunk`` functions of one experiment."""
-    static.validate()
-    env = make_env(static) if env is None else env
-    num_actions = env.num_actions
-    net_name = network_name(static, env)
-    num_heads = max(1, static.bsp_heads)
-    compute_dtype = jnp.dtype(static.precision)
-    mixed_precision = compute_dtype != jnp.float32
-    if static.bsp_heads:
-        network = make_bootstrapped_network(net_name, num_actions, static.bsp_heads, static.hidden, compute_dtype)
-    else:
-        network = make_network(net_name, num_actions, static.hidden, compute_dtype, uses_pallas_torso(static, net_name))
-    e_network = make_network(net_name, num_actions, static.hidden)  # DORA's E-values (logits)
-    rnd_network = make_network(net_name, static.rnd_outputs, static.hidden)
-    has_cell_table = hasattr(env, "all_compacts")
-    table = uses_target_table(static, env)
-    optimiser = make_optimiser(static)
-    horizon = int(env.default_params.max_steps_in_episode)
-    obs_dim = int(np.prod(env.observation_space(env.default_params).shape))
+def network_name(static: StaticConfig, obs_shape: tuple[int, ...]) -> str:
+    """``static.network``, or for ``auto`` an MLP for vector observations and the small conv net for images."""
+    if static.network != "auto":
+        return static.network
+    return "maze_conv" if len(obs_shape) == 3 else "mlp"
 
-    def q_values(params, obs: jax.Array) -> jax.Array:
-        """The Q-network's output for a batch of observations: ``[B, A]`` (``[B, K, A]`` for BSP, no prior)."""
-        return network.apply(params, obs)
 
-    def head_values(run: RunState, params, obs: jax.Array) -> jax.Array:
-        """``[B, K, A]``: what each head acts and bootstraps on (BSP: ``Q_k + beta_bsp * p_k``; else ``K = 1``)."""
-        if not static.bsp_heads:
-            return q_values(params, obs)[:, None, :]
-        return bonuses.with_prior(q_values(params, obs), q_values(run.prior_params, obs), run.hparams.beta_bsp)
+def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:
+    """Whether the maze network's convolutions run as Pallas kernels (``StaticConfig.maze_torso``)."""
+    if net_name != "maze_conv" or static.maze_torso == "xla":
+        return False
+    return static.maze_torso == "pallas" or (static.precision == "bfloat16" and jax.default_backend() == "gpu")
 
-    def obs_of(run: RunState, compact: jax.Array) -> jax.Array:
-        """Observations of a batch of compact states (any leading shape)."""
-        lead = compact.shape[: compact.ndim - 1]
-        flat = compact.reshape((-1, compact.shape[-1]))
-        obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(flat, run.env_params)
-        return obs.reshape(lead + obs.shape[1:])
 
-    def apply_flat(net, params, obs: jax.Array, lead: tuple[int, ...]) -> jax.Array:
-        """``net`` on observations with leading shape ``lead``, flattened into one batch and back."""
-        flat = obs.reshape((-1,) + obs.shape[len(lead):])
-        out = net.apply(params, flat)
+def uses_target_table(static: StaticConfig, path: Any) -> bool:
+    """Whether the targets look the target network's values up per cell (``StaticConfig.target_values``)."""
+    has_cell_table = getattr(path, "has_cell_table", False)
+    if static.target_values == "table" and not has_cell_table:
+        raise ValueError(f"target_values='table' needs an environment with a cell table (chain, maze), not {static.env!r}")
+    if static.target_values == "auto":
+        return has_cell_table and static.precision == "bfloat16"
+    return static.target_values == "table"
+
+
+def make_path(static: StaticConfig, env: Any = None) -> Any:
+    """The observation path of ``static.env``: its environment built from the registry, or ``env`` (a pool must
+    be given: it is started by the host loop with every run's emulators)."""
+    spec = environment_spec(static.env)
+    if spec.kind == "pool":
+        from .paths.pool import PoolPath
+
+        if env is None:
+            raise ValueError(f"{static.env} is a pool environment: pass its pool (or PoolShapes) to make_train")
+        return PoolPath(env, static)
+    from .paths.compact import CompactPath
+
+    return CompactPath(spec.make(static) if env is None else env, static)
+
+
+class Agent:
+    """What the trainer's functions and the exploration parts share: configuration, networks, optimiser, path."""
+
+    def __init__(self, static: StaticConfig, path: Any):
+        self.static, self.path = static, path
+        self.parts = tuple(get_part(name) for name in static.parts)
+        for part in self.parts:
+            if path.kind not in part.paths:
+                raise ValueError(f"the part {part.name} does not work with {static.env} ({path.kind} environments)")
+        self.num_actions, self.envs_per_run = path.num_actions, path.envs_per_run
+        heads = [part.heads(static) for part in self.parts if part.heads(static) > 1]
+        if len(heads) > 1:
+            raise ValueError(f"two parts of {static.parts} both set the number of Q-heads")
+        self.num_heads = heads[0] if heads else 1
+        self.network_name = network_name(static, path.obs_shape)
+        self.compute_dtype = jnp.dtype(static.precision)
+        self.mixed_precision = self.compute_dtype != jnp.float32
+        if self.num_heads > 1:
+            self.q_network = make_bootstrapped_network(self.network_name, self.num_actions, self.num_heads,
+                                                       static.hidden, self.compute_dtype)
+        else:
+            self.q_network = make_network(self.network_name, self.num_actions, static.hidden, self.compute_dtype,
+                                          uses_pallas_torso(static, self.network_name))
+        self.optimiser = make_optimiser(static)
+        self.uses_counts = any(part.uses_counts for part in self.parts)
+        self.table = uses_target_table(static, path)
+        self.hparam_options = hparam_options(self.parts)
+
+    def make_network(self, num_outputs: int):
+        """A float32 network of the Q-network's architecture with ``num_outputs`` outputs (parts' own networks)."""
+        return make_network(self.network_name, num_outputs, self.static.hidden)
+
+    @staticmethod
+    def apply_flat(network, params, obs: jax.Array, lead_ndim: int) -> jax.Array:
+        """``network`` on observations with ``lead_ndim`` leading axes, flattened into one batch and back."""
+        lead = obs.shape[:lead_ndim]
+        out = network.apply(params, obs.reshape((-1,) + obs.shape[lead_ndim:]))
         return out.reshape(lead + out.shape[1:])
 
-    def columns_of(hash_matrix: jax.Array, env_params, compact: jax.Array) -> jax.Array:
-        """Sketch columns of the state ``compact`` under the run's counting features."""
-        if static.count_features == "exact":
-            code = counts.cell_code(env.cell_id(compact))
-        else:
-            code = counts.simhash_code(hash_matrix, env.obs_from_compact(compact, env_params))
-        return counts.sketch_columns(code, static.sketch_rows, static.sketch_width)
-
-    def cell_values(run: RunState, params) -> jax.Array:
-        """``[num_cells, K, A]``: ``head_values`` at every cell of the environment's cell table."""
-        return head_values(run, params, obs_of(run, env.all_compacts()))
-
-    def with_target(run: RunState, params) -> RunState:
-        """``run`` with ``params`` as its target network (and that network's values at every cell)."""
-        run = run.replace(target_params=params)
-        return run.replace(target_table=cell_values(run, params)) if table else run
-
-    def count_columns(run: RunState, compact: jax.Array) -> jax.Array:
-        """Sketch columns of ``compact``, looked up in the run's per-cell table where there is one.
-
-        The chain and the maze have few cells, so every cell's code is computed once at ``init``:
-        counting then costs a lookup per state instead of a projection, and a state's code cannot
-        depend on how (batched or not) it was computed. Other environments hash every time.
-        """
-        if has_cell_table:
-            return run.cell_columns[env.cell_id(compact)]
-        return columns_of(run.hash_matrix, run.env_params, compact)
-
-    def sgd_step(params, opt_state, grads, lr):
+    def sgd_step(self, params, opt_state, grads, lr: jax.Array):
+        """One clipped RMSProp step of ``params`` with the run's learning rate."""
         grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)  # bfloat16 under mixed precision
-        updates, opt_state = optimiser.update(grads, opt_state, params)
+        updates, opt_state = self.optimiser.update(grads, opt_state, params)
         return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
 
-    def forward_params(run: RunState):
+    @staticmethod
+    def init_key(run_key: jax.Array, name: str) -> jax.Array:
+        """A key of its own for the part state ``name`` of a run: from a stream apart from the acting, learning
+        and environment keys, so adding a part changes no other randomness."""
+        base = jax.random.fold_in(run_key, 0xBA5E)
+        if name in INIT_STREAMS:
+            return jax.random.split(base, len(INIT_STREAMS))[INIT_STREAMS.index(name)]
+        return jax.random.fold_in(base, zlib.crc32(name.encode()) & 0x7FFFFFFF)
+
+    def forward_params(self, run: RunState):
         """What acting, the loss and the test episodes evaluate: ``params`` itself in float32."""
-        return run.compute_params if mixed_precision else run.params
+        return run.compute_params if self.mixed_precision else run.params
 
-    # ---------------------------------------------------------------------------------- init
+    def head_values(self, run: RunState, params, obs: jax.Array) -> jax.Array:
+        """``[B, K, A]``: what each head acts and bootstraps on (the network's values, adjusted by the parts)."""
+        q = self.q_network.apply(params, obs)
+        q = q if self.num_heads > 1 else q[:, None, :]
+        for part in self.parts:
+            q = part.head_values(self, run, q, obs)
+        return q
 
-    def init_run(run_key: jax.Array, env_key: jax.Array, hp: HParams) -> RunState:
-        k_net, k_hash, k_reset, k_loop = jax.random.split(run_key, 4)
-        env_params = env.sample_params(env_key)
-        obs, env_state = env.reset(k_reset, env_params)
-        params = init_params(network, k_net, obs, hp.final_bias)
-        if static.count_features == "simhash":
-            hash_matrix = counts.simhash_matrix(k_hash, static.simhash_bits, obs_dim)
-        else:
-            hash_matrix = jnp.zeros((0,), jnp.float32)
-        compact = env.compact_state(env_state)
-        example = Transition(
-            compact=compact, action=jnp.int32(0), reward=jnp.float32(0), terminated=jnp.bool_(False),
-            done=jnp.bool_(False), next_compact=compact,
-        )
-        stats = EpisodeStats(
-            episode_return=jnp.float32(0), chunk=ChunkStats.zeros(), max_return=jnp.float32(-jnp.inf),
-            visited_states=jnp.zeros((env.num_cells,), bool).at[env.cell_id(compact)].set(True),
-            visited_state_actions=jnp.zeros((env.num_cells, num_actions), bool),
-        )
-        # the baselines' extra networks draw from a key of their own, so the shared streams stay unchanged
-        k_prior, k_e, k_pred, k_tgt, k_head = jax.random.split(jax.random.fold_in(run_key, 0xBA5E), 5)
-        extra = {}
-        if static.bsp_heads:
-            extra["prior_params"] = network.init(k_prior, obs[None])
-        if static.bonus_network == "dora":
-            e_params = zero_final_layer(e_network.init(k_e, obs[None]))
-            extra["dora"] = DoraState(
-                params=e_params, opt_state=optimiser.init(e_params),
-                buffer=replay.init(example, static.dora_buffer_factor * static.batch_size),
-            )
-        if static.bonus_network == "rnd":
-            predictor = rnd_network.init(k_pred, obs[None])
-            extra["rnd"] = RndState(params=predictor, opt_state=optimiser.init(predictor),
-                                    target_params=rnd_network.init(k_tgt, obs[None]))
-        if mixed_precision:
-            extra["compute_params"] = in_compute_precision(params, compute_dtype)
-        run = RunState(
-            key=k_loop, hparams=hp, params=params, target_params=None, opt_state=optimiser.init(params),
-            env_params=env_params, env_state=env_state, obs=obs, hash_matrix=hash_matrix,
-            cell_columns=(jax.vmap(lambda c: columns_of(hash_matrix, env_params, c))(env.all_compacts())
-                          if has_cell_table else jnp.zeros((0, static.sketch_rows), jnp.int32)),
-            sketch=counts.init_sketch(num_actions, static.sketch_rows, static.sketch_width),
-            buffer=replay.init(example, static.buffer_size), stats=stats,
-            active_head=jax.random.randint(k_head, (), 0, num_heads), **extra,
-        )
-        return with_target(run, in_compute_precision(params, compute_dtype))
+    def count_columns(self, run: RunState, key: jax.Array) -> jax.Array:
+        """Sketch columns of one state as the path counts it."""
+        return self.path.count_columns(run, key)
 
-    def init(run_keys: jax.Array, env_keys: jax.Array, hparams: HParams) -> TrainState:
-        num_runs = run_keys.shape[0]
-        chex.assert_tree_shape_prefix(hparams, (num_runs,))
-        chex.assert_shape(env_keys, run_keys.shape)
-        runs = jax.vmap(init_run)(run_keys, env_keys, hparams)
-        return TrainState(step=jnp.int32(0), runs=runs)
+    def metric_names(self) -> tuple[str, ...]:
+        """The metrics ``train_chunk`` returns, in the order the results folder writes them."""
+        names = ["train_return", "episodes"] + (["test_return"] if self.path.has_test_episode else [])
+        names += ["max_return", *self.path.visit_sizes, "q_start", "qplus_start", "loss", "epsilon", "intrinsic_reward",
+                  "nonfinite", *self.path.metric_names]
+        return tuple(names) + tuple(name for part in self.parts for name in part.metric_names)
 
-    # ---------------------------------------------------------------------------------- acting
 
-    def action_bonus(run: RunState, obs: jax.Array, n_sa: jax.Array) -> jax.Array:
-        """What is added to Q for action selection: OPIQ's ``C_action / (N + 1)^M`` and DORA OA's bonus."""
-        bonus = optimism_bonus(n_sa, run.hparams.c_action, run.hparams.m)
-        if static.bonus_network == "dora":
-            bonus = bonus + bonuses.dora_bonus(e_network.apply(run.dora.params, obs[None])[0], run.hparams.beta_dora_action)
-        return bonus
+def summed(values: list[jax.Array | None]) -> jax.Array | None:
+    """The sum of the parts' contributions in their order (None where no part contributes)."""
+    present = [v for v in values if v is not None]
+    return functools.reduce(lambda a, b: a + b, present) if present else None
 
-    def act_and_store(run: RunState, step: jax.Array) -> RunState:
-        hp = run.hparams
-        key, k_explore, k_random, k_env = jax.random.split(run.key, 4)
-        compact = env.compact_state(run.env_state)
-        columns = count_columns(run, compact)
-        q = head_values(run, forward_params(run), run.obs[None])[0, run.active_head]
-        n_sa = counts.query_all_actions(run.sketch, columns)
-        greedy = jnp.argmax(q + action_bonus(run, run.obs, n_sa))
-        epsilon = linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps)
-        explore = jax.random.uniform(k_explore) < epsilon
-        action = jnp.where(explore, jax.random.randint(k_random, (), 0, num_actions), greedy).astype(jnp.int32)
 
-        obs, env_state, reward, terminated, truncated, info = env.step(k_env, run.env_state, action, run.env_params)
-        done = jnp.logical_or(terminated, truncated)
-        sketch = counts.update(run.sketch, columns, action)
-        transition = Transition(
-            compact=compact, action=action, reward=(reward - hp.reward_subtract).astype(jnp.float32),
-            terminated=terminated, done=done, next_compact=info["compact"],
-        )
-        stats = run.stats
-        episode_return = stats.episode_return + reward
-        cell = env.cell_id(compact)
-        stats = stats.replace(
-            episode_return=jnp.where(done, 0.0, episode_return),
-            chunk=stats.chunk.add_episodes(jnp.where(done, episode_return, 0.0), done.astype(jnp.int32)),
-            max_return=jnp.where(done, jnp.maximum(stats.max_return, episode_return), stats.max_return),
-            visited_states=stats.visited_states.at[info["cell_id"]].set(True),
-            visited_state_actions=stats.visited_state_actions.at[cell, action].set(True),
-        )
-        extra = {}
-        if static.bonus_network == "dora":
-            extra["dora"] = run.dora.replace(buffer=replay.add(run.dora.buffer, transition))
-        return run.replace(
-            key=key, obs=obs, env_state=env_state, sketch=sketch,
-            buffer=replay.add(run.buffer, transition), stats=stats,
-            active_head=jnp.where(done, jax.random.randint(jax.random.fold_in(k_env, 1), (), 0, num_heads),
-                                  run.active_head), **extra,
-        )
+# ---------------------------------------------------------------------------------- init
 
-    # ---------------------------------------------------------------------------------- learning
 
-    def intrinsic_rewards(run: RunState, windows: Transition) -> jax.Array:
-        """``[B, n]`` intrinsic reward of every sampled step, recomputed from the current bonus sources."""
-        hp = run.hparams
-        step_columns = jax.vmap(jax.vmap(lambda c: count_columns(run, c)))(windows.compact)
-        step_counts = jax.vmap(jax.vmap(lambda cols, a: counts.query(run.sketch, cols, a)))(step_columns, windows.action)
-        reward = intrinsic_reward(step_counts, hp.beta)
-        lead = windows.action.shape
-        if static.bonus_network == "dora":
-            logits = apply_flat(e_network, run.dora.params, obs_of(run, windows.compact), lead)
-            taken = jnp.take_along_axis(logits, windows.action[..., None], axis=-1)[..., 0]
-            reward = reward + bonuses.dora_bonus(taken, hp.beta_dora)
-        if static.bonus_network == "rnd":  # the error at the state the step reached (Burda et al.)
-            next_obs = obs_of(run, windows.next_compact)
-            predicted = apply_flat(rnd_network, run.rnd.params, next_obs, lead)
-            target = apply_flat(rnd_network, run.rnd.target_params, next_obs, lead)
-            reward = reward + bonuses.rnd_bonus(predicted, target, hp.beta_rnd)
-        return reward
+def with_target(agent: Agent, run: RunState, params) -> RunState:
+    """``run`` with ``params`` as its target network (and that network's values at every cell)."""
+    run = run.replace(target_params=params)
+    if agent.table:
+        run = run.replace(target_table=agent.head_values(run, params, agent.path.cell_table_obs(run)))
+    return run
 
-    def targets_for(run: RunState, windows: Transition, exists: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """``[B, K]`` n-step targets per head, with intrinsic rewards recomputed now; and the intrinsic rewards."""
-        hp = run.hparams
-        included = window_mask(windows.done, exists)
-        intrinsic = intrinsic_rewards(run, windows)
-        partial, discount, last = jax.vmap(n_step_return, in_axes=(0, 0, 0, None))(
-            windows.reward + intrinsic, windows.terminated, included, static.gamma
-        )
-        next_compact = jnp.take_along_axis(windows.next_compact, last[:, None, None], axis=1)[:, 0]
-        next_columns = jax.vmap(lambda c: count_columns(run, c))(next_compact)
-        next_counts = jax.vmap(lambda cols: counts.query_all_actions(run.sketch, cols))(next_columns)
-        if table:
-            q_next = run.target_table[jax.vmap(env.cell_id)(next_compact)]  # [B, K, A]
-        else:
-            q_next = head_values(run, run.target_params, obs_of(run, next_compact))
-        bonus = optimism_bonus(next_counts, hp.c_bootstrap, hp.m)[:, None, :]
-        values = bootstrap_value(q_next, jnp.broadcast_to(bonus, q_next.shape))
-        return partial[:, None] + discount[:, None] * values, intrinsic
 
-    def td_loss_per_head(params, run: RunState, obs: jax.Array, actions: jax.Array, targets: jax.Array) -> jax.Array:
-        """Sum over heads of each head's mean squared TD error (every head learns from every sample)."""
-        q = head_values(run, params, obs)  # [B, K, A]
-        q_taken = jnp.take_along_axis(q, jnp.broadcast_to(actions[:, None, None], q.shape[:2] + (1,)), axis=2)[..., 0]
-        return num_heads * td_loss(q_taken, targets)
-
-    def update_q(run: RunState, key: jax.Array) -> RunState:
-        with jax.named_scope("sample"):
-            windows, exists = replay.sample_windows(run.buffer, key, static.batch_size, static.n_step)
-        with jax.named_scope("targets"):
-            targets, intrinsic = targets_for(run, windows, exists)
-        with jax.named_scope("loss_and_grad"):
-            first = jax.tree.map(lambda x: x[:, 0], windows)
-            obs = obs_of(run, first.compact)
-            loss, grads = jax.value_and_grad(td_loss_per_head)(forward_params(run), run, obs, first.action, targets)
-            if static.bsp_heads:
-                grads = scale_torso_gradients(grads, 1.0 / static.bsp_heads)
-        with jax.named_scope("optimiser"):
-            params, opt_state = sgd_step(run.params, run.opt_state, grads, run.hparams.lr)
-            extra = {"compute_params": in_compute_precision(params, compute_dtype)} if mixed_precision else {}
-        stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / num_heads, jnp.mean(intrinsic[:, 0])))
-        return run.replace(params=params, opt_state=opt_state, stats=stats, **extra)
-
-    def update_dora(run: RunState, key: jax.Array) -> RunState:
-        """One n-step SARSA step of the E-values (zero reward) on a batch from DORA's ring of recent steps."""
-        windows, exists = replay.sample_windows(run.dora.buffer, key, static.batch_size, static.n_step + 1)
-        lead = windows.action.shape
-        next_e = jax.nn.sigmoid(apply_flat(e_network, run.dora.params, obs_of(run, windows.next_compact), lead))
-        targets, _ = jax.vmap(bonuses.dora_sarsa_target, in_axes=(0, 0, 0, 0, 0, None))(
-            next_e, windows.action, windows.done, windows.terminated, exists, static.dora_gamma
-        )
-        obs = obs_of(run, windows.compact[:, 0])
-
-        def loss_fn(params):
-            logits = e_network.apply(params, obs)
-            e_taken = jax.nn.sigmoid(jnp.take_along_axis(logits, windows.action[:, :1], axis=1)[:, 0])
-            return td_loss(e_taken, targets)
-
-        grads = jax.grad(loss_fn)(run.dora.params)
-        params, opt_state = sgd_step(run.dora.params, run.dora.opt_state, grads, run.hparams.lr)
-        return run.replace(dora=run.dora.replace(params=params, opt_state=opt_state))
-
-    def update_rnd(run: RunState) -> RunState:
-        """One predictor step on the ``rnd_batch`` most recently reached states."""
-        ages = jnp.arange(static.rnd_batch)
-        slots = (run.buffer.position - 1 - ages) % run.buffer.capacity
-        stored = (ages < run.buffer.size).astype(jnp.float32)
-        obs = obs_of(run, run.buffer.items.next_compact[slots])
-        target = rnd_network.apply(run.rnd.target_params, obs)
-
-        def loss_fn(params):
-            errors = jnp.sum(jnp.square(rnd_network.apply(params, obs) - target), axis=-1)
-            return jnp.sum(errors * stored) / jnp.maximum(jnp.sum(stored), 1.0)
-
-        grads = jax.grad(loss_fn)(run.rnd.params)
-        params, opt_state = sgd_step(run.rnd.params, run.rnd.opt_state, grads, run.hparams.lr)
-        return run.replace(rnd=run.rnd.replace(params=params, opt_state=opt_state))
-
-    def update(run: RunState) -> RunState:
-        key, k_q = jax.random.split(run.key)
-        run = update_q(run, k_q)
-        if static.bonus_network == "dora":
-            with jax.named_scope("dora"):
-                run = update_dora(run, jax.random.fold_in(k_q, 1))
-        if static.bonus_network == "rnd":
-            with jax.named_scope("rnd"):
-                run = update_rnd(run)
-        return run.replace(key=key)
-
-    def copy_target(run: RunState) -> RunState:
-        return with_target(run, forward_params(run))
-
-    def env_step(state: TrainState, _) -> tuple[TrainState, None]:
-        # the named scopes label the compiled ops for experiments/profile_step.py (no effect on the results)
-        with jax.named_scope("act"):
-            runs = jax.vmap(act_and_store, in_axes=(0, None))(state.runs, state.step)
-        stored = state.step + 1
-        train_now = (stored >= static.batch_size + 1) & (stored % static.train_every == 0)
-        with jax.named_scope("update"):
-            runs = jax.lax.cond(train_now, jax.vmap(update), lambda r: r, runs)
-        with jax.named_scope("target_copy"):
-            runs = jax.lax.cond(stored % static.target_update == 0, jax.vmap(copy_target), lambda r: r, runs)
-        return TrainState(step=stored, runs=runs), None
-
-    # ---------------------------------------------------------------------------------- metrics
-
-    def greedy_action(run: RunState, obs: jax.Array) -> jax.Array:
-        """The test policy: greedy on plain Q; for BSP the majority vote of the heads (prior included)."""
-        return bonuses.majority_vote(head_values(run, forward_params(run), obs[None])[0])
-
-    def greedy_test_return(run: RunState) -> tuple[jax.Array, jax.Array]:
-        """One episode acting greedily on plain Q (the paper's test protocol); uses its own key."""
-        key, k_reset, k_steps = jax.random.split(run.key, 3)
-        obs, env_state = env.reset(k_reset, run.env_params)
-
-        def body(carry, k):
-            obs, env_state, total, alive = carry
-            action = greedy_action(run, obs)
-            obs, env_state, reward, terminated, truncated, _ = env.step(k, env_state, action, run.env_params)
-            total = total + jnp.where(alive, reward, 0.0)
-            alive = alive & ~(terminated | truncated)
-            return (obs, env_state, total, alive), None
-
-        (_, _, total, _), _ = jax.lax.scan(
-            body, (obs, env_state, jnp.float32(0), jnp.bool_(True)), jax.random.split(k_steps, horizon)
-        )
-        return total, key
-
-    def chunk_metrics(run: RunState, step: jax.Array) -> tuple[RunState, dict[str, jax.Array]]:
-        hp = run.hparams
-        test_return, key = greedy_test_return(run)
-        start = env.start_compact(run.env_params)
-        start_obs = env.obs_from_compact(start, run.env_params)
-        q0 = jnp.mean(head_values(run, forward_params(run), start_obs[None])[0], axis=0)
-        n0 = counts.query_all_actions(run.sketch, count_columns(run, start))
-        stats = run.stats
-        metrics = {
-            **stats.chunk.means(),
-            "test_return": test_return,
-            "max_return": jnp.where(jnp.isfinite(stats.max_return), stats.max_return, jnp.nan),
-            "states_visited": jnp.sum(stats.visited_states).astype(jnp.float32),
-            "state_actions_visited": jnp.sum(stats.visited_state_actions).astype(jnp.float32),
-            "q_start": jnp.max(q0),
-            "qplus_start": jnp.max(q0 + action_bonus(run, start_obs, n0)),
-            "epsilon": linear_epsilon(step, hp.epsilon_start, hp.epsilon_end, hp.epsilon_decay_steps),
-        }
-        return run.replace(key=key, stats=stats.replace(chunk=ChunkStats.zeros())), metrics
-
-    def train_chunk(state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
-        state, _ = jax.lax.scan(env_step, state, None, length=static.log_every)
-        with jax.named_scope("metrics"):
-            runs, metrics = jax.vmap(chunk_metrics, in_axes=(0, None))(state.runs, state.step)
-        return TrainState(step=state.step, runs=runs), metrics
-
-    return Trainer(
-        static=static, env=env, network=network, init=init, train_chunk=train_chunk,
-        q_values=q_values, head_values=head_values, count_columns=count_columns, targets=targets_for,
+def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, start: Any) -> RunState:
+    """One run's initial state: networks, optimiser, environment, replay, counts, statistics, parts."""
+    static, path = agent.static, agent.path
+    k_net, k_hash, k_reset, k_loop = jax.random.split(run_key, 4)
+    env = path.init_env(k_reset, env_key, start)
+    obs = path.observations(env)[0]
+    params = init_params(agent.q_network, k_net, obs, hp["final_bias"])
+    run_counts = None
+    if agent.uses_counts:
+        sketch = counts.init_sketch(agent.num_actions, static.sketch_rows, static.sketch_width)
+        run_counts = Counts(sketch=sketch, features=path.init_count_features(k_hash, env))
+    stats = RunStats(episode_return=jnp.zeros((agent.envs_per_run,), jnp.float32), chunk=ChunkStats.zeros(),
+                     max_return=jnp.float32(-jnp.inf), visited=path.initial_visits(env, start),
+                     nonfinite=jnp.bool_(False))
+    head = jax.random.randint(agent.init_key(run_key, "head"), (agent.envs_per_run,), 0, agent.num_heads)
+    run = RunState(
+        key=k_loop, hparams=hp, params=params, target_params=None, opt_state=agent.optimiser.init(params), env=env,
+        memory=path.init_memory(env, start), counts=run_counts, stats=stats, active_head=head, parts={},
+        compute_params=in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None,
     )
+    example = Example(obs=obs, item=path.example_item(env))
+    states = {part.name: part.init(agent, run_key, example) for part in agent.parts}
+    run = run.replace(parts={name: state for name, state in states.items() if state is not None})
+    return with_target(agent, run, in_compute_precision(params, agent.compute_dtype))
+
+
+def init(agent: Agent, run_keys: jax.Array, env_keys: jax.Array, hparams: HParams, start: Any = None) -> TrainState:
+    """Every run's initial state, stacked on a leading runs axis (see the module docstring)."""
+    num_runs = run_keys.shape[0]
+    chex.assert_tree_shape_prefix(hparams, (num_runs,))
+    chex.assert_shape(env_keys, run_keys.shape)
+    missing = sorted(set(agent.hparam_options) - set(hparams))
+    if missing:
+        raise ValueError(f"hyperparameters missing for this program: {', '.join(missing)}")
+    shared, starts = agent.path.initial(start, num_runs)
+    runs = jax.vmap(functools.partial(init_run, agent))(run_keys, env_keys, hparams, starts)
+    return TrainState(step=jnp.int32(0), env=shared, runs=runs)
+
+
+# ---------------------------------------------------------------------------------- acting
+
+
+def linear_epsilon(step: jax.Array, start: jax.Array, end: jax.Array, decay_steps: jax.Array) -> jax.Array:
+    """Linear decay from ``start`` to ``end`` over ``decay_steps`` environment steps, then ``end``.
+
+    ``decay_steps <= 0`` means a fixed ``end``.
+    """
+    fraction = jnp.where(decay_steps > 0, jnp.clip(step / jnp.maximum(decay_steps, 1), 0.0, 1.0), 1.0)
+    return start + (end - start) * fraction
+
+
+def epsilon_at(agent: Agent, run: RunState, step: jax.Array) -> jax.Array:
+    """Epsilon after ``step`` scan iterations (``step * envs_per_run`` environment steps of the run)."""
+    hp = run.hparams
+    return linear_epsilon(step * agent.envs_per_run, hp["epsilon_start"], hp["epsilon_end"], hp["epsilon_decay_steps"])
+
+
+def action_values(agent: Agent, run: RunState, obs: jax.Array, columns: jax.Array | None) -> jax.Array:
+    """``[E, A]``: the acting head's values plus every part's action bonus, in the states ``obs``."""
+    q = agent.head_values(run, agent.forward_params(run), obs)  # [E, K, A]
+    q = jnp.take_along_axis(q, run.active_head[:, None, None], axis=1)[:, 0]
+    n_sa = None
+    if columns is not None:
+        n_sa = jax.vmap(counts.query_all_actions, in_axes=(None, 0))(run.counts.sketch, columns)
+    bonus = summed([part.action_bonus(agent, run, obs, n_sa) for part in agent.parts])
+    return q if bonus is None else q + bonus
+
+
+def choose_actions(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunState, Decision]:
+    """Epsilon-greedy actions on the action values, with the counts as they are before this step."""
+    key, k_explore, k_random, k_env = jax.random.split(run.key, 4)
+    envs, path = agent.envs_per_run, agent.path
+    before = path.count_keys(run.env)
+    columns = jax.vmap(functools.partial(agent.count_columns, run))(before) if agent.uses_counts else None
+    greedy = jnp.argmax(action_values(agent, run, path.observations(run.env), columns), axis=-1)
+    explore = jax.random.uniform(k_explore, (envs,)) < epsilon_at(agent, run, step)
+    actions = jnp.where(explore, jax.random.randint(k_random, (envs,), 0, agent.num_actions), greedy).astype(jnp.int32)
+    return run.replace(key=key), Decision(actions=actions, columns=columns, before=before, env_key=k_env)
+
+
+def record_step(agent: Agent, run: RunState, decision: Decision, outcome: Outcome) -> RunState:
+    """Counts each real ``(s_t, a_t)``, stores the step, updates the statistics and lets the parts see it."""
+    run_counts = run.counts
+    if agent.uses_counts:
+        sketch = run_counts.sketch
+        for e in range(agent.envs_per_run):  # one agent, one sketch: every environment's visits
+            sketch = counts.update(sketch, decision.columns[e], decision.actions[e], ~outcome.first[e])
+        run_counts = run_counts.replace(sketch=sketch)
+    memory, item = agent.path.remember(run, decision, outcome)
+    stats = run.stats
+    done = outcome.terminated | outcome.truncated
+    episode_return = stats.episode_return + outcome.reward
+    visited = {name: stats.visited[name].at[index].set(True)
+               for name, index in agent.path.visits(run, decision, outcome).items()}
+    stats = stats.replace(
+        episode_return=jnp.where(done, 0.0, episode_return),
+        chunk=stats.chunk.add_episodes(jnp.sum(jnp.where(done, episode_return, 0.0)), jnp.sum(done.astype(jnp.int32))),
+        max_return=jnp.maximum(stats.max_return, jnp.max(jnp.where(done, episode_return, -jnp.inf))),
+        visited=visited,
+    )
+    new_heads = jax.random.randint(jax.random.fold_in(decision.env_key, 1), (agent.envs_per_run,), 0, agent.num_heads)
+    step = StepRecord(decision=decision, outcome=outcome, item=item)
+    parts = {name: part_state for name, part_state in run.parts.items()}
+    for part in agent.parts:
+        if part.name in parts:
+            parts[part.name] = part.after_step(agent, run, step)
+    return run.replace(memory=memory, counts=run_counts, stats=stats, parts=parts,
+                       active_head=jnp.where(done, new_heads, run.active_head))
+
+
+# ---------------------------------------------------------------------------------- learning
+
+
+def sample_batch(agent: Agent, run: RunState, key: jax.Array) -> Batch:
+    """The path's minibatch, with the counts the parts read at training time."""
+    return with_counts(agent, run, agent.path.sample(run, key))
+
+
+def with_counts(agent: Agent, run: RunState, batch: Batch) -> Batch:
+    """``batch`` with ``step_counts`` and ``next_counts`` read from the run's sketch now (when the program counts)."""
+    if agent.uses_counts:
+        sketch = run.counts.sketch
+        batch.add_lazy(
+            step_counts=lambda: jax.vmap(jax.vmap(lambda cols, a: counts.query(sketch, cols, a)))(
+                batch.step_columns, batch.actions),
+            next_counts=lambda: jax.vmap(lambda cols: counts.query_all_actions(sketch, cols))(batch.next_columns),
+        )
+    return batch
+
+
+def targets_for(agent: Agent, run: RunState, batch: Batch) -> tuple[jax.Array, jax.Array]:
+    """``[B, K]`` n-step targets per head, with the parts' intrinsic rewards recomputed now; and those rewards."""
+    hp = run.hparams
+    intrinsic = summed([part.intrinsic_reward(agent, run, batch) for part in agent.parts])
+    intrinsic = jnp.zeros_like(batch.rewards) if intrinsic is None else intrinsic
+    partial, discount, _ = jax.vmap(n_step_return, in_axes=(0, 0, 0, None))(
+        batch.rewards + intrinsic, batch.terminated, batch.included, agent.static.gamma
+    )
+    if agent.table:
+        q_next = run.target_table[batch.next_cells]  # [B, K, A]
+    else:
+        q_next = agent.head_values(run, run.target_params, batch.next_obs)
+    bonus = summed([part.bootstrap_bonus(agent, run, batch) for part in agent.parts])
+    values = jnp.max(q_next, axis=-1) if bonus is None else bootstrap_value(
+        q_next, jnp.broadcast_to(bonus[:, None, :], q_next.shape))
+    targets = partial[:, None] + discount[:, None] * values
+    if batch.mc_return is not None:
+        targets = mixed_monte_carlo(targets, batch.mc_return[:, None], hp["beta_mmc"])
+    return targets, intrinsic
+
+
+def td_loss_per_head(params, agent: Agent, run: RunState, batch: Batch, targets: jax.Array) -> jax.Array:
+    """Sum over heads of each head's mean squared TD error (every head learns from every sample)."""
+    q = agent.head_values(run, params, batch.obs)  # [B, K, A]
+    actions = batch.actions[:, 0]
+    q_taken = jnp.take_along_axis(q, jnp.broadcast_to(actions[:, None, None], q.shape[:2] + (1,)), axis=2)[..., 0]
+    if batch.weights is None:
+        return agent.num_heads * td_loss(q_taken, targets)
+    errors = jnp.square(q_taken - jax.lax.stop_gradient(targets)) * batch.weights[:, None]
+    return jnp.sum(errors) / jnp.maximum(jnp.sum(batch.weights), 1.0)
+
+
+def update(agent: Agent, run: RunState) -> RunState:
+    """One learning step: the Q-network on a sampled minibatch, then every part on the same minibatch."""
+    key, k_q = jax.random.split(run.key)
+    with jax.named_scope("sample"):
+        batch = sample_batch(agent, run, k_q)
+    with jax.named_scope("targets"):
+        targets, intrinsic = targets_for(agent, run, batch)
+    with jax.named_scope("loss_and_grad"):
+        loss, grads = jax.value_and_grad(td_loss_per_head)(agent.forward_params(run), agent, run, batch, targets)
+        for part in agent.parts:
+            grads = part.scale_gradients(agent, grads)
+    with jax.named_scope("optimiser"):
+        params, opt_state = agent.sgd_step(run.params, run.opt_state, grads, run.hparams["lr"])
+        compute = in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None
+    stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / agent.num_heads, jnp.mean(intrinsic[:, 0])))
+    parts, updating = dict(run.parts), [p for p in agent.parts if type(p).update is not Part.update]
+    for j, part in enumerate(updating):  # each part learns from the run as it was sampled, with a key of its own
+        with jax.named_scope(part.name):
+            parts[part.name] = part.update(agent, run, batch, jax.random.fold_in(k_q, 1 + j))
+    return run.replace(key=key, params=params, opt_state=opt_state, compute_params=compute, stats=stats, parts=parts)
+
+
+def copy_target(agent: Agent, run: RunState) -> RunState:
+    return with_target(agent, run, agent.forward_params(run))
+
+
+# ---------------------------------------------------------------------------------- the scan
+
+
+def train_if_due(agent: Agent, runs: RunState, iterations: jax.Array) -> RunState:
+    """The updates due after ``iterations`` scan steps: one per ``train_every`` environment steps per run."""
+    static, envs = agent.static, agent.envs_per_run
+    iterations_per_update = max(1, static.train_every // envs)
+    updates_per_iteration = max(1, envs // static.train_every)
+    train_now = (iterations * envs > static.batch_size) & (iterations % iterations_per_update == 0)
+
+    def train(r: RunState) -> RunState:
+        for _ in range(updates_per_iteration):
+            r = jax.vmap(functools.partial(update, agent))(r)
+        return r
+
+    return jax.lax.cond(train_now, train, lambda r: r, runs)
+
+
+def record_all(agent: Agent, runs: RunState, decision: Decision, outcome: Outcome) -> RunState:
+    """Every run records its step, then the path does what follows a step (a pool fills Monte Carlo returns)."""
+    runs = jax.vmap(functools.partial(record_step, agent))(runs, decision, outcome)
+    return agent.path.after_record(runs, outcome)
+
+
+def copy_target_if_due(agent: Agent, runs: RunState, stored: jax.Array) -> RunState:
+    with jax.named_scope("target_copy"):
+        copy_now = (stored * agent.envs_per_run) % agent.static.target_update == 0
+        return jax.lax.cond(copy_now, jax.vmap(functools.partial(copy_target, agent)), lambda r: r, runs)
+
+
+def env_step(agent: Agent, state: TrainState, _) -> tuple[TrainState, None]:
+    """One environment step of every run in the strict order: act, step, count and store, train, copy the target."""
+    # the named scopes label the compiled ops for experiments/profile_step.py (no effect on the results)
+    with jax.named_scope("act"):
+        runs, decision = jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None))(state.runs, state.step)
+        shared, runs, outcome = agent.path.step(state.env, runs, decision)
+        runs = record_all(agent, runs, decision, outcome)
+    stored = state.step + 1
+    with jax.named_scope("update"):
+        runs = train_if_due(agent, runs, stored)
+    return TrainState(step=stored, env=shared, runs=copy_target_if_due(agent, runs, stored)), None
+
+
+def overlapped_step(agent: Agent, carry: tuple, _) -> tuple[tuple, None]:
+    """One environment step of every run while learning: the update runs while the emulators step.
+
+    The previous step's outcome, ``pending``, is recorded first, so the replay is written before the update
+    reads it within an iteration. Reading it first and writing it after the emulators answer would make XLA
+    copy the whole frame ring at every step (it cannot prove the read comes first). The update sees the replay
+    and counts as they were before this step (one step late), as acting does not wait for it.
+    """
+    state, (pending_decision, pending_outcome, has_pending) = carry
+    path = agent.path
+    with jax.named_scope("act"):
+        runs = jax.lax.cond(has_pending, lambda r: record_all(agent, r, pending_decision, pending_outcome),
+                            lambda r: r, state.runs)
+        runs, decision = jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None))(runs, state.step)
+        shared = path.send(state.env, decision)
+        runs, shared = jax.lax.optimization_barrier((runs, shared))  # pin the update between send and receive
+    with jax.named_scope("update"):
+        runs = train_if_due(agent, runs, state.step)
+    with jax.named_scope("act"):
+        runs, shared = jax.lax.optimization_barrier((runs, shared))
+        shared, runs, outcome = path.receive(shared, runs)
+    stored = state.step + 1
+    state = TrainState(step=stored, env=shared, runs=copy_target_if_due(agent, runs, stored))
+    return (state, (decision, outcome, jnp.bool_(True))), None
+
+
+def overlapped_steps(agent: Agent, state: TrainState, length: int) -> TrainState:
+    """``length`` overlapped steps, the last one's outcome recorded at the end (so a chunk's metrics hold it)."""
+
+    def first_step(s: TrainState):
+        runs, decision = jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None))(s.runs, s.step)
+        return decision, agent.path.step(s.env, runs, decision)[2]
+
+    decision, outcome = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(first_step, state))
+    carry = (state, (decision, outcome, jnp.bool_(False)))
+    state, (decision, outcome, _) = jax.lax.scan(functools.partial(overlapped_step, agent), carry, None, length=length)[0]
+    return state.replace(runs=record_all(agent, state.runs, decision, outcome))
+
+
+# ---------------------------------------------------------------------------------- metrics
+
+
+def majority_vote(q_heads: jax.Array) -> jax.Array:
+    """The action most heads rank first (``q_heads``: ``[K, A]``); ties go to the lowest action index."""
+    chex.assert_rank(q_heads, 2)
+    votes = jnp.sum(jax.nn.one_hot(jnp.argmax(q_heads, axis=-1), q_heads.shape[-1]), axis=0)
+    return jnp.argmax(votes).astype(jnp.int32)
+
+
+def all_finite(tree) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunState, dict[str, jax.Array]]:
+    """The chunk's metrics of one run (:data:`METRIC_DOCS`); resets the chunk's sums."""
+    path, stats, key = agent.path, run.stats, run.key
+    metrics = stats.chunk.means()
+    if path.has_test_episode:  # the paper's test protocol: greedy on plain Q, with keys of its own
+        key, k_reset, k_steps = jax.random.split(run.key, 3)
+        vote = lambda obs: majority_vote(agent.head_values(run, agent.forward_params(run), obs[None])[0])  # noqa: E731
+        metrics["test_return"] = path.test_return(run, vote, k_reset, k_steps)
+    start_obs, start_key = path.start_state(run)
+    q0 = jnp.mean(agent.head_values(run, agent.forward_params(run), start_obs[None])[0], axis=0)
+    n0 = None
+    if agent.uses_counts:
+        n0 = counts.query_all_actions(run.counts.sketch, agent.count_columns(run, start_key))[None]
+    bonus = summed([part.action_bonus(agent, run, start_obs[None], n0) for part in agent.parts])
+    nonfinite = stats.nonfinite | ~jnp.isfinite(stats.chunk.loss_sum) | ~jnp.all(jnp.isfinite(q0)) | ~all_finite(run.params)
+    metrics.update({
+        "max_return": jnp.where(jnp.isfinite(stats.max_return), stats.max_return, jnp.nan),
+        **{name: jnp.sum(seen).astype(jnp.float32) for name, seen in stats.visited.items()},
+        "q_start": jnp.max(q0),
+        "qplus_start": jnp.max(q0 if bonus is None else q0 + bonus[0]),
+        "epsilon": epsilon_at(agent, run, step),
+        "nonfinite": nonfinite.astype(jnp.float32),
+        **path.metrics(run),
+    })
+    for part in agent.parts:
+        metrics.update(part.metrics(agent, run))
+    run = run.replace(key=key, stats=stats.replace(chunk=ChunkStats.zeros(), nonfinite=nonfinite))
+    return run, {name: metrics[name] for name in agent.metric_names()}
+
+
+def train_chunk(agent: Agent, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+    """``log_every`` environment steps of every run, then every run's metrics."""
+    length = agent.static.log_every // agent.envs_per_run
+    if agent.path.overlaps:
+        state = overlapped_steps(agent, state, length)
+    else:
+        state, _ = jax.lax.scan(functools.partial(env_step, agent), state, None, length=length)
+    with jax.named_scope("metrics"):
+        runs, metrics = jax.vmap(functools.partial(chunk_metrics, agent), in_axes=(0, None))(state.runs, state.step)
+    return state.replace(runs=runs), metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """The compiled experiment's pure functions and what they were built from."""
+
+    static: StaticConfig
+    agent: Agent
+    init: Callable[..., TrainState]
+    train_chunk: Callable[[TrainState], tuple[TrainState, dict[str, jax.Array]]]
+    metric_names: tuple[str, ...]
+
+    @property
+    def path(self):
+        return self.agent.path
+
+    @property
+    def network(self):
+        return self.agent.q_network
+
+    def targets(self, run: RunState, batch: Batch) -> tuple[jax.Array, jax.Array]:
+        """The n-step targets of one run's ``batch`` (see :func:`targets_for`)."""
+        return targets_for(self.agent, run, batch)
+
+    def batch_of(self, run: RunState, windows: Any, exists: jax.Array) -> Batch:
+        """The minibatch of hand-picked compact ``windows`` of one run, as the trainer would sample it."""
+        return with_counts(self.agent, run, self.agent.path.batch_of(run, windows, exists))
+
+    def action_values(self, run: RunState, obs: jax.Array) -> jax.Array:
+        """``[E, A]``: what one run acts greedily on in ``obs`` (``[E, *obs_shape]``), counts as they are."""
+        agent = self.agent
+        columns = None
+        if agent.uses_counts:
+            columns = jax.vmap(functools.partial(agent.count_columns, run))(agent.path.count_keys(run.env))
+        return action_values(agent, run, obs, columns)
+
+
+def make_train(static: StaticConfig, env: Any = None) -> Trainer:
+    """Builds the pure ``init`` and ``train_chunk`` functions of one experiment (``env``: see :func:`make_path`)."""
+    static.validate()
+    agent = Agent(static, make_path(static, env))
+    return Trainer(static=static, agent=agent, init=functools.partial(init, agent),
+                   train_chunk=functools.partial(train_chunk, agent), metric_names=agent.metric_names())
+
+
+__all__ = ["Agent", "ChunkStats", "METRIC_DOCS", "RunState", "TrainState", "Trainer", "make_optimiser", "make_train"]

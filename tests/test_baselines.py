@@ -8,21 +8,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax import bonuses
-from opiq_jax.config import stack_hparams, static_for_env
-from opiq_jax.methods import METHODS, method_hparams, method_structure
+from opiq_jax.config import stack_hparams
+from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.methods import METHODS, get_method, program_name, program_parts
 from opiq_jax.networks import make_network, scale_torso_gradients
-from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for, split_by_structure
-from opiq_jax.trainer import make_optimiser
+from opiq_jax.parts.dora import dora_bonus, dora_sarsa_target
+from opiq_jax.parts.rnd import rnd_bonus, rnd_loss
+from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for, split_by_program
+from opiq_jax.trainer import majority_vote, make_optimiser
 from tests.training import train_chunks
 
 BASE = dict(chain_length=10, hidden=(32, 32), buffer_size=600, batch_size=16, total_steps=400, log_every=200)
 
 
 def trained(method, seeds=2, chunks=1, bsp_heads=3, **static_overrides):
-    """Initial and trained state of ``method`` on a small chain, compiled once per structure."""
-    structure = method_structure(method, bsp_heads)[1]
-    static = static_for_env("chain", **{**BASE, **structure, **static_overrides})
+    """Initial and trained state of ``method`` on a small chain, compiled once per program."""
+    static = static_for_env("chain", **{**BASE, "parts": program_parts([method]), "bsp_heads": bsp_heads,
+                                        **static_overrides})
     runs = tuple(RunSpec(method, "p", s, method_hparams("chain", method)) for s in range(seeds))
     initial, final, history = train_chunks(Experiment(static, runs), chunks)
     return compiled_trainer(static)[0], initial, final, history[-1]
@@ -35,27 +37,37 @@ def first_run(tree):
 # ------------------------------------------------------------------------------------ method table
 
 
-def test_every_paper_method_is_selectable_with_its_structure():
-    assert set(METHODS) == {"dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias", "dqn_bias_pc",
+def program_of(method):
+    return program_name(get_method(method).part_names)
+
+
+def test_every_paper_method_is_selectable_with_its_parts():
+    assert set(METHODS) >= {"dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias", "dqn_bias_pc",
                             "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp", "opiq", "opiq_no_ob", "opiq_no_pc"}
-    assert method_structure("dqn_dora")[0] == method_structure("dqn_dora_oa")[0] == "dora"
-    assert method_structure("dqn_rnd")[0] == "rnd" and method_structure("bsp")[0] == "bsp"
-    assert {method_structure(m)[0] for m in METHODS if m not in ("dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")} == {"plain"}
+    assert program_of("dqn_dora") == program_of("dqn_dora_oa") == "dora"
+    assert program_of("dqn_rnd") == "rnd" and program_of("bsp") == "bsp"
+    assert {program_of(m) for m in METHODS if m not in ("dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")} == {"plain"}
+    assert get_method("opiq").part_names == ("pseudocounts", "optimism")
+    assert get_method("opiq_no_pc").part_names == ("optimism",) and get_method("dqn").part_names == ()
     maze = {m: method_hparams("maze", m) for m in ("dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")}
-    assert float(maze["dqn_dora"].beta_dora) == pytest.approx(0.01) and float(maze["dqn_dora"].beta) == 0.0
-    assert float(maze["dqn_dora_oa"].beta_dora_action) == pytest.approx(0.1)
-    assert float(maze["dqn_rnd"].beta_rnd) == 10.0 and float(maze["bsp"].beta_bsp) == 100.0
+    assert maze["dqn_dora"]["beta_dora"] == pytest.approx(0.01) and "beta" not in maze["dqn_dora"]
+    assert maze["dqn_dora_oa"]["beta_dora_action"] == pytest.approx(0.1)
+    assert maze["dqn_rnd"]["beta_rnd"] == 10.0 and maze["bsp"]["beta_bsp"] == 100.0
 
 
-def test_mixed_methods_split_into_one_program_per_structure():
-    static = static_for_env("chain", **BASE)
+def test_mixed_methods_split_into_one_program_per_group():
+    static = static_for_env("chain", **BASE, bsp_heads=4)
     runs = tuple(RunSpec(m, "p", s, method_hparams("chain", m))
                  for m in ("opiq", "bsp", "dqn_dora", "dqn", "dqn_dora_oa") for s in range(2))
-    groups = split_by_structure(Experiment(static, runs), bsp_heads=4)
+    groups = split_by_program(Experiment(static, runs))
     assert list(groups) == ["plain", "bsp", "dora"]
     assert [r.method for r in groups["dora"].runs] == ["dqn_dora"] * 2 + ["dqn_dora_oa"] * 2
-    assert groups["bsp"].static.bsp_heads == 4 and groups["plain"].static.bsp_heads == 0
-    assert groups["dora"].static.bonus_network == "dora" and groups["plain"].static.bonus_network == "none"
+    assert groups["bsp"].static.bsp_heads == 4
+    # the count-based parts are in every program (off, at their defaults, for methods without them)
+    assert groups["dora"].static.parts == ("pseudocounts", "optimism", "dora")
+    assert groups["plain"].static.parts == ("pseudocounts", "optimism")
+    dqn = groups["plain"].hparams()[2]  # the first dqn run: its program's numbers at their off defaults
+    assert float(dqn["beta"]) == 0.0 and float(dqn["c_action"]) == 0.0 and float(dqn["c_bootstrap"]) == 0.0
 
 
 # ------------------------------------------------------------------------------------ DORA
@@ -64,8 +76,8 @@ def test_mixed_methods_split_into_one_program_per_structure():
 def test_dora_bonus_by_hand():
     logits = jnp.array([0.0, -2.0, 3.0])  # E = sigmoid(logit)
     expected = [0.3 / math.sqrt(-math.log(1 / (1 + math.exp(-x)))) for x in (0.0, -2.0, 3.0)]
-    np.testing.assert_allclose(bonuses.dora_bonus(logits, 0.3), expected, rtol=1e-5)
-    assert float(bonuses.dora_bonus(jnp.float32(0.0), 1.0)) == pytest.approx(1 / math.sqrt(math.log(2)), rel=1e-6)
+    np.testing.assert_allclose(dora_bonus(logits, 0.3), expected, rtol=1e-5)
+    assert float(dora_bonus(jnp.float32(0.0), 1.0)) == pytest.approx(1 / math.sqrt(math.log(2)), rel=1e-6)
 
 
 def test_dora_sarsa_target_with_zero_reward_by_hand():
@@ -75,7 +87,7 @@ def test_dora_sarsa_target_with_zero_reward_by_hand():
     no, yes = jnp.zeros(4, bool), jnp.ones(4, bool)
 
     def target(done=no, terminated=no, exists=yes):
-        return float(bonuses.dora_sarsa_target(e, actions, done, terminated, exists, g)[0])
+        return float(dora_sarsa_target(e, actions, done, terminated, exists, g)[0])
 
     # full window: gamma^3 E(s_3, a_3), where s_3 is step 2's next state and a_3 = 0 the action of step 3
     assert target() == pytest.approx(g**3 * 0.5)
@@ -97,24 +109,24 @@ def dora():
 
 def test_dora_e_network_starts_at_one_half_and_sarsa_drives_it_down(dora):
     trainer, initial, final, _ = dora
-    static = trainer.static
-    e_net = make_network("mlp", trainer.env.num_actions, static.hidden)
+    static, env = trainer.static, trainer.path.env
+    e_net = make_network("mlp", env.num_actions, static.hidden)
     run0, run1 = first_run(initial.runs), first_run(final.runs)
-    start_obs = trainer.env.obs_from_compact(trainer.env.start_compact(run0.env_params), run0.env_params)[None]
-    np.testing.assert_array_equal(e_net.apply(run0.dora.params, start_obs), 0.0)  # zero final layer: E = 0.5
-    e_after = jax.nn.sigmoid(e_net.apply(run1.dora.params, start_obs))
+    start_obs = env.obs_from_compact(env.start_compact(run0.env.params), run0.env.params)[None]
+    np.testing.assert_array_equal(e_net.apply(run0.parts["dora"].params, start_obs), 0.0)  # zero final layer: E = 0.5
+    e_after = jax.nn.sigmoid(e_net.apply(run1.parts["dora"].params, start_obs))
     assert float(jnp.max(e_after)) < 0.45, "E(s0, .) should decay below its initial 0.5 after 200 updates"
-    assert run1.dora.buffer.capacity == static.dora_buffer_factor * static.batch_size
+    assert run1.parts["dora"].buffer.capacity == static.dora_buffer_factor * static.batch_size
 
 
 def test_dora_intrinsic_reward_recomputed_from_the_e_network(dora):
     trainer, _, final, _ = dora
-    run = first_run(final.runs)
-    e_net = make_network("mlp", trainer.env.num_actions, trainer.static.hidden)
-    windows = jax.tree.map(lambda x: x[:4, None], run.buffer.items)  # four stored steps, n = 1
-    _, intrinsic = trainer.targets(run, windows, jnp.ones((4, 1), bool))
-    obs = jax.vmap(trainer.env.obs_from_compact, in_axes=(0, None))(windows.compact[:, 0], run.env_params)
-    logits = e_net.apply(run.dora.params, obs)[jnp.arange(4), windows.action[:, 0]]
+    run, env = first_run(final.runs), trainer.path.env
+    e_net = make_network("mlp", env.num_actions, trainer.static.hidden)
+    windows = jax.tree.map(lambda x: x[:4, None], run.memory.items)  # four stored steps, n = 1
+    _, intrinsic = trainer.targets(run, trainer.batch_of(run, windows, jnp.ones((4, 1), bool)))
+    obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(windows.compact[:, 0], run.env.params)
+    logits = e_net.apply(run.parts["dora"].params, obs)[jnp.arange(4), windows.action[:, 0]]
     e_values = 1 / (1 + np.exp(-np.asarray(logits, np.float64)))
     np.testing.assert_allclose(intrinsic[:, 0], 0.01 / np.sqrt(-np.log(e_values)), rtol=1e-4)  # beta_dora 0.01, no PC
 
@@ -125,8 +137,10 @@ def test_dora_intrinsic_reward_recomputed_from_the_e_network(dora):
 def test_rnd_bonus_and_loss_by_hand():
     predicted = jnp.array([[1.0, 2.0], [0.0, 0.0]])
     target = jnp.array([[0.0, 0.0], [3.0, 4.0]])
-    np.testing.assert_allclose(bonuses.rnd_bonus(predicted, target, 0.5), [2.5, 12.5])
-    assert float(bonuses.rnd_loss(predicted, target)) == pytest.approx(15.0)
+    np.testing.assert_allclose(rnd_bonus(predicted, target, 0.5), [2.5, 12.5])
+    assert float(rnd_loss(predicted, target, jnp.ones(2))) == pytest.approx(15.0)  # (5 + 25) / 2
+    assert float(rnd_loss(predicted, target, jnp.array([1.0, 0.0]))) == pytest.approx(5.0)  # an unstored row weighs 0
+    assert float(rnd_loss(predicted, target, jnp.zeros(2))) == 0.0  # nothing stored yet: no NaN
 
 
 def test_rnd_predictor_takes_one_step_on_the_most_recent_states_per_update():
@@ -135,23 +149,25 @@ def test_rnd_predictor_takes_one_step_on_the_most_recent_states_per_update():
     batch = BASE["batch_size"]
     trainer, initial, final, metrics = trained("dqn_rnd", seeds=1, total_steps=batch + 1, log_every=batch + 1,
                                                rnd_batch=8)
-    run0, run1 = first_run(initial.runs), first_run(final.runs)
-    jax.tree.map(np.testing.assert_array_equal, run0.rnd.target_params, run1.rnd.target_params)  # target fixed
+    run0, run1, env = first_run(initial.runs), first_run(final.runs), trainer.path.env
+    rnd0, rnd1 = run0.parts["rnd"], run1.parts["rnd"]
+    jax.tree.map(np.testing.assert_array_equal, rnd0.target_params, rnd1.target_params)  # target fixed
     net = make_network("mlp", trainer.static.rnd_outputs, trainer.static.hidden)
-    buffer = run1.buffer
+    buffer = run1.memory
     newest = (np.asarray(buffer.position) - 1 - np.arange(8)) % buffer.capacity
-    obs = jax.vmap(trainer.env.obs_from_compact, in_axes=(0, None))(buffer.items.next_compact[newest], run1.env_params)
-    target = net.apply(run0.rnd.target_params, obs)
-    grads = jax.grad(lambda p: bonuses.rnd_loss(net.apply(p, obs), target))(run0.rnd.params)
+    obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(buffer.items.next_compact[newest], run1.env.params)
+    target = net.apply(rnd0.target_params, obs)
+    # the mean squared error by hand (all eight stored), not the module's own loss function
+    grads = jax.grad(lambda p: jnp.mean(jnp.sum((net.apply(p, obs) - target) ** 2, axis=-1)))(rnd0.params)
     optimiser = make_optimiser(trainer.static)
-    updates, _ = optimiser.update(grads, optimiser.init(run0.rnd.params), run0.rnd.params)
-    expected = jax.tree.map(lambda p, u: p - 5e-4 * u, run0.rnd.params, updates)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), run1.rnd.params, expected)
+    updates, _ = optimiser.update(grads, optimiser.init(rnd0.params), rnd0.params)
+    expected = jax.tree.map(lambda p, u: p - 5e-4 * u, rnd0.params, updates)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), rnd1.params, expected)
     # the intrinsic reward is the squared error at the reached state, scaled by beta_rnd = 10
     windows = jax.tree.map(lambda x: x[newest[:3], None], buffer.items)
-    _, intrinsic = trainer.targets(run1, windows, jnp.ones((3, 1), bool))
-    reached = jax.vmap(trainer.env.obs_from_compact, in_axes=(0, None))(windows.next_compact[:, 0], run1.env_params)
-    by_hand = 10.0 * np.sum((net.apply(run1.rnd.params, reached) - net.apply(run1.rnd.target_params, reached)) ** 2, axis=1)
+    _, intrinsic = trainer.targets(run1, trainer.batch_of(run1, windows, jnp.ones((3, 1), bool)))
+    reached = jax.vmap(env.obs_from_compact, in_axes=(0, None))(windows.next_compact[:, 0], run1.env.params)
+    by_hand = 10.0 * np.sum((net.apply(rnd1.params, reached) - net.apply(rnd1.target_params, reached)) ** 2, axis=1)
     np.testing.assert_allclose(intrinsic[:, 0], by_hand, rtol=1e-4)
 
 
@@ -160,8 +176,8 @@ def test_rnd_predictor_takes_one_step_on_the_most_recent_states_per_update():
 
 def test_majority_vote_and_torso_gradient_scaling():
     q = jnp.array([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [0.0, 5.0, 1.0], [0.0, 0.0, 9.0]])
-    assert int(bonuses.majority_vote(q)) == 1  # heads vote 1, 0, 1, 2
-    assert int(bonuses.majority_vote(jnp.array([[1.0, 0.0], [0.0, 1.0]]))) == 0  # tie: lowest index
+    assert int(majority_vote(q)) == 1  # heads vote 1, 0, 1, 2
+    assert int(majority_vote(jnp.array([[1.0, 0.0], [0.0, 1.0]]))) == 0  # tie: lowest index
     grads = {"params": {"torso": {"w": jnp.ones(2)}, "heads": {"w": jnp.ones(3)}}}
     scaled = scale_torso_gradients(grads, 0.1)
     np.testing.assert_allclose(scaled["params"]["torso"]["w"], 0.1)
@@ -171,17 +187,17 @@ def test_majority_vote_and_torso_gradient_scaling():
 def test_bsp_prior_stays_fixed_while_the_heads_learn():
     trainer, initial, final, metrics = trained("bsp", seeds=2, chunks=1)
     run0, run1 = initial.runs, final.runs
-    jax.tree.map(np.testing.assert_array_equal, run0.prior_params, run1.prior_params)
+    jax.tree.map(np.testing.assert_array_equal, run0.parts["bsp"], run1.parts["bsp"])
     heads0, heads1 = run0.params["params"]["heads"], run1.params["params"]["heads"]
     assert heads0["head"]["kernel"].shape[1] == 3  # [runs, K, ...]
     changed = jax.tree.map(lambda a, b: bool(np.any(a != b)), heads0, heads1)
     assert all(jax.tree.leaves(changed))
     assert np.any(run0.params["params"]["torso"]["Dense_0"]["kernel"] != run1.params["params"]["torso"]["Dense_0"]["kernel"])
     # each head's output is Q_k + beta_bsp p_k, beta_bsp = 100 on the chain
-    run = first_run(run1)
-    obs = trainer.env.obs_from_compact(trainer.env.start_compact(run.env_params), run.env_params)[None]
-    expected = trainer.q_values(run.params, obs) + 100.0 * trainer.q_values(run.prior_params, obs)
-    np.testing.assert_allclose(trainer.head_values(run, run.params, obs), expected, rtol=1e-5)
+    run, env = first_run(run1), trainer.path.env
+    obs = env.obs_from_compact(env.start_compact(run.env.params), run.env.params)[None]
+    expected = trainer.network.apply(run.params, obs) + 100.0 * trainer.network.apply(run.parts["bsp"], obs)
+    np.testing.assert_allclose(trainer.agent.head_values(run, run.params, obs), expected, rtol=1e-5)
     assert np.all(np.isfinite(metrics["test_return"]))
 
 
@@ -191,12 +207,14 @@ def test_bsp_prior_stays_fixed_while_the_heads_learn():
 def test_r_subtract_shifts_stored_rewards_only():
     """Before training starts (fewer steps than a batch) DQN and DQN R-Subtract act identically:
     their stored rewards differ by the constant and their reported returns not at all."""
-    static = static_for_env("chain", **{**BASE, "batch_size": 64, "total_steps": 60, "log_every": 60})
+    static = static_for_env("chain", **{**BASE, "batch_size": 64, "total_steps": 60, "log_every": 60,
+                                        "parts": program_parts(["dqn_pc"])})
     settings = [method_hparams("chain", "dqn_pc"), method_hparams("chain", "dqn_rsubtract_pc", reward_subtract=0.25)]
-    runs = tuple(RunSpec(f"m{i}", "p", 0, hp) for i, hp in enumerate(settings))
+    runs = tuple(RunSpec(m, "p", 0, hp) for m, hp in zip(("dqn_pc", "dqn_rsubtract_pc"), settings))
+    experiment = Experiment(static, runs)
     _, init, train_chunk = compiled_trainer(static)
-    state, metrics = train_chunk(init(*run_keys_for(Experiment(static, runs)), stack_hparams(list(settings))))
-    items = jax.device_get(state.runs.buffer.items)
+    state, metrics = train_chunk(init(*run_keys_for(experiment), stack_hparams(experiment.hparams())))
+    items = jax.device_get(state.runs.memory.items)
     np.testing.assert_array_equal(items.action[0], items.action[1])
     np.testing.assert_allclose(items.reward[0][:60] - items.reward[1][:60], 0.25, rtol=1e-6)
     assert metrics["max_return"][0] == metrics["max_return"][1]
@@ -204,12 +222,13 @@ def test_r_subtract_shifts_stored_rewards_only():
 
 def test_dora_oa_changes_only_action_selection():
     """With beta_dora_action = 0, DORA OA is DQN + DORA exactly; with it on, the actions differ."""
-    static = static_for_env("chain", **{**BASE, "bonus_network": "dora"})
+    static = static_for_env("chain", **{**BASE, "parts": program_parts(["dqn_dora"])})
     settings = [method_hparams("chain", "dqn_dora"), method_hparams("chain", "dqn_dora_oa", beta_dora_action=0.0),
                 method_hparams("chain", "dqn_dora_oa", beta_dora_action=10.0)]
-    runs = tuple(RunSpec(f"m{i}", "p", 0, hp) for i, hp in enumerate(settings))
+    runs = tuple(RunSpec(m, "p", 0, hp) for m, hp in zip(("dqn_dora", "dqn_dora_oa", "dqn_dora_oa"), settings))
+    experiment = Experiment(static, runs)
     _, init, train_chunk = compiled_trainer(static)
-    state, _ = train_chunk(init(*run_keys_for(Experiment(static, runs)), stack_hparams(settings)))
-    actions = np.asarray(state.runs.buffer.items.action)
+    state, _ = train_chunk(init(*run_keys_for(experiment), stack_hparams(experiment.hparams())))
+    actions = np.asarray(state.runs.memory.items.action)
     np.testing.assert_array_equal(actions[0], actions[1])
     assert np.any(actions[0] != actions[2])

@@ -5,18 +5,19 @@ import pytest
 import numpy as np
 
 from experiments.before_after import comparison_rows, main, mean_difference_interval, rank_sum_p_value, seed_areas
-from opiq_jax.config import static_for_env
-from opiq_jax.methods import method_hparams
+from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.methods import program_parts
 from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_experiment
 
-STATIC = static_for_env("chain", chain_length=8, total_steps=400, log_every=200, buffer_size=300, hidden=(16,))
+STATIC = static_for_env("chain", chain_length=8, total_steps=400, log_every=200, buffer_size=300, hidden=(16,),
+                        parts=program_parts(["opiq"]))
 
 
 def experiment(lr_scale: float = 1.0) -> Experiment:
     runs = []
     for method in ("opiq", "dqn_pc"):
         hp = method_hparams("chain", method)
-        runs += [RunSpec(method, "paper", s, hp.replace(lr=hp.lr * lr_scale)) for s in range(2)]
+        runs += [RunSpec(method, "paper", s, {**hp, "lr": hp["lr"] * lr_scale}) for s in range(2)]
     return Experiment(STATIC, tuple(runs))
 
 

@@ -31,7 +31,7 @@ from opiq_jax.bench.throughput import (
     work_model,
 )
 from opiq_jax.config import stack_hparams
-from opiq_jax.methods import method_hparams
+from opiq_jax.environments import method_hparams
 from opiq_jax.networks import make_network
 from opiq_jax.runner import Experiment, RunSpec, run_keys_for
 
@@ -93,7 +93,7 @@ def plain_runs():
     for pair in ((0, 1), (2, 3), (4, 5)):
         experiment = Experiment(STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq")) for s in pair))
         run_keys, env_keys = run_keys_for(experiment)
-        state = plain.init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
+        state = plain.init(run_keys, env_keys, stack_hparams(experiment.hparams()))
         state = run_plain(plain, state, STEPS)
         finals.append(jax.device_get(state.replace(key=jax.random.key_data(state.key))))
     return jax.tree.map(lambda *xs: np.concatenate(xs), *finals)

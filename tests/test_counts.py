@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import Maze, RandomisedChain, load_maze_grid
+from opiq_jax.envs import Maze, RandomisedChain, load_maze_grid
 from opiq_jax import counts
 
 STEPS = 20_000

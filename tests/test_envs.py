@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from gymnax.environments import spaces
 
-from envs import (
+from opiq_jax.envs import (
     ChainParams,
     ChainState,
     Maze,
@@ -22,7 +22,7 @@ from envs import (
     RandomisedChain,
     load_maze_grid,
 )
-from envs.maze import MAZE_GOAL, MAZE_START
+from opiq_jax.envs.maze import MAZE_GOAL, MAZE_START
 
 CHAIN_STEPS = 400  # > 3 chain episodes of 109 steps
 MAZE_STEPS = 600  # > 2 maze episodes of 250 steps

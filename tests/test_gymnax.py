@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 from gymnax import registration
 
-from envs.gymnax_adapter import GymnaxAdapter
+from opiq_jax.envs.gymnax_adapter import GymnaxAdapter
 from experiments import deepsea
 from opiq_jax.cli import main
-from opiq_jax.config import static_for_env
-from opiq_jax.methods import method_hparams
+from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.runner import Experiment, RunSpec
 from tests.training import train_chunks
 
@@ -109,7 +108,7 @@ def test_keyword_arguments_are_routed_by_name():
     minatar = GymnaxAdapter("Breakout-MinAtar", use_minimal_action_set=False, max_steps_in_episode=50)
     assert minatar.num_actions == 6 and minatar.default_params.max_steps_in_episode == 50
     assert minatar.observation_space().shape == (10, 10, 4) and minatar.num_cells == 2**16
-    assert not hasattr(minatar, "all_compacts")
+    assert not minatar.has_cell_table
 
 
 def one_line(error) -> str:
@@ -196,7 +195,7 @@ def test_opiq_finds_the_deep_sea_treasure_where_epsilon_greedy_dqn_does_not(deep
 
 def test_runs_get_their_own_deep_sea_mapping_shared_across_methods(deep_sea_history):
     experiment, final, _ = deep_sea_history
-    mappings = np.asarray(final.runs.env_params.action_mapping)
+    mappings = np.asarray(final.runs.env.params.action_mapping)
     opiq = [i for i, r in enumerate(experiment.runs) if r.method == "opiq"]
     dqn = [i for i, r in enumerate(experiment.runs) if r.method == "dqn"]
     assert len({m.tobytes() for m in mappings[opiq]}) == SEEDS

@@ -7,7 +7,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START, Maze
+from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START, Maze
 from experiments import maze_value_maps as mv
 from opiq_jax.runner import read_metrics
 

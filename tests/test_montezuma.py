@@ -387,7 +387,7 @@ def test_fill_and_sample_under_vmap_with_select():
 
 
 def test_adapter_imports_and_missing_envpool_is_one_line(monkeypatch):
-    from envs import montezuma
+    from opiq_jax.envs import montezuma
 
     assert montezuma.PAPER_SETTINGS["noop_max"] == 1
     monkeypatch.setitem(sys.modules, "envpool", None)  # makes `import envpool` raise ImportError
@@ -399,7 +399,7 @@ def test_adapter_imports_and_missing_envpool_is_one_line(monkeypatch):
 
 
 def test_pure_helpers():
-    from envs import montezuma
+    from opiq_jax.envs import montezuma
 
     ram = np.zeros((2, 128), np.uint8)
     ram[:, 3] = [1, 7]
@@ -425,7 +425,7 @@ SEED = 7
 def rollouts():
     """The same seed and actions through the adapter (jit + scan) and EnvPool's Python API."""
     pytest.importorskip("envpool")
-    from envs.montezuma import MontezumaPool, make_envpool
+    from opiq_jax.envs.montezuma import MontezumaPool, make_envpool
 
     actions = np.random.default_rng(0).integers(0, 18, (NUM_STEPS, NUM_ENVS)).astype(np.int32)
 
@@ -492,7 +492,7 @@ def test_reset_step_is_flagged_first_with_zero_reward(rollouts):
 
 
 def test_ring_rebuilds_envpool_stacks_across_episodes(rollouts):
-    from envs.montezuma import clip_reward, newest_frame
+    from opiq_jax.envs.montezuma import clip_reward, newest_frame
 
     _, ad, _ = rollouts
     capacity = 64  # smaller than the stream: wraps around
@@ -542,35 +542,38 @@ def test_room_is_ram_byte_3_and_starts_at_1(rollouts):
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["one-env-per-run", "two-envs-per-run"])
 def atari_run(request, tmp_path_factory):
-    """Two OPIQ runs of the compiled Montezuma trainer, 80 environment steps per run in 30-step episodes,
+    """Two OPIQ runs of the one trainer on Montezuma, 80 environment steps per run in 30-step episodes,
     with one or two pool environments per run (EnvPool needed)."""
     pytest.importorskip("envpool")
-    from opiq_jax.atari import ATARI_METRICS, run_atari_experiment
-    from opiq_jax.config import static_for_env
-    from opiq_jax.methods import method_hparams
-    from opiq_jax.runner import Experiment, RunSpec, read_metrics
+    from opiq_jax.environments import method_hparams, static_for_env
+    from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_experiment
+    from opiq_jax.trainer import make_train
+    from opiq_jax.paths.pool import PoolShapes
 
     envs = request.param
     static = static_for_env("montezuma", total_steps=80, log_every=40, buffer_size=200, sketch_width=1024,
                             envs_per_run=envs)
     runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(2))
     out = tmp_path_factory.mktemp("montezuma")
-    state = run_atari_experiment(Experiment(static, runs), out, progress=False, max_episode_steps=30)
-    return envs, jax.device_get(state), read_metrics(out), ATARI_METRICS
+    experiment = Experiment(static, runs)
+    state = run_experiment(experiment, out, progress=False, max_episode_steps=30)
+    names = make_train(experiment.static, PoolShapes(max_episode_steps=30)).metric_names
+    return envs, jax.device_get(state), read_metrics(out), names
 
 
 def test_atari_trainer_counts_real_steps_and_stores_every_frame(atari_run):
     envs, state, rows, metrics = atari_run
-    buffer = state.runs.buffer  # [runs, envs, ...]: one ring per environment
+    buffer = state.runs.memory  # [runs, envs, ...]: one ring per environment
     per_env = 80 // envs
     assert int(state.step) == per_env and buffer.size.shape == (2, envs) and np.all(buffer.size == per_env + 1)
     firsts = buffer.first[..., : per_env + 1].sum(axis=-1)  # [runs, envs]: the start plus every auto-reset
     resets = (firsts - 1).sum(axis=1)
     assert np.all(resets >= 2 // envs)
     # one sketch per run: each real step of any of its environments is counted once per row; resets are not
-    counted = state.runs.sketch.sum(axis=(1, 3))[:, 0]
+    counted = state.runs.counts.sketch.sum(axis=(1, 3))[:, 0]
     np.testing.assert_array_equal(counted, 80 - resets)
     assert {r["metric"] for r in rows} == set(metrics)
+    assert {"train_return", "max_return", "rooms_visited", "q_start", "loss", "env_restarts"} <= set(metrics)
     episodes = sum(r["value"] for r in rows if r["metric"] == "episodes")
     assert episodes == resets.sum()
     assert all(r["value"] >= 1 for r in rows if r["metric"] == "rooms_visited")
@@ -580,11 +583,11 @@ def test_atari_trainer_counts_real_steps_and_stores_every_frame(atari_run):
 
 def test_atari_trainer_learns_and_keeps_returns_unclipped(atari_run):
     envs, state, rows, _ = atari_run
-    assert np.all(np.isfinite(state.runs.chunk.loss_sum))
+    assert np.all(np.isfinite(state.runs.stats.chunk.loss_sum))
     first = jax.tree.map(lambda x: x[0], state.runs.params)
     target = jax.tree.map(lambda x: x[0], state.runs.target_params)
     assert any(np.any(a != b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(target)))  # trained since the copy
-    assert np.all(np.abs(state.runs.buffer.reward) <= 1.0)  # training rewards clipped
+    assert np.all(np.abs(state.runs.memory.reward) <= 1.0)  # training rewards clipped
 
 
 def test_cli_montezuma_without_envpool_stops_with_the_install_command(monkeypatch, capsys):

@@ -9,9 +9,10 @@ import pytest
 
 from opiq_jax import networks, replay
 from opiq_jax.config import StaticConfig
-from opiq_jax.optimism import intrinsic_reward, linear_epsilon, optimism_bonus, q_plus
+from opiq_jax.parts.optimism import optimism_bonus
+from opiq_jax.parts.pseudocounts import intrinsic_reward
 from opiq_jax.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss, window_mask
-from opiq_jax.trainer import make_optimiser
+from opiq_jax.trainer import linear_epsilon, make_optimiser
 
 # ---------------------------------------------------------------------------------- optimism
 
@@ -20,10 +21,6 @@ def test_optimism_bonus_by_hand():
     counts = jnp.array([0, 1, 3, 8])
     np.testing.assert_allclose(optimism_bonus(counts, 10.0, 2.0), [10.0, 2.5, 10 / 16, 10 / 81], rtol=1e-6)
     np.testing.assert_allclose(optimism_bonus(counts, 1.0, 0.5), [1.0, 1 / np.sqrt(2), 0.5, 1 / 3], rtol=1e-6)
-
-
-def test_q_plus_adds_bonus():
-    np.testing.assert_allclose(q_plus(jnp.array([0.5, 2.0]), jnp.array([0, 3]), 4.0, 1.0), [4.5, 3.0])
 
 
 def test_intrinsic_reward_by_hand():

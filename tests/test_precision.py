@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from opiq_jax.bench.throughput import work_model
-from opiq_jax.config import static_for_env, stack_hparams
-from opiq_jax.methods import method_hparams
+from opiq_jax.config import stack_hparams
+from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.methods import program_parts
 from opiq_jax.networks import init_params, make_bootstrapped_network, make_network
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer
 from opiq_jax.trainer import make_train
@@ -17,7 +18,7 @@ from tests.training import train_chunks
 CHAIN = 20  # as tests/test_trainer.py: a random walk almost never reaches the right end
 SEEDS = 12
 STATIC = static_for_env("chain", chain_length=CHAIN, total_steps=2000, log_every=1000, buffer_size=2000,
-                        hidden=(64, 64), precision="bfloat16")
+                        hidden=(64, 64), precision="bfloat16", parts=program_parts(["opiq"]))
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +77,13 @@ def test_bootstrapped_network_in_bfloat16():
 def test_precision_is_validated():
     with pytest.raises(ValueError, match="unknown precision"):
         static_for_env("chain", precision="float16")
-    with pytest.raises(ValueError, match="not implemented for montezuma"):
-        static_for_env("montezuma", precision="bfloat16")
+    # one trainer for every environment: Montezuma's Nature network takes mixed precision like the others
+    static = static_for_env("montezuma", precision="bfloat16", buffer_size=64, batch_size=8, log_every=8,
+                            total_steps=8, target_update=8, train_every=4)
+    experiment = Experiment(static, (RunSpec("opiq", "p", 0, method_hparams("montezuma", "opiq")),))
+    from opiq_jax.runner import state_bytes_per_run
+
+    assert state_bytes_per_run(experiment.static) > 64 * 84 * 84
 
 
 def test_work_model_counts_the_halved_passes():
@@ -90,27 +96,27 @@ def test_work_model_counts_the_halved_passes():
     assert half.bytes["update params"] == pytest.approx(full.bytes["update params"] * 3.5 / 4)
 
 
-@pytest.mark.parametrize("method, structure", [("bsp", dict(bsp_heads=3)), ("dqn_dora", dict(bonus_network="dora")),
-                                               ("dqn_rnd", dict(bonus_network="rnd"))])
-def test_only_the_q_network_goes_to_bfloat16(method, structure):
+@pytest.mark.parametrize("method", ["bsp", "dqn_dora", "dqn_rnd"])
+def test_only_the_q_network_goes_to_bfloat16(method):
     """BSP's prior, DORA's E-network and RND's networks stay float32; BSP's heads keep float32 output layers."""
     static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200, hidden=(16, 16),
-                            precision="bfloat16", **structure)
+                            precision="bfloat16", bsp_heads=3)
+    experiment = Experiment(static, (RunSpec(method, "p", 0, method_hparams("chain", method)),))
     keys = jax.random.split(jax.random.key(0), 1)
-    state = jax.eval_shape(make_train(static).init, keys, keys, stack_hparams([method_hparams("chain", method)]))
+    state = jax.eval_shape(make_train(experiment.static).init, keys, keys, stack_hparams(experiment.hparams()))
     runs = state.runs
     dtypes = lambda tree: {x.dtype for x in jax.tree.leaves(tree)}
     f32, bf16 = np.dtype(np.float32), np.dtype(jnp.bfloat16)
     assert dtypes(runs.params) == {f32}
     assert bf16 in dtypes(runs.compute_params) and bf16 in dtypes(runs.target_params)
     if method == "bsp":
-        assert dtypes(runs.prior_params) == {f32}
+        assert dtypes(runs.parts["bsp"]) == {f32}
         assert dtypes(runs.compute_params["params"]["heads"]["head"]) == {f32}
         assert dtypes(runs.compute_params["params"]["torso"]) == {bf16}
     if method == "dqn_dora":
-        assert dtypes(runs.dora.params) == {f32}
+        assert dtypes(runs.parts["dora"].params) == {f32}
     if method == "dqn_rnd":
-        assert dtypes(runs.rnd.params) == {f32} and dtypes(runs.rnd.target_params) == {f32}
+        assert dtypes(runs.parts["rnd"].params) == {f32} and dtypes(runs.parts["rnd"].target_params) == {f32}
 
 
 def test_the_forward_passes_read_the_copy_not_the_master(trained):

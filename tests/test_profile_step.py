@@ -3,7 +3,7 @@
 import pytest
 
 from experiments.profile_step import markdown, op_names_of, phase_of, profile_trainer
-from opiq_jax.config import static_for_env
+from opiq_jax.environments import static_for_env
 
 
 def test_phase_of_reads_the_trainers_scopes_from_a_name_stack():

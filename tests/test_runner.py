@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 
 from opiq_jax.cli import main
-from opiq_jax.config import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.trainer import METRICS
-from opiq_jax.runner import CHECKPOINT_FILE, METRICS_FILE, Experiment, RunSpec, read_metrics, run_experiment
+from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.runner import CHECKPOINT_FILE, METRICS_FILE, Experiment, RunSpec, compiled_trainer, read_metrics, run_experiment
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=3000, log_every=150, buffer_size=500, hidden=(16,))
 EXPERIMENT = Experiment(STATIC, tuple(RunSpec(m, "paper", s, method_hparams("chain", m)) for m in ("opiq", "dqn_pc") for s in range(2)))
+METRICS = compiled_trainer(EXPERIMENT.static)[0].metric_names
 
 CHILD = """
 import sys
@@ -205,18 +204,15 @@ def test_two_processes_through_jax_distributed_match_one_process(tmp_path):
 
 
 def test_a_checkpoint_of_another_state_layout_is_refused_with_a_clear_message(tmp_path):
-    from flax import serialization
+    from opiq_jax.results import IncompatibleCheckpoint, read_checkpoint, write_checkpoint
 
-    from opiq_jax.runner import _read_checkpoint
-
-    old = {"chunk": 3, "state": {"stats": {"chunk_return_sum": np.zeros(2, np.float32)}}}
-    (tmp_path / CHECKPOINT_FILE).write_bytes(serialization.to_bytes(old))
+    write_checkpoint(tmp_path, {"stats": {"chunk_return_sum": np.zeros(2, np.float32)}}, 3)
     template = {"stats": {"chunk": {"return_sum": np.zeros(2, np.float32)}}}
-    with pytest.raises(ValueError, match="does not fit this version's training state"):
-        _read_checkpoint(tmp_path, template)
-    (tmp_path / CHECKPOINT_FILE).write_bytes(serialization.to_bytes({"chunk": 3, "state": template}))
-    state, chunk = _read_checkpoint(tmp_path, template)
-    assert chunk == 3 and state["stats"]["chunk"]["return_sum"].shape == (2,)
+    with pytest.raises(IncompatibleCheckpoint, match="does not fit this experiment's training state"):
+        read_checkpoint(tmp_path, template)
+    write_checkpoint(tmp_path, template, 4)
+    state, chunk = read_checkpoint(tmp_path, template)
+    assert chunk == 4 and state["stats"]["chunk"]["return_sum"].shape == (2,)
 
 
 def test_a_config_written_before_a_static_field_existed_still_matches():

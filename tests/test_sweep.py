@@ -48,7 +48,7 @@ def test_bad_presets_fail_clearly(tmp_path):
         load_preset("no_such_preset")
     bad = dict(TINY, grids=[{"method": "opiq", "grid": {"mm": [1]}}])
     (tmp_path / "bad.json").write_text(json.dumps(bad))
-    with pytest.raises(ValueError, match="unknown hyperparameters"):
+    with pytest.raises(ValueError, match="hyperparameters its parts do not declare"):
         load_preset(str(tmp_path / "bad.json"))
 
 

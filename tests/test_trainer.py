@@ -9,15 +9,18 @@ import numpy as np
 import pytest
 
 from opiq_jax import counts
-from opiq_jax.config import make_hparams, stack_hparams, static_for_env
-from opiq_jax.methods import method_hparams, method_settings
+from opiq_jax.config import stack_hparams
+from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.methods import program_parts
+from opiq_jax.paths.compact import Transition
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
-from opiq_jax.trainer import Transition, make_env, uses_target_table
+from opiq_jax.trainer import make_path, uses_target_table
 from tests.training import train_chunks
 
 CHAIN = 20  # horizon 29: a random walk almost never reaches the right end
 SEEDS = 12
-STATIC = static_for_env("chain", chain_length=CHAIN, total_steps=2000, log_every=1000, buffer_size=2000, hidden=(64, 64))
+STATIC = static_for_env("chain", chain_length=CHAIN, total_steps=2000, log_every=1000, buffer_size=2000, hidden=(64, 64),
+                        parts=program_parts(["opiq"]))
 
 
 def build_runs():
@@ -55,8 +58,8 @@ def test_vmapped_runs_get_their_own_randomness(trained):
     experiment, _, initial, _, _ = trained
     runs = initial.runs
     first = indices(experiment, "opiq")[:3]
-    flips = runs.env_params.flips[first]
-    matrices = runs.hash_matrix[first]
+    flips = runs.env.params.flips[first]
+    matrices = runs.counts.features.hash_matrix[first]
     kernels = runs.params["params"]["Dense_0"]["kernel"][first]
     for a in range(3):
         for b in range(a + 1, 3):
@@ -71,8 +74,9 @@ def test_same_seed_shares_randomness_across_methods(trained):
     experiment, _, initial, _, _ = trained
     opiq0 = indices(experiment, "opiq")[0]
     dqn0 = indices(experiment, "dqn")[0]
-    np.testing.assert_array_equal(initial.runs.env_params.flips[opiq0], initial.runs.env_params.flips[dqn0])
-    np.testing.assert_array_equal(initial.runs.hash_matrix[opiq0], initial.runs.hash_matrix[dqn0])
+    np.testing.assert_array_equal(initial.runs.env.params.flips[opiq0], initial.runs.env.params.flips[dqn0])
+    matrices = initial.runs.counts.features.hash_matrix
+    np.testing.assert_array_equal(matrices[opiq0], matrices[dqn0])
 
 
 def test_opiq_without_optimism_is_bit_identical_to_dqn_pc(trained):
@@ -88,38 +92,41 @@ def test_opiq_without_optimism_is_bit_identical_to_dqn_pc(trained):
 
 def test_shared_action_mask_option():
     static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200,
-                            hidden=(8,), shared_action_mask=True)
+                            hidden=(8,), shared_action_mask=True, parts=program_parts(["dqn"]))
     runs = tuple(RunSpec("dqn", "paper", s, method_hparams("chain", "dqn")) for s in range(3))
+    experiment = Experiment(static, runs)
     trainer, init, _ = compiled_trainer(static)
-    state = init(*run_keys_for(Experiment(static, runs)), stack_hparams([r.hparams for r in runs]))
-    flips = np.asarray(state.runs.env_params.flips)
+    state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
+    flips = np.asarray(state.runs.env.params.flips)
     assert np.array_equal(flips[0], flips[1]) and np.array_equal(flips[1], flips[2])
-    assert not np.allclose(state.runs.hash_matrix[0], state.runs.hash_matrix[1])
+    matrices = state.runs.counts.features.hash_matrix
+    assert not np.allclose(matrices[0], matrices[1])
 
 
 def test_n_step_q_plus_target_by_hand():
     """A 3-step window through the trainer's own target function, with counts read from the sketch
     at training time, against the formula worked out by hand."""
     static = static_for_env("chain", chain_length=6, total_steps=100, log_every=100, buffer_size=100,
-                            hidden=(8,), n_step=3, count_features="exact")
+                            hidden=(8,), n_step=3, count_features="exact", parts=program_parts(["opiq"]))
     trainer, init, _ = compiled_trainer(static)
-    hp = make_hparams(**{**method_settings("chain", "opiq"), "m": 2.0, "c_bootstrap": 3.0, "beta": 0.5})
-    runs = (RunSpec("opiq", "x", 0, hp),)
-    state = init(*run_keys_for(Experiment(static, runs)), stack_hparams([hp]))
+    runs = (RunSpec("opiq", "x", 0, method_hparams("chain", "opiq", m=2.0, c_bootstrap=3.0, beta=0.5)),)
+    experiment = Experiment(static, runs)
+    state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
     run = jax.tree.map(lambda x: x[0], state.runs)
     # counts: N(1, right) = 4, N(2, right) = 1, N(3, left) = 9 ; N(4, .) = (0, 3)
     for cell, action, times in [(1, 1, 4), (2, 1, 1), (3, 0, 9), (4, 1, 3)]:
-        cols = trainer.count_columns(run, jnp.array([cell], jnp.int32))
+        cols = trainer.agent.count_columns(run, jnp.array([cell], jnp.int32))
         for _ in range(times):
-            run = run.replace(sketch=counts.update(run.sketch, cols, action))
+            run = run.replace(counts=run.counts.replace(sketch=counts.update(run.counts.sketch, cols, action)))
     window = Transition(
         compact=jnp.array([[[1], [2], [3]]], jnp.int32), action=jnp.array([[1, 1, 0]], jnp.int32),
         reward=jnp.array([[0.0, 1.0, 2.0]]), terminated=jnp.zeros((1, 3), bool), done=jnp.zeros((1, 3), bool),
         next_compact=jnp.array([[[2], [3], [4]]], jnp.int32),
     )
-    target, _ = trainer.targets(run, window, jnp.ones((1, 3), bool))
+    target, _ = trainer.targets(run, trainer.batch_of(run, window, jnp.ones((1, 3), bool)))
     assert target.shape == (1, 1)  # [batch, heads]
-    q_next = trainer.q_values(run.target_params, trainer.env.obs_from_compact(jnp.array([4]), run.env_params)[None])[0]
+    env = trainer.path.env
+    q_next = trainer.network.apply(run.target_params, env.obs_from_compact(jnp.array([4]), run.env.params)[None])[0]
     g = 0.99
     rewards = [0.0 + 0.5 / 2, 1.0 + 0.5 / 1, 2.0 + 0.5 / 3]
     boot = max(float(q_next[0]) + 3.0 / 1**2, float(q_next[1]) + 3.0 / 4**2)
@@ -127,30 +134,33 @@ def test_n_step_q_plus_target_by_hand():
     assert float(target[0, 0]) == pytest.approx(expected, rel=1e-5)
     # the same window cut by a terminal on its second step: no bootstrap, third step ignored
     window = window.replace(terminated=jnp.array([[False, True, False]]), done=jnp.array([[False, True, False]]))
-    target, _ = trainer.targets(run, window, jnp.ones((1, 3), bool))
+    target, _ = trainer.targets(run, trainer.batch_of(run, window, jnp.ones((1, 3), bool)))
     assert float(target[0, 0]) == pytest.approx(rewards[0] + g * rewards[1], rel=1e-5)
 
 
 def test_target_table_holds_the_target_networks_values_and_follows_its_copies():
     """The targets looked up per cell equal the target network's on the batch, at init and after copies."""
     static = static_for_env("chain", chain_length=6, total_steps=60, log_every=30, buffer_size=100, hidden=(8,),
-                            batch_size=8, n_step=2, target_update=10, count_features="exact", target_values="table")
+                            batch_size=8, n_step=2, target_update=10, count_features="exact", target_values="table",
+                            parts=program_parts(["opiq"]))
     hp = method_hparams("chain", "opiq")
     runs = (RunSpec("opiq", "x", 0, hp), RunSpec("opiq", "x", 1, hp))
+    experiment = Experiment(static, runs)
     trainer, init, train_chunk = compiled_trainer(static)
     network_trainer = compiled_trainer(dataclasses.replace(static, target_values="network"))[0]
-    state = init(*run_keys_for(Experiment(static, runs)), stack_hparams([hp, hp]))
+    state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
     window = Transition(
         compact=jnp.array([[[1], [2]], [[5], [0]]], jnp.int32), action=jnp.array([[1, 0], [0, 1]], jnp.int32),
         reward=jnp.zeros((2, 2)), terminated=jnp.zeros((2, 2), bool), done=jnp.zeros((2, 2), bool),
         next_compact=jnp.array([[[2], [3]], [[4], [5]]], jnp.int32),
     )
     for chunk in range(3):  # at init, then after 30 and 60 steps (learning from step 9, a copy every 10)
-        run = jax.tree.map(lambda x: x[1], state.runs)
-        all_obs = jax.vmap(trainer.env.obs_from_compact, in_axes=(0, None))(trainer.env.all_compacts(), run.env_params)
-        np.testing.assert_allclose(run.target_table[:, 0], trainer.q_values(run.target_params, all_obs), rtol=1e-6)
+        run, env = jax.tree.map(lambda x: x[1], state.runs), trainer.path.env
+        all_obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(env.all_compacts(), run.env.params)
+        np.testing.assert_allclose(run.target_table[:, 0], trainer.network.apply(run.target_params, all_obs), rtol=1e-6)
         exists = jnp.ones((2, 2), bool)
-        np.testing.assert_allclose(trainer.targets(run, window, exists)[0], network_trainer.targets(run, window, exists)[0],
+        np.testing.assert_allclose(trainer.targets(run, trainer.batch_of(run, window, exists))[0],
+                                   network_trainer.targets(run, network_trainer.batch_of(run, window, exists))[0],
                                    rtol=1e-6)
         if chunk < 2:
             before = np.asarray(state.runs.target_table)
@@ -161,10 +171,10 @@ def test_target_table_holds_the_target_networks_values_and_follows_its_copies():
 def test_target_values_choice():
     """auto: the table in bfloat16 where there is a cell table; a table where there is none is refused."""
     chain, gymnax = static_for_env("chain"), static_for_env("gymnax:CartPole-v1")
-    assert not uses_target_table(chain, make_env(chain))  # float32 keeps the path of the paper's results
-    assert uses_target_table(dataclasses.replace(chain, precision="bfloat16"), make_env(chain))
-    assert not uses_target_table(dataclasses.replace(gymnax, precision="bfloat16"), make_env(gymnax))
+    assert not uses_target_table(chain, make_path(chain))  # float32 keeps the path of the paper's results
+    assert uses_target_table(dataclasses.replace(chain, precision="bfloat16"), make_path(chain))
+    assert not uses_target_table(dataclasses.replace(gymnax, precision="bfloat16"), make_path(gymnax))
     with pytest.raises(ValueError, match="needs an environment with a cell table"):
-        uses_target_table(dataclasses.replace(gymnax, target_values="table"), make_env(gymnax))
+        uses_target_table(dataclasses.replace(gymnax, target_values="table"), make_path(gymnax))
     with pytest.raises(ValueError, match="unknown target_values"):
         dataclasses.replace(chain, target_values="cells").validate()

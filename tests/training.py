@@ -11,7 +11,7 @@ def train_chunks(experiment: Experiment, chunks: int | None = None):
     ``chunks`` chunks (default: all of ``total_steps``)."""
     static = experiment.static
     _, init, train_chunk = compiled_trainer(static)
-    state = init(*run_keys_for(experiment), stack_hparams([r.hparams for r in experiment.runs]))
+    state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
     initial = jax.device_get(state)
     history = []
     for _ in range(static.total_steps // static.log_every if chunks is None else chunks):

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import StaticConfig, static_for_env
-from ..methods import METHODS
+from ..config import StaticConfig
+from ..environments import static_for_env
+from ..methods import METHODS, program_parts
 
 
 def runs_schedule(max_runs: int, min_runs: int = 1) -> list[int]:
@@ -93,6 +94,7 @@ class Bench:
         overrides: dict[str, Any] = dict(
             log_every=self.steps_per_measure, total_steps=self.steps_per_measure, count_features=self.count_features,
             precision=self.precision, maze_torso=self.maze_torso, target_values=self.target_values,
+            parts=program_parts([self.method]),
         )
         if env == "chain":
             overrides["chain_length"] = self.chain_length

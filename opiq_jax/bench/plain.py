@@ -26,7 +26,7 @@ step the environment, increment ``N(s, a)``, store the step, then (once the buff
 
 where the window stops at the end of its episode (``L <= n``), counts are read at training time,
 and a truncated episode bootstraps from its last real observation. Settings come from the same
-:class:`~opiq_jax.config.StaticConfig` and :class:`~opiq_jax.config.HParams` as the trainer
+:class:`~opiq_jax.config.StaticConfig` and the hyperparameter dict as the trainer
 (``count_features``, the sketch and ``log_every`` are ignored: counts here are always exact; so is
 ``precision``: the baseline is always float32).
 """
@@ -34,6 +34,7 @@ and a truncated episode bootstraps from its last real observation. Settings come
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import chex
@@ -43,9 +44,11 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from envs import Maze, RandomisedChain
+from opiq_jax.envs import Maze, RandomisedChain
 
 from ..config import HParams, StaticConfig, make_hparams, stack_hparams
+from ..environments import method_hparams
+from ..methods import get_method
 from ..runner import tree_bytes
 
 
@@ -171,9 +174,9 @@ def make_optimiser(static: StaticConfig, lr: jax.Array) -> optax.GradientTransfo
 def epsilon_at(step: jax.Array, hp: HParams) -> jax.Array:
     """Linear epsilon schedule from ``epsilon_start`` to ``epsilon_end``; decay 0 means fixed end."""
     fraction = jnp.where(
-        hp.epsilon_decay_steps > 0, jnp.clip(step / jnp.maximum(hp.epsilon_decay_steps, 1.0), 0.0, 1.0), 1.0
+        hp["epsilon_decay_steps"] > 0, jnp.clip(step / jnp.maximum(hp["epsilon_decay_steps"], 1.0), 0.0, 1.0), 1.0
     )
-    return hp.epsilon_start + (hp.epsilon_end - hp.epsilon_start) * fraction
+    return hp["epsilon_start"] + (hp["epsilon_end"] - hp["epsilon_start"]) * fraction
 
 
 def count_bonus(counts: jax.Array, scale: jax.Array, exponent: jax.Array) -> jax.Array:
@@ -206,132 +209,128 @@ def replay_add(replay: PlainReplay, **transition: jax.Array) -> PlainReplay:
     )
 
 
-def make_plain(static: StaticConfig, env: Any | None = None) -> Plain:
-    """The plain baseline for ``static`` (the same settings object the trainer takes)."""
-    static.validate()
-    env = make_env(static) if env is None else env
-    network = make_network(static, env.num_actions)
-    num_actions = env.num_actions
-    batch, n = static.batch_size, static.n_step
+def init_run(static: StaticConfig, env: Any, network: Any, run_key: jax.Array, env_key: jax.Array,
+             hp: HParams) -> PlainRun:
+    """One run's initial state: its environment, network, optimiser, counts and empty replay."""
+    k_net, k_reset, k_loop = jax.random.split(run_key, 3)
+    env_params = env.sample_params(env_key)
+    obs, env_state = env.reset(k_reset, env_params)
+    params = init_params(network, k_net, obs, hp["final_bias"])
+    nan = jnp.float32(jnp.nan)
+    return PlainRun(
+        step=jnp.int32(0), key=k_loop, hparams=hp, params=params, target_params=params,
+        opt_state=make_optimiser(static, hp["lr"]).init(params), env_params=env_params, env_state=env_state,
+        obs=obs, counts=jnp.zeros((env.num_cells, env.num_actions), jnp.int32),
+        replay=empty_replay(obs, static.buffer_size), episode_return=jnp.float32(0), last_return=nan,
+        max_return=nan, episodes=jnp.int32(0), loss=nan, updates=jnp.int32(0),
+    )
 
-    def q_values(params, obs: jax.Array) -> jax.Array:
-        return network.apply(params, obs)
 
-    # ------------------------------------------------------------------------------ init
+def learn(static: StaticConfig, network: Any, run: PlainRun, key: jax.Array) -> tuple[Any, Any, jax.Array]:
+    """One RMSProp step on ``batch`` sampled windows of ``n`` consecutive transitions.
 
-    def init_run(run_key: jax.Array, env_key: jax.Array, hp: HParams) -> PlainRun:
-        k_net, k_reset, k_loop = jax.random.split(run_key, 3)
-        env_params = env.sample_params(env_key)
-        obs, env_state = env.reset(k_reset, env_params)
-        params = init_params(network, k_net, obs, hp.final_bias)
-        nan = jnp.float32(jnp.nan)
-        return PlainRun(
-            step=jnp.int32(0), key=k_loop, hparams=hp, params=params, target_params=params,
-            opt_state=make_optimiser(static, hp.lr).init(params), env_params=env_params, env_state=env_state,
-            obs=obs, counts=jnp.zeros((env.num_cells, num_actions), jnp.int32),
-            replay=empty_replay(obs, static.buffer_size), episode_return=jnp.float32(0), last_return=nan,
-            max_return=nan, episodes=jnp.int32(0), loss=nan, updates=jnp.int32(0),
-        )
+    Returns the new parameters, optimiser state and the TD loss.
+    """
+    hp, replay, batch = run.hparams, run.replay, static.batch_size
+    capacity = replay.obs.shape[0]
+    oldest = (replay.position - replay.size) % capacity
+    age = jax.random.randint(key, (batch,), 0, jnp.maximum(replay.size, 1))
 
-    def init(run_keys: jax.Array, env_keys: jax.Array, hparams: HParams) -> PlainRun:
-        chex.assert_equal_shape([run_keys, env_keys])
-        chex.assert_tree_shape_prefix(hparams, run_keys.shape[:1])
-        return jax.vmap(init_run)(run_keys, env_keys, hparams)
+    # Walk the n steps of each window, summing rewards until the episode ends; the bootstrap
+    # state, cell and discount move forward with every step that belongs to the episode.
+    n_step_return = jnp.zeros((batch,), jnp.float32)
+    discount = jnp.ones((batch,), jnp.float32)
+    alive = jnp.ones((batch,), bool)
+    boot_obs = jnp.zeros((batch, *replay.obs.shape[1:]), jnp.float32)
+    boot_cell = jnp.zeros((batch,), jnp.int32)
+    boot_discount = jnp.zeros((batch,), jnp.float32)
+    for k in range(static.n_step):
+        slot = (oldest + age + k) % capacity
+        use = alive & (age + k < replay.size)
+        n_sa = run.counts[replay.cell[slot], replay.action[slot]]
+        reward = replay.reward[slot] + hp["beta"] / jnp.sqrt(jnp.maximum(n_sa, 1).astype(jnp.float32))
+        n_step_return = n_step_return + jnp.where(use, discount * reward, 0.0)
+        discount = discount * static.gamma
+        use_obs = use.reshape((batch,) + (1,) * (replay.obs.ndim - 1))
+        boot_obs = jnp.where(use_obs, replay.next_obs[slot], boot_obs)
+        boot_cell = jnp.where(use, replay.next_cell[slot], boot_cell)
+        boot_discount = jnp.where(use, discount * (1.0 - replay.terminated[slot]), boot_discount)
+        alive = use & ~replay.done[slot]
 
-    # ------------------------------------------------------------------------------ learning
+    q_next = network.apply(run.target_params, boot_obs)
+    bonus_next = count_bonus(run.counts[boot_cell], hp["c_bootstrap"], hp["m"])
+    targets = n_step_return + boot_discount * jnp.max(q_next + bonus_next, axis=-1)
 
-    def learn(run: PlainRun, key: jax.Array) -> tuple[Any, Any, jax.Array]:
-        """One RMSProp step on ``batch`` sampled windows of ``n`` consecutive transitions.
+    first = (oldest + age) % capacity
+    obs, actions = replay.obs[first], replay.action[first]
 
-        Returns the new parameters, optimiser state and the TD loss.
-        """
-        hp, replay = run.hparams, run.replay
-        capacity = replay.obs.shape[0]
-        oldest = (replay.position - replay.size) % capacity
-        age = jax.random.randint(key, (batch,), 0, jnp.maximum(replay.size, 1))
+    def loss_fn(params):
+        q_taken = jnp.take_along_axis(network.apply(params, obs), actions[:, None], axis=1)[:, 0]
+        return jnp.mean((q_taken - jax.lax.stop_gradient(targets)) ** 2)
 
-        # Walk the n steps of each window, summing rewards until the episode ends; the bootstrap
-        # state, cell and discount move forward with every step that belongs to the episode.
-        n_step_return = jnp.zeros((batch,), jnp.float32)
-        discount = jnp.ones((batch,), jnp.float32)
-        alive = jnp.ones((batch,), bool)
-        boot_obs = jnp.zeros((batch, *replay.obs.shape[1:]), jnp.float32)
-        boot_cell = jnp.zeros((batch,), jnp.int32)
-        boot_discount = jnp.zeros((batch,), jnp.float32)
-        for k in range(n):
-            slot = (oldest + age + k) % capacity
-            use = alive & (age + k < replay.size)
-            n_sa = run.counts[replay.cell[slot], replay.action[slot]]
-            reward = replay.reward[slot] + hp.beta / jnp.sqrt(jnp.maximum(n_sa, 1).astype(jnp.float32))
-            n_step_return = n_step_return + jnp.where(use, discount * reward, 0.0)
-            discount = discount * static.gamma
-            use_obs = use.reshape((batch,) + (1,) * (replay.obs.ndim - 1))
-            boot_obs = jnp.where(use_obs, replay.next_obs[slot], boot_obs)
-            boot_cell = jnp.where(use, replay.next_cell[slot], boot_cell)
-            boot_discount = jnp.where(use, discount * (1.0 - replay.terminated[slot]), boot_discount)
-            alive = use & ~replay.done[slot]
+    loss, grads = jax.value_and_grad(loss_fn)(run.params)
+    updates, opt_state = make_optimiser(static, hp["lr"]).update(grads, run.opt_state, run.params)
+    return optax.apply_updates(run.params, updates), opt_state, loss
 
-        q_next = q_values(run.target_params, boot_obs)
-        bonus_next = count_bonus(run.counts[boot_cell], hp.c_bootstrap, hp.m)
-        targets = n_step_return + boot_discount * jnp.max(q_next + bonus_next, axis=-1)
 
-        first = (oldest + age) % capacity
-        obs, actions = replay.obs[first], replay.action[first]
+def run_step(static: StaticConfig, env: Any, network: Any, run: PlainRun) -> PlainRun:
+    """One environment step of one run: act, step, count, store, maybe train, refresh target."""
+    hp, num_actions = run.hparams, env.num_actions
+    key, k_explore, k_random, k_env, k_learn = jax.random.split(run.key, 5)
 
-        def loss_fn(params):
-            q_taken = jnp.take_along_axis(q_values(params, obs), actions[:, None], axis=1)[:, 0]
-            return jnp.mean((q_taken - jax.lax.stop_gradient(targets)) ** 2)
+    cell = env.cell_id(env.compact_state(run.env_state))
+    q = network.apply(run.params, run.obs[None])[0]
+    q_plus = q + count_bonus(run.counts[cell], hp["c_action"], hp["m"])
+    explore = jax.random.uniform(k_explore) < epsilon_at(run.step, hp)
+    action = jnp.where(explore, jax.random.randint(k_random, (), 0, num_actions), jnp.argmax(q_plus))
+    action = action.astype(jnp.int32)
 
-        loss, grads = jax.value_and_grad(loss_fn)(run.params)
-        updates, opt_state = make_optimiser(static, hp.lr).update(grads, run.opt_state, run.params)
-        return optax.apply_updates(run.params, updates), opt_state, loss
+    obs, env_state, reward, terminated, truncated, info = env.step(k_env, run.env_state, action, run.env_params)
+    done = terminated | truncated
+    replay = replay_add(
+        run.replay, obs=run.obs, cell=cell, action=action, reward=reward - hp["reward_subtract"],
+        terminated=terminated, done=done, next_obs=info["final_observation"], next_cell=info["cell_id"],
+    )
+    episode_return = run.episode_return + reward
+    run = run.replace(
+        step=run.step + 1, key=key, env_state=env_state, obs=obs, replay=replay,
+        counts=run.counts.at[cell, action].add(1),
+        episode_return=jnp.where(done, 0.0, episode_return),
+        last_return=jnp.where(done, episode_return, run.last_return),
+        max_return=jnp.where(done, jnp.fmax(run.max_return, episode_return), run.max_return),
+        episodes=run.episodes + done.astype(jnp.int32),
+    )
 
     def skip(run: PlainRun, key: jax.Array) -> tuple[Any, Any, jax.Array]:
         del key
         return run.params, run.opt_state, run.loss
 
-    # ------------------------------------------------------------------------------ one step
+    train_now = (run.step >= static.batch_size + 1) & (run.step % static.train_every == 0)
+    params, opt_state, loss = jax.lax.cond(train_now, functools.partial(learn, static, network), skip, run, k_learn)
+    copy_now = run.step % static.target_update == 0
+    target = jax.tree.map(lambda t, p: jnp.where(copy_now, p, t), run.target_params, params)
+    return run.replace(
+        params=params, opt_state=opt_state, loss=loss, updates=run.updates + train_now.astype(jnp.int32),
+        target_params=target,
+    )
 
-    def run_step(run: PlainRun) -> PlainRun:
-        """One environment step of one run: act, step, count, store, maybe train, refresh target."""
-        hp = run.hparams
-        key, k_explore, k_random, k_env, k_learn = jax.random.split(run.key, 5)
 
-        cell = env.cell_id(env.compact_state(run.env_state))
-        q = q_values(run.params, run.obs[None])[0]
-        q_plus = q + count_bonus(run.counts[cell], hp.c_action, hp.m)
-        explore = jax.random.uniform(k_explore) < epsilon_at(run.step, hp)
-        action = jnp.where(explore, jax.random.randint(k_random, (), 0, num_actions), jnp.argmax(q_plus))
-        action = action.astype(jnp.int32)
+def make_plain(static: StaticConfig, env: Any | None = None) -> Plain:
+    """The plain baseline for ``static`` (the same settings object the trainer takes)."""
+    static.validate()
+    env = make_env(static) if env is None else env
+    network = make_network(static, env.num_actions)
 
-        obs, env_state, reward, terminated, truncated, info = env.step(k_env, run.env_state, action, run.env_params)
-        done = terminated | truncated
-        replay = replay_add(
-            run.replay, obs=run.obs, cell=cell, action=action, reward=reward - hp.reward_subtract,
-            terminated=terminated, done=done, next_obs=info["final_observation"], next_cell=info["cell_id"],
-        )
-        episode_return = run.episode_return + reward
-        run = run.replace(
-            step=run.step + 1, key=key, env_state=env_state, obs=obs, replay=replay,
-            counts=run.counts.at[cell, action].add(1),
-            episode_return=jnp.where(done, 0.0, episode_return),
-            last_return=jnp.where(done, episode_return, run.last_return),
-            max_return=jnp.where(done, jnp.fmax(run.max_return, episode_return), run.max_return),
-            episodes=run.episodes + done.astype(jnp.int32),
-        )
+    def init(run_keys: jax.Array, env_keys: jax.Array, hparams: HParams) -> PlainRun:
+        chex.assert_equal_shape([run_keys, env_keys])
+        chex.assert_tree_shape_prefix(hparams, run_keys.shape[:1])
+        return jax.vmap(functools.partial(init_run, static, env, network))(run_keys, env_keys, hparams)
 
-        train_now = (run.step >= batch + 1) & (run.step % static.train_every == 0)
-        params, opt_state, loss = jax.lax.cond(train_now, learn, skip, run, k_learn)
-        copy_now = run.step % static.target_update == 0
-        target = jax.tree.map(lambda t, p: jnp.where(copy_now, p, t), run.target_params, params)
-        return run.replace(
-            params=params, opt_state=opt_state, loss=loss, updates=run.updates + train_now.astype(jnp.int32),
-            target_params=target,
-        )
-
+    one_step = functools.partial(run_step, static, env, network)
     return Plain(
         static=static, env=env, network=network, init=jax.jit(init),
-        step=jax.jit(jax.vmap(run_step), donate_argnums=0), run_step=run_step, learn=learn,
+        step=jax.jit(jax.vmap(one_step), donate_argnums=0), run_step=one_step,
+        learn=functools.partial(learn, static, network),
     )
 
 
@@ -339,7 +338,9 @@ def _one_run_shapes(static: StaticConfig) -> PlainRun:
     """Shapes and dtypes of a one-run plain state (nothing is allocated)."""
     plain = make_plain(static)
     keys = jax.random.split(jax.random.key(0), 1)
-    return jax.eval_shape(plain.init, keys, keys, stack_hparams([make_hparams()]))
+    opiq = get_method("opiq")
+    hparams = make_hparams(opiq.options(), method_hparams(static.env, "opiq"))
+    return jax.eval_shape(plain.init, keys, keys, stack_hparams([hparams]))
 
 
 def plain_state_bytes_per_run(static: StaticConfig) -> int:

@@ -39,7 +39,7 @@ import numpy as np
 import tyro
 
 from ..config import StaticConfig, stack_hparams
-from ..methods import method_hparams
+from ..environments import method_hparams
 from ..runner import (
     Experiment,
     RunSpec,
@@ -50,9 +50,9 @@ from ..runner import (
     state_bytes_per_run,
     tree_bytes,
 )
-from ..trainer import make_env, make_optimiser, make_train, uses_pallas_torso, uses_target_table
+from ..trainer import make_optimiser, make_path, make_train, uses_pallas_torso, uses_target_table
 from .options import Bench, runs_schedule
-from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run
+from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run, run_plain
 
 GIB = 2**30
 
@@ -160,13 +160,13 @@ def work_model(static: StaticConfig) -> WorkModel:
     for the clip and RMSProp.
     """
     trainer = make_train(static)
-    env = trainer.env
+    env = trainer.path.env
     example_obs = env.obs_from_compact(env.start_compact(env.default_params), env.default_params)
     params = jax.eval_shape(lambda: trainer.network.init(jax.random.key(0), example_obs[None]))
     opt_state = jax.eval_shape(make_optimiser(static).init, params)
     keys = jax.random.split(jax.random.key(0), 1)
-    shapes = jax.eval_shape(trainer.init, keys, keys, stack_hparams([method_hparams(static.env, "opiq")]))
-    item_bytes = tree_bytes(shapes.runs.buffer.items) // static.buffer_size
+    shapes = jax.eval_shape(trainer.init, keys, keys, stack_hparams(bench_experiment(static, 1).hparams()))
+    item_bytes = tree_bytes(shapes.runs.memory.items) // static.buffer_size
 
     num_params = count_params(params)
     param_bytes = float(tree_bytes(params))
@@ -179,7 +179,7 @@ def work_model(static: StaticConfig) -> WorkModel:
     per_update = 1.0 / static.train_every
     int_bytes = 4.0
     per_copy = 1.0 / static.target_update
-    if uses_target_table(static, env):
+    if trainer.agent.table:
         table_bytes = float(tree_bytes(shapes.runs.target_table))  # one run
         cells = shapes.runs.target_table.shape[1]
         target_bytes = (3 * compute_bytes + table_bytes) * per_copy + b * a * 4.0 * per_update
@@ -355,7 +355,7 @@ def measure_trainer(static: StaticConfig, num_runs: int, method: str = "opiq", r
     experiment = bench_experiment(static, num_runs, method)
     _, init, train_chunk = compiled_trainer(static)
     run_keys, env_keys = run_keys_for(experiment)
-    state = jax.block_until_ready(init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs])))
+    state = jax.block_until_ready(init(run_keys, env_keys, stack_hparams(experiment.hparams())))
 
     start = time.perf_counter()
     compiled = train_chunk.lower(state).compile()
@@ -392,7 +392,7 @@ def measure_plain(static: StaticConfig, num_runs: int, steps: int, method: str =
     experiment = bench_experiment(static, num_runs, method)
     plain = cached_plain(static)
     run_keys, env_keys = run_keys_for(experiment)
-    state = jax.block_until_ready(plain.init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs])))
+    state = jax.block_until_ready(plain.init(run_keys, env_keys, stack_hparams(experiment.hparams())))
 
     start = time.perf_counter()
     compiled = plain.step.lower(state).compile()
@@ -409,9 +409,7 @@ def measure_plain(static: StaticConfig, num_runs: int, steps: int, method: str =
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        for _ in range(steps):
-            state = plain.step(state)
-        jax.block_until_ready(state)
+        state = jax.block_until_ready(run_plain(plain, state, steps))
         times.append(time.perf_counter() - start)
     del state
     result.seconds, result.steps_timed = min(times), steps
@@ -525,7 +523,7 @@ TABLE_COLUMNS = (
 def form_note(static: StaticConfig, env: str) -> str:
     """How the targets were computed (``StaticConfig.target_values``) and, for the maze, which form its
     network's convolutions took (``StaticConfig.maze_torso``)."""
-    table = uses_target_table(static, make_env(static))
+    table = uses_target_table(static, make_path(static))
     note = ", targets: " + ("the target network's values per cell" if table else "the target network on every batch")
     if env == "maze":
         note += ", convolutions: " + ("Pallas kernels" if uses_pallas_torso(static, "maze_conv") else "XLA patch GEMMs")

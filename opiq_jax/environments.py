@@ -1,0 +1,160 @@
+"""The environment registry: a name, how to build the environment, and the paper's settings for it.
+
+Two kinds of environment reach the one trainer:
+
+* ``compact``: a :class:`~opiq_jax.envs.base.CompactEnvironment` stepped inside the compiled program,
+  one per run under ``vmap`` (the chain, the maze, any gymnax environment, one of your own);
+* ``pool``: an EnvPool pool of all runs' emulators stepped through EnvPool's XLA interface
+  (Montezuma's Revenge), with a replay of single frames.
+
+:func:`register_environment` adds one; ``gymnax:NAME`` names any registered gymnax environment. An
+environment's ``defaults`` are the paper's static settings for it (network, steps, buffer, ...), its
+``hparams`` the epsilon schedule that every method but epsilon-greedy DQN uses there, and ``settings``
+the family whose per-method best settings apply (a gymnax environment has none of its own and takes the
+chain's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from .config import StaticConfig
+from .methods import METHODS, get_method
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentSpec:
+    """One registered environment (module docstring)."""
+
+    name: str
+    description: str
+    make: Callable[..., Any]
+    """``compact``: ``make(static) -> CompactEnvironment``; ``pool``: ``make(static, num_envs, seed) -> pool``."""
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The paper's :class:`StaticConfig` settings for this environment."""
+    hparams: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Defaults of the trainer's hyperparameters here (the epsilon schedule of every method but DQN)."""
+    settings: str = "chain"
+    """Whose per-method best settings apply (``chain``, ``maze``, ``montezuma``)."""
+    kind: Literal["compact", "pool"] = "compact"
+
+
+ENVIRONMENTS: dict[str, EnvironmentSpec] = {}
+"""Every registered environment by name (``gymnax:NAME`` is resolved by :func:`environment_spec`)."""
+
+
+def register_environment(spec: EnvironmentSpec) -> EnvironmentSpec:
+    """Adds ``spec`` to :data:`ENVIRONMENTS` (replacing an earlier one of that name)."""
+    if not spec.name or ":" in spec.name:
+        raise ValueError(f"an environment's name must be non-empty without ':', got {spec.name!r}")
+    unknown = sorted(set(spec.defaults) - {f.name for f in dataclasses.fields(StaticConfig)})
+    if unknown:
+        raise ValueError(f"environment {spec.name}: unknown static settings {', '.join(unknown)}")
+    ENVIRONMENTS[spec.name] = spec
+    return spec
+
+
+def environment_names() -> str:
+    """The registered names for messages, with the gymnax pattern."""
+    return ", ".join([*ENVIRONMENTS, "gymnax:NAME"])
+
+
+def environment_spec(name: str) -> EnvironmentSpec:
+    """The spec of ``name`` (``gymnax:NAME`` builds one for that gymnax environment), or a one-line error."""
+    if name in ENVIRONMENTS:
+        return ENVIRONMENTS[name]
+    if name.startswith("gymnax:") and len(name) > len("gymnax:"):
+        return dataclasses.replace(GYMNAX, name=name)
+    raise ValueError(f"unknown env {name!r}: use {environment_names()}")
+
+
+def static_for_env(env: str, **overrides) -> StaticConfig:
+    """The paper's static configuration for ``env`` with ``overrides`` applied, validated."""
+    spec = environment_spec(env)
+    config = StaticConfig(**{**spec.defaults, "env": env, **overrides})
+    config.validate()
+    return config
+
+
+def method_settings(env: str, method: str) -> dict[str, float]:
+    """The hyperparameters ``method`` sets on ``env``: the environment's defaults and the method's paper settings."""
+    spec, entry = environment_spec(env), get_method(method)
+    if spec.settings not in entry.settings:
+        offered = [m for m, e in METHODS.items() if spec.settings in e.settings]
+        raise ValueError(f"{method} is not available on {env}: use one of {', '.join(offered)}")
+    options = entry.options()
+    defaults = {k: v for k, v in spec.hparams.items() if k in options}
+    return {**defaults, **entry.settings[spec.settings]}
+
+
+def method_hparams(env: str, method: str, **overrides: float) -> dict[str, float]:
+    """Every hyperparameter of ``method`` on ``env``: its options' defaults, the environment's and the
+    method's paper settings, then ``overrides`` (each must be one of the method's options)."""
+    options = get_method(method).options()
+    unknown = sorted(set(overrides) - set(options))
+    if unknown:
+        raise ValueError(f"{method} has no hyperparameter {', '.join(unknown)}; its hyperparameters: {', '.join(options)}")
+    for name, value in overrides.items():
+        options[name].check(value)
+    values = {name: option.default for name, option in options.items()}
+    return {**values, **method_settings(env, method), **overrides}
+
+
+def _make_chain(static: StaticConfig):
+    from .envs import RandomisedChain
+
+    return RandomisedChain(length=static.chain_length)
+
+
+def _make_maze(static: StaticConfig):
+    from .envs import Maze
+
+    return Maze()
+
+
+def _make_gymnax(static: StaticConfig):
+    from .envs.gymnax_adapter import GymnaxAdapter  # imports gymnax's registry only when asked
+
+    return GymnaxAdapter(static.env.removeprefix("gymnax:"), **dict(static.env_kwargs))
+
+
+def _make_montezuma(static: StaticConfig, num_envs: int, seed: int, **overrides):
+    from .envs.montezuma import MontezumaPool
+
+    return MontezumaPool(num_envs=num_envs, seed=seed, **overrides)
+
+
+# The chain's training settings (1-step targets, replay 10k, ...) with an automatically chosen network and
+# 32-bit SimHash codes; override any of them.
+GYMNAX = EnvironmentSpec(
+    "gymnax:NAME", "any registered gymnax environment with discrete actions (the chain's settings)", _make_gymnax,
+    defaults=dict(network="auto", total_steps=100_000, log_every=1_000, buffer_size=10_000, batch_size=64, n_step=1,
+                  train_every=1, target_update=200, simhash_bits=32),
+    hparams=dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0), settings="chain",
+)
+
+register_environment(EnvironmentSpec(
+    "chain", "the randomised chain (100 states, horizon 109)", _make_chain,
+    defaults=dict(network="mlp", total_steps=100_000, log_every=1_000, buffer_size=10_000, batch_size=64, n_step=1,
+                  train_every=1, target_update=200, simhash_bits=32),
+    hparams=dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0), settings="chain",
+))
+register_environment(EnvironmentSpec(
+    "maze", "the 24x24 maze with randomised actions (horizon 250)", _make_maze,
+    defaults=dict(network="maze_conv", total_steps=1_000_000, log_every=10_000, buffer_size=250_000, batch_size=64,
+                  n_step=3, train_every=1, target_update=1_000, simhash_bits=128),
+    hparams=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=50_000.0), settings="maze",
+))
+register_environment(EnvironmentSpec(
+    "montezuma", "Montezuma's Revenge through EnvPool (pip install -e '.[atari]')", _make_montezuma,
+    defaults=dict(network="nature", total_steps=12_500_000, log_every=50_000, buffer_size=1_000_000, batch_size=32,
+                  n_step=3, train_every=4, target_update=8_000, rnd_outputs=512),
+    hparams=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=1_000_000.0), settings="montezuma",
+    kind="pool",
+))
+
+
+__all__ = ["ENVIRONMENTS", "EnvironmentSpec", "environment_spec", "method_hparams", "method_settings",
+           "register_environment", "static_for_env"]

@@ -1,0 +1,91 @@
+"""RND (Burda et al., 2018; DQN + RND): random network distillation's error as intrinsic reward.
+
+A fixed, randomly initialised target network and a predictor trained to match it; the predictor's
+squared error ``beta_rnd * ||predictor(s') - target(s')||^2`` at the state a step reached is that step's
+intrinsic reward, recomputed whenever a minibatch is sampled. The predictor takes one gradient step per
+update on the ``rnd_batch`` most recently reached states (the paper's appendix).
+
+Networks: on the chain and the maze the Q-network's architecture with ``rnd_outputs`` outputs (the
+paper's appendix); on Montezuma Burda et al.'s (a smaller target than the predictor, ReLU, 512
+outputs) on the newest frame, as RND reads one frame, scaled to [0, 1] (Burda et al. also normalise
+observations and rewards by running statistics; the OPIQ paper does not mention it, and we do not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from ..config import Option
+from ..networks import RndPredictor, RndTarget
+from . import Part
+
+
+def rnd_bonus(predicted: jax.Array, target: jax.Array, scale: jax.Array) -> jax.Array:
+    """``scale * ||predicted - target||^2`` over the last axis (RND's intrinsic reward)."""
+    chex.assert_equal_shape([predicted, target])
+    return scale * jnp.sum(jnp.square(predicted - jax.lax.stop_gradient(target)), axis=-1)
+
+
+def rnd_loss(predicted: jax.Array, target: jax.Array, weights: jax.Array) -> jax.Array:
+    """The predictor's loss: the squared error, averaged over the rows with weight (the target is fixed)."""
+    chex.assert_equal_shape([predicted, target])
+    chex.assert_shape(weights, predicted.shape[:1])
+    errors = jnp.sum(jnp.square(predicted - jax.lax.stop_gradient(target)), axis=-1)
+    return jnp.sum(errors * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+@struct.dataclass
+class RndState:
+    """RND's trained predictor, its optimiser and the fixed random target network."""
+
+    params: Any
+    opt_state: Any
+    target_params: Any
+
+
+class Rnd(Part):
+    """The predictor and target networks, the predictor's update and the intrinsic reward."""
+
+    name = "rnd"
+    hparams = (Option("beta_rnd", 0.0, "DQN + RND: scale of the intrinsic reward beta_rnd * ||predictor(s') - "
+                      "target(s')||^2.", minimum=0.0),)
+
+    def networks(self, agent):
+        """``(predictor, target)`` for this agent's observations."""
+        outputs = agent.static.rnd_outputs
+        if agent.network_name == "nature":
+            return RndPredictor(outputs), RndTarget(outputs)
+        network = agent.make_network(outputs)
+        return network, network
+
+    def init(self, agent, run_key, example):
+        predictor, target = self.networks(agent)
+        obs = agent.path.bonus_obs(example.obs)[None]
+        params = predictor.init(agent.init_key(run_key, "predictor"), obs)
+        return RndState(params=params, opt_state=agent.optimiser.init(params),
+                        target_params=target.init(agent.init_key(run_key, "rnd_target"), obs))
+
+    def intrinsic_reward(self, agent, run, batch):
+        """The error at the state each step reached (Burda et al.)."""
+        state, (predictor, target) = run.parts[self.name], self.networks(agent)
+        lead = batch.actions.ndim
+        predicted = agent.apply_flat(predictor, state.params, batch.reached_obs, lead)
+        fixed = agent.apply_flat(target, state.target_params, batch.reached_obs, lead)
+        return rnd_bonus(predicted, fixed, run.hparams["beta_rnd"])
+
+    def update(self, agent, run, batch, key):
+        """One predictor step on the ``rnd_batch`` most recently reached states."""
+        state, (predictor, target) = run.parts[self.name], self.networks(agent)
+        obs, stored = agent.path.recent_reached_obs(run, agent.static.rnd_batch)
+        fixed = target.apply(state.target_params, obs)
+        grads = jax.grad(lambda params: rnd_loss(predictor.apply(params, obs), fixed, stored))(state.params)
+        params, opt_state = agent.sgd_step(state.params, state.opt_state, grads, run.hparams["lr"])
+        return state.replace(params=params, opt_state=opt_state)
+
+
+PART = Rnd()

@@ -1,0 +1,250 @@
+"""The pool path: one EnvPool pool holds every run's emulators (Montezuma's Revenge), replay of single frames.
+
+* The pool holds ``envs_per_run`` environments per run (one by default, as the paper's agent), reshaped
+  between the pool's ``[runs * envs]`` and ``[runs, envs]``. It is stepped through EnvPool's XLA
+  interface *inside* the compiled ``lax.scan``: a pool cannot be vmapped, so acting and recording are
+  vmapped over runs and the pool step sits between them, its handle in ``TrainState.env``.
+* The replay stores single uint8 frames (:mod:`opiq_jax.frame_replay`), one ring per environment
+  (``buffer_size`` frames per run in all, split evenly; a minibatch draws an equal share from each ring),
+  with 4-frame stacks rebuilt at sampling, never across an episode. EnvPool's reset step is stored as a
+  ``first`` slot, so it is never a transition, never in an n-step window and never counted.
+* Counts are over the 8x11, 8-level feature of the newest frame (``counts.montezuma_code``).
+* Training rewards are clipped to [-1, 1] (then R-Subtract's constant is subtracted); episode returns are
+  reported unclipped; the room is RAM byte 3 and ``rooms_visited`` counts the distinct rooms seen.
+* The mixed Monte Carlo target: when an episode ends, each of its stored transitions gets its
+  discounted clipped extrinsic return (``frame_replay.fill_episode_returns``, under a ``lax.cond`` taken
+  only on steps where some run's episode ended), and the target is ``(1 - beta_mmc) y + beta_mmc G``
+  with ``G = 0`` while the episode is unfinished.
+* Resuming: the emulators' state lives in EnvPool, outside JAX, so a resumed run starts fresh
+  episodes (:meth:`PoolPath.restart`): the agent, its replay, counts and parts are restored exactly, the
+  interrupted episodes end where they were cut (their steps stay in the replay; a ``first`` slot keeps
+  windows from crossing into the new episode, and their Monte Carlo returns stay 0, as for any
+  unfinished episode), and ``env_restarts`` counts the restarts in the metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from .. import counts, frame_replay
+from ..config import StaticConfig
+from ..envs.montezuma import StepOutput, clip_reward, newest_frame
+from . import Batch, Decision, Outcome
+
+NUM_ROOMS = 256  # RAM byte 3 takes byte values; Montezuma has 24 rooms per level
+
+
+class PoolShapes(NamedTuple):
+    """A pool's shapes without emulators: what the trainer needs to shape its state (memory estimates, tests)."""
+
+    num_actions: int = 18
+    obs_shape: tuple[int, ...] = (4, 84, 84)
+    max_episode_steps: int = 4500
+
+
+@struct.dataclass
+class PoolEnv:
+    """One run's view of the pool: its environments' current stacks and the first one (for ``q_start``)."""
+
+    obs: jax.Array  # uint8[E, 4, 84, 84]: the current stacks (EnvPool's layout, oldest frame first)
+    start_obs: jax.Array  # uint8[4, 84, 84]: the run's first stack (every episode starts there)
+    restarts: jax.Array  # int32: resumes that restarted the emulators
+
+
+def to_network_input(stack: jax.Array) -> jax.Array:
+    """EnvPool's ``[..., 4, 84, 84]`` stacks as the Nature network's ``[..., 84, 84, 4]``."""
+    return jnp.moveaxis(stack, -3, -1)
+
+
+class PoolPath:
+    """EnvPool stepping and a frame replay (module docstring)."""
+
+    kind = "pool"
+    has_test_episode = False
+    has_cell_table = False
+    metric_names = ("env_restarts",)
+    visit_sizes = {"rooms_visited": NUM_ROOMS}
+
+    def __init__(self, pool: Any, static: StaticConfig):
+        self.pool, self.static = pool, static
+        self.envs_per_run = static.envs_per_run
+        self.overlaps = static.overlap
+        self.num_actions = int(pool.num_actions)
+        stack, height, width = pool.obs_shape
+        self.obs_shape = (height, width, stack)
+        self.frame_shape = (height, width)
+        self.episode_window = int(pool.max_episode_steps) + 1
+
+    def by_run(self, tree: Any) -> Any:
+        """The pool's ``[runs * envs, ...]`` results as ``[runs, envs, ...]`` (run-major, as the pool's env ids)."""
+        return jax.tree.map(lambda x: jnp.asarray(x).reshape((-1, self.envs_per_run) + x.shape[1:]), tree)
+
+    # ------------------------------------------------------------------ environment
+
+    def initial(self, start: tuple[jax.Array, StepOutput], num_runs: int) -> tuple[jax.Array, StepOutput]:
+        """The pool's handle (shared) and each run's slice of the pool's first observations."""
+        handle, first = start
+        chex.assert_shape(first.obs, (num_runs * self.envs_per_run, *self.pool.obs_shape))
+        return handle, self.by_run(first)
+
+    def init_env(self, reset_key: jax.Array, env_key: jax.Array, start: StepOutput) -> PoolEnv:
+        del reset_key, env_key  # the emulators were reset by the host, seeded by the experiment's seed
+        return PoolEnv(obs=start.obs, start_obs=start.obs[0], restarts=jnp.int32(0))
+
+    def observations(self, env: PoolEnv) -> jax.Array:
+        """``[E, 84, 84, 4]``: what the run acts on."""
+        return to_network_input(env.obs)
+
+    def count_keys(self, env: PoolEnv) -> jax.Array:
+        """``[E, 84, 84]``: the newest frames, which are counted."""
+        return newest_frame(env.obs)
+
+    def outcome(self, runs: Any, out: StepOutput) -> tuple[Any, Outcome]:
+        """The runs with their new stacks, and the step's outcome per run."""
+        out = self.by_run(out)
+        outcome = Outcome(obs=out.obs, reward=out.reward, terminated=out.terminated, truncated=out.truncated,
+                          first=out.first, extra={"room": out.room})
+        return runs.replace(env=runs.env.replace(obs=out.obs)), outcome
+
+    def step(self, handle: jax.Array, runs: Any, decision: Decision) -> tuple[jax.Array, Any, Outcome]:
+        handle, out = self.pool.step(handle, decision.actions.reshape(-1))
+        runs, outcome = self.outcome(runs, out)
+        return handle, runs, outcome
+
+    def send(self, handle: jax.Array, decision: Decision) -> jax.Array:
+        """The first half of :meth:`step`: the emulators step on EnvPool's threads while the program goes on."""
+        return self.pool.send(handle, decision.actions.reshape(-1))
+
+    def receive(self, handle: jax.Array, runs: Any) -> tuple[jax.Array, Any, Outcome]:
+        """The second half of :meth:`step`: waits for the emulators."""
+        handle, out = self.pool.recv(handle)
+        runs, outcome = self.outcome(runs, out)
+        return handle, runs, outcome
+
+    def restart(self, state: Any, pool: Any) -> Any:
+        """``state`` restored from a checkpoint, continued on the fresh episodes of ``pool`` (module docstring)."""
+        self.pool = pool
+        handle, first = pool.reset()
+        runs = jax.jit(jax.vmap(self.restart_run))(state.runs, self.by_run(first))
+        return state.replace(env=handle, runs=runs)
+
+    def restart_run(self, run: Any, start: StepOutput) -> Any:
+        memory = jax.vmap(self.add_first)(run.memory, start.obs)
+        stats = run.stats
+        visited = {**stats.visited, "rooms_visited": stats.visited["rooms_visited"].at[start.room].set(True)}
+        stats = stats.replace(episode_return=jnp.zeros_like(stats.episode_return), visited=visited)
+        env = run.env.replace(obs=start.obs, restarts=run.env.restarts + 1)
+        return run.replace(env=env, memory=memory, stats=stats)
+
+    # ------------------------------------------------------------------ counting
+
+    def init_count_features(self, hash_key: jax.Array, env: PoolEnv) -> None:
+        del hash_key, env  # the frame feature needs nothing per run
+        return None
+
+    def count_columns(self, run: Any, frame: jax.Array) -> jax.Array:
+        del run
+        return counts.sketch_columns(counts.montezuma_code(frame), self.static.sketch_rows, self.static.sketch_width)
+
+    # ------------------------------------------------------------------ replay
+
+    def example_item(self, env: PoolEnv) -> None:
+        del env
+        return None
+
+    def add_first(self, ring: frame_replay.FrameReplay, obs: jax.Array) -> frame_replay.FrameReplay:
+        """``ring`` with ``obs`` (one stack) stored as an episode's first slot."""
+        return frame_replay.add(ring, newest_frame(obs), jnp.int32(0), jnp.float32(0), jnp.bool_(False),
+                                jnp.bool_(False), jnp.bool_(True))
+
+    def init_memory(self, env: PoolEnv, start: StepOutput) -> frame_replay.FrameReplay:
+        """One ring per environment, holding its first observation as an episode's first slot."""
+        del start
+        capacity = self.static.buffer_size // self.envs_per_run
+        return jax.vmap(lambda obs: self.add_first(frame_replay.init(capacity, self.frame_shape), obs))(env.obs)
+
+    def remember(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[frame_replay.FrameReplay, None]:
+        """Stores each environment's received frame with the transition that led to it."""
+        reward = clip_reward(outcome.reward) - run.hparams["reward_subtract"]
+        memory = jax.vmap(frame_replay.add)(run.memory, newest_frame(outcome.obs), decision.actions, reward,
+                                            outcome.terminated, outcome.truncated, outcome.first)
+        return memory, None
+
+    def after_record(self, runs: Any, outcome: Outcome) -> Any:
+        """Monte Carlo returns of the episodes that just ended (a ``cond`` taken only when some episode ended)."""
+        ended = outcome.terminated | outcome.truncated  # [runs, envs]
+        fill = jax.vmap(frame_replay.fill_episode_returns, in_axes=(0, None, None, 0))
+
+        def fill_all(memory, ended):
+            return jax.vmap(lambda m, e: fill(m, self.static.gamma, self.episode_window, e))(memory, ended)
+
+        memory = jax.lax.cond(jnp.any(ended), fill_all, lambda m, e: m, runs.memory, ended)
+        return runs.replace(memory=memory)
+
+    def bonus_obs(self, obs: jax.Array) -> jax.Array:
+        """What bonus networks (RND) read of an observation ``[..., 84, 84, 4]``: the newest frame, ``[..., 84, 84, 1]``."""
+        return obs[..., -1:]
+
+    def sample(self, run: Any, key: jax.Array) -> Batch:
+        """``batch_size`` windows, an equal share from each environment's ring."""
+        static, envs = self.static, self.envs_per_run
+        share = static.batch_size // envs
+        rings = jax.vmap(frame_replay.sample, in_axes=(0, 0, None, None))(
+            run.memory, jax.random.split(key, envs), share, static.n_step)
+        flat = jax.tree.map(lambda x: x.reshape((static.batch_size,) + x.shape[2:]), rings)
+        columns = jax.vmap(lambda frame: self.count_columns(run, frame))
+
+        def reached():
+            frames = jax.vmap(frame_replay.frames_after, in_axes=(0, 0, None))(run.memory, rings.slots, static.n_step)
+            return frames.reshape((static.batch_size, static.n_step) + self.frame_shape)[..., None]
+
+        return Batch(
+            actions=flat.actions, rewards=flat.rewards, terminated=flat.terminated, included=flat.included,
+            weights=flat.valid.astype(jnp.float32), mc_return=flat.mc_return,
+            lazy=dict(
+                obs=lambda: to_network_input(flat.obs),
+                next_obs=lambda: to_network_input(flat.next_obs),
+                step_obs=lambda: flat.count_frames[..., None],
+                reached_obs=reached,
+                step_columns=lambda: jax.vmap(columns)(flat.count_frames),
+                next_columns=lambda: columns(newest_frame(flat.next_obs)),
+            ),
+        )
+
+    def recent_reached_obs(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
+        """The newest ``count`` frames (an equal share from each ring), ``[count, 84, 84, 1]``, and whether each is stored."""
+        share = max(1, count // self.envs_per_run)
+        frames, stored = jax.vmap(frame_replay.newest_frames, in_axes=(0, None))(run.memory, share)
+        return frames.reshape((-1,) + self.frame_shape)[..., None], stored.reshape(-1).astype(jnp.float32)
+
+    # ------------------------------------------------------------------ statistics
+
+    def initial_visits(self, env: PoolEnv, start: StepOutput) -> dict[str, jax.Array]:
+        return {"rooms_visited": jnp.zeros((NUM_ROOMS,), bool).at[start.room].set(True)}
+
+    def visits(self, run: Any, decision: Decision, outcome: Outcome) -> dict[str, jax.Array]:
+        return {"rooms_visited": outcome.extra["room"]}
+
+    def start_state(self, run: Any) -> tuple[jax.Array, jax.Array]:
+        """The run's first stack (every episode starts there: no random no-ops) and its newest frame."""
+        return to_network_input(run.env.start_obs), newest_frame(run.env.start_obs)
+
+    def metrics(self, run: Any) -> dict[str, jax.Array]:
+        return {"env_restarts": run.env.restarts.astype(jnp.float32)}
+
+
+def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput:
+    """A pool's first ``StepOutput`` as zeros of the right shapes (for shape-only uses, such as memory estimates)."""
+    zeros = np.zeros(num_envs)
+    return StepOutput(obs=np.zeros((num_envs, *shapes.obs_shape), np.uint8), reward=zeros.astype(np.float32),
+                      terminated=zeros.astype(bool), truncated=zeros.astype(bool), first=np.ones(num_envs, bool),
+                      room=np.ones(num_envs, np.int32), lives=zeros.astype(np.int32))
+
+
+__all__ = ["NUM_ROOMS", "PoolEnv", "PoolPath", "PoolShapes", "first_output", "to_network_input"]

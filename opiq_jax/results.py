@@ -1,0 +1,344 @@
+"""A results folder's files, written so that nothing is lost whatever stops a run.
+
+* Every whole-file write is atomic: a temporary file in the same folder, flushed and synced, then renamed
+  over the old one (a kill mid-write leaves the old file; a full disk leaves it too, and the temporary file
+  is removed).
+* ``metrics.csv`` only grows by appending one chunk's rows in one write; a failed append is cut back to
+  the file's previous length. Rewriting it on resume (rows past the checkpoint go) keeps the CSV quoting of
+  every field (setting labels hold commas, quotes, any unicode) and its single line ending.
+* Checkpoints are checksummed and the last two are kept: a truncated or corrupt newest checkpoint is
+  reported by name, moved aside, and the run resumes from the one before. A checkpoint streams one array at
+  a time (a Montezuma replay holds gigabytes), so it never needs a second copy of the state in memory.
+* A lock file: two processes cannot write one folder; a lock left by a killed process is detected (the
+  operating system releases a dead process's lock) and taken over.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import fcntl
+import gzip
+import hashlib
+import io
+import json
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.csv"
+CHECKPOINT_FILE = "checkpoint.msgpack"
+PREVIOUS_CHECKPOINT_FILE = "checkpoint.previous.msgpack"
+RUN_INFO_FILE = "run_info.json"
+LOCK_FILE = ".lock"
+METRICS_HEADER = ("run", "method", "setting", "seed", "step", "metric", "value")
+
+CHECKPOINT_MAGIC = b"OPIQCKP2"  # the streamed, checksummed format (tests/ and experiments/ read it too)
+
+
+class ResultsError(ValueError):
+    """A results folder cannot be used as asked (a one-line message for the user)."""
+
+
+# ------------------------------------------------------------------------------------ writing files
+
+
+def write_all(f, data: bytes) -> None:
+    """Writes ``data`` to the open binary file ``f`` (one place, so that tests can make it fail)."""
+    f.write(data)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Makes a rename in ``folder`` durable (where the platform allows opening a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_chunks(path: Path, chunks: Iterable[bytes]) -> None:
+    """Writes ``chunks`` to ``path`` atomically: a temporary file beside it, synced, then renamed over it.
+
+    Any failure (a full disk, an error producing the chunks) removes the temporary file and leaves the
+    old ``path`` as it was.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                write_all(f, chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_folder(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write_chunks(path, [data])
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_chunks(path, [text.encode("utf-8")])
+
+
+def append_bytes(path: Path, data: bytes) -> None:
+    """Appends ``data`` in one write; if it fails (a full disk) the file is cut back to its previous length."""
+    with open(path, "ab") as f:
+        size = f.tell()
+        try:
+            write_all(f, data)
+            f.flush()
+            os.fsync(f.fileno())
+        except BaseException:
+            f.truncate(size)
+            raise
+
+
+# ------------------------------------------------------------------------------------ metrics.csv
+
+
+def csv_text(rows: Iterable[Iterable[Any]]) -> str:
+    """``rows`` as CSV (quoted where a field needs it, CRLF line endings): the one way metrics are written."""
+    buffer = io.StringIO(newline="")
+    csv.writer(buffer).writerows(rows)
+    return buffer.getvalue()
+
+
+def append_metric_rows(path: Path, rows: list[tuple]) -> None:
+    """Appends one chunk's rows (the header first, for a new file) in a single write."""
+    header = [] if path.exists() else [METRICS_HEADER]
+    append_bytes(path, csv_text(header + rows).encode("utf-8"))
+
+
+def parse_metric_rows(text: str) -> list[list[str]]:
+    """The well-formed rows of a metrics file's text (header included); a torn last row is left out."""
+    rows = []
+    try:
+        for row in csv.reader(io.StringIO(text, newline="")):
+            rows.append(row)
+    except csv.Error:  # an unterminated quote at the end of a torn write
+        pass
+    good = [r for r in rows[1:] if len(r) == len(METRICS_HEADER) and r[4].isdigit()]
+    return rows[:1] + good
+
+
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Keeps the header and the rows up to ``last_step``: the rows of chunks after the checkpoint go."""
+    if not path.exists():
+        return
+    rows = parse_metric_rows(path.read_bytes().decode("utf-8", errors="replace"))
+    if not rows:
+        path.unlink()
+        return
+    kept = rows[:1] + [r for r in rows[1:] if int(r[4]) <= last_step]
+    atomic_write_text(path, csv_text(kept))
+
+
+def read_metric_dicts(folder: Path) -> list[dict]:
+    """The raw rows of one folder's ``metrics.csv`` (or ``metrics.csv.gz``, as results are committed)."""
+    for path, opener in ((folder / METRICS_FILE, open), (folder / f"{METRICS_FILE}.gz", gzip.open)):
+        if path.exists():
+            with opener(path, "rt", newline="", encoding="utf-8") as f:
+                return list(csv.DictReader(f))
+    return []
+
+
+# ------------------------------------------------------------------------------------ config.json
+
+
+def read_json(path: Path) -> Any:
+    """``path`` parsed, or a one-line :class:`ResultsError` that names the file."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ResultsError(f"{path} is not valid JSON ({e}); repair it or move the folder away") from None
+    except OSError as e:
+        raise ResultsError(f"{path} cannot be read: {e.strerror or e}") from None
+
+
+# ------------------------------------------------------------------------------------ checkpoints
+
+
+def _leaf_header(path: str, x: Any) -> dict:
+    return {"path": path, "shape": list(np.shape(x)), "dtype": jnp.dtype(x.dtype).name}
+
+
+def checkpoint_chunks(state: Any, chunk: int) -> Iterator[bytes]:
+    """The checkpoint of ``state`` (arrays only: typed PRNG keys as their data) after ``chunk`` chunks, as a
+    stream: magic, header, each array, SHA-256.
+
+    Arrays are fetched from the device one at a time, so the host never holds a copy of the whole state.
+    """
+    leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+    header = json.dumps({"chunk": chunk, "leaves": [_leaf_header(jax.tree_util.keystr(p), x) for p, x in leaves]})
+    digest = hashlib.sha256()
+
+    def emit(data: bytes) -> bytes:
+        digest.update(data)
+        return data
+
+    yield emit(CHECKPOINT_MAGIC + struct.pack("<Q", len(header)) + header.encode())
+    for _, leaf in leaves:
+        yield emit(np.ascontiguousarray(jax.device_get(leaf)).tobytes())
+    yield digest.digest()
+
+
+def write_checkpoint(folder: Path, state: Any, chunk: int) -> None:
+    """Writes the checkpoint atomically, keeping the one before it as ``checkpoint.previous.msgpack``."""
+    folder = Path(folder)
+    tmp = folder / f".{CHECKPOINT_FILE}.new"
+    atomic_write_chunks(tmp, checkpoint_chunks(state, chunk))
+    if (folder / CHECKPOINT_FILE).exists():
+        os.replace(folder / CHECKPOINT_FILE, folder / PREVIOUS_CHECKPOINT_FILE)
+    os.replace(tmp, folder / CHECKPOINT_FILE)
+    fsync_folder(folder)
+
+
+class CorruptCheckpoint(ResultsError):
+    """A checkpoint file that is truncated, damaged or not a checkpoint at all."""
+
+
+class IncompatibleCheckpoint(ResultsError):
+    """A sound checkpoint whose arrays do not fit this experiment's state (another version's layout)."""
+
+
+def read_checkpoint_arrays(path: Path) -> tuple[int, dict[str, np.ndarray]]:
+    """``(chunk, {tree path: array})`` of a checkpoint file, its checksum verified."""
+    data = Path(path).read_bytes()
+    magic = len(CHECKPOINT_MAGIC)
+    if len(data) < magic + 8 + 32 or not data.startswith(CHECKPOINT_MAGIC):
+        kind = "truncated" if data and CHECKPOINT_MAGIC.startswith(data[:magic]) else "not an opiq-jax checkpoint"
+        raise CorruptCheckpoint(f"{path} is {kind} ({len(data)} bytes)")
+    if hashlib.sha256(data[:-32]).digest() != data[-32:]:
+        raise CorruptCheckpoint(f"{path} is truncated or damaged (its checksum does not match)")
+    (header_len,) = struct.unpack("<Q", data[magic : magic + 8])
+    header = json.loads(data[magic + 8 : magic + 8 + header_len])
+    offset, arrays = magic + 8 + header_len, {}
+    for leaf in header["leaves"]:
+        dtype = jnp.dtype(leaf["dtype"])
+        size = int(np.prod(leaf["shape"], dtype=np.int64)) * dtype.itemsize
+        arrays[leaf["path"]] = np.frombuffer(data, dtype, size // dtype.itemsize, offset).reshape(leaf["shape"])
+        offset += size
+    return int(header["chunk"]), arrays
+
+
+def restore_into(template: Any, arrays: dict[str, np.ndarray], path: Path) -> Any:
+    """``template``'s tree filled with ``arrays``; an :class:`IncompatibleCheckpoint` if they do not fit."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
+    expected = {jax.tree_util.keystr(p): (tuple(np.shape(x)), jnp.dtype(x.dtype)) for p, x in leaves}
+    found = {k: (v.shape, v.dtype) for k, v in arrays.items()}
+    if expected != found:
+        missing = sorted(set(expected) - set(found))[:2] or sorted(k for k in expected if expected[k] != found.get(k))[:2]
+        raise IncompatibleCheckpoint(
+            f"{path} does not fit this experiment's training state (first differences: {', '.join(missing)}): it was "
+            "written by another version of opiq-jax; resume it with that version, or move it away to start over")
+    return jax.tree_util.tree_unflatten(treedef, [arrays[jax.tree_util.keystr(p)] for p, _ in leaves])
+
+
+def aside(path: Path) -> Path:
+    """Moves a bad file out of the way (``NAME.corrupt-<time>``) and returns where it went."""
+    target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(path, target)
+    return target
+
+
+def read_checkpoint(folder: Path, template: Any, warn=print) -> tuple[Any, int] | None:
+    """The newest sound checkpoint of ``folder`` restored into ``template``, with its chunk; None if there is none.
+
+    A corrupt newest checkpoint is reported through ``warn``, moved aside, and the previous one is used.
+    """
+    for name in (CHECKPOINT_FILE, PREVIOUS_CHECKPOINT_FILE):
+        path = Path(folder) / name
+        if not path.exists():
+            continue
+        try:
+            chunk, arrays = read_checkpoint_arrays(path)
+        except CorruptCheckpoint as e:
+            moved = aside(path)
+            warn(f"opiq-jax: {e}; moved it to {moved.name} and looking for the checkpoint before it")
+            continue
+        return restore_into(template, arrays, path), chunk
+    return None
+
+
+# ------------------------------------------------------------------------------------ the folder
+
+
+def prepare_folder(folder: Path, flag: str = "--out") -> Path:
+    """Creates ``folder`` if needed; a one-line :class:`ResultsError` if it is a file, unwritable or read-only."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ResultsError(f"{flag} {folder} is a file, not a folder: choose a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        reason = "is on a read-only file system" if e.errno == errno.EROFS else f"cannot be written ({e.strerror or e})"
+        raise ResultsError(f"{flag} {folder} {reason}: choose another folder") from None
+    return folder
+
+
+class FolderLock:
+    """An exclusive lock on a results folder while a process writes it (``with FolderLock(folder): ...``)."""
+
+    def __init__(self, folder: Path, warn=print):
+        self.path, self.warn, self.fd = Path(folder) / LOCK_FILE, warn, None
+
+    def holder(self) -> str:
+        try:
+            return self.path.read_text().strip() or "another process"
+        except OSError:
+            return "another process"
+
+    def __enter__(self) -> FolderLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise ResultsError(f"{self.path.parent} is being written by {self.holder()}: wait for it to finish, "
+                               "or choose another --out") from None
+        stale = os.read(fd, 4096).decode(errors="replace").strip()
+        if stale:
+            self.warn(f"opiq-jax: {self.path.parent} had a lock of {stale}, which no longer runs; taking it over")
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"process {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)  # a clean exit leaves no holder behind
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+__all__ = [
+    "CHECKPOINT_FILE", "CONFIG_FILE", "CorruptCheckpoint", "FolderLock", "IncompatibleCheckpoint", "METRICS_FILE",
+    "METRICS_HEADER", "PREVIOUS_CHECKPOINT_FILE", "RUN_INFO_FILE", "ResultsError", "append_metric_rows",
+    "atomic_write_bytes", "atomic_write_text", "csv_text", "prepare_folder", "read_checkpoint",
+    "read_checkpoint_arrays", "read_json", "read_metric_dicts", "truncate_metrics", "write_checkpoint",
+]

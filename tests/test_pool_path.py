@@ -1,0 +1,98 @@
+"""The pool path (Montezuma's) with every method the paper runs there, on a pure-JAX stand-in for EnvPool
+(``tests/fake_pool.py``), so none of this needs EnvPool: the methods are selectable with the paper's
+settings, RND's predictor trains on frames while its target stays fixed, and BSP's prior stays fixed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from opiq_jax.environments import ENVIRONMENTS, EnvironmentSpec, method_hparams, register_environment, static_for_env
+from opiq_jax.networks import RndPredictor, RndTarget
+from opiq_jax.paths.pool import PoolShapes
+from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_methods
+from opiq_jax.trainer import Agent, make_train
+from tests.fake_pool import FakePool
+
+PAPER_MONTEZUMA = ("opiq", "opiq_no_ob", "opiq_no_pc", "dqn_pc", "dqn_rnd", "bsp")
+SMALL = dict(total_steps=64, log_every=32, buffer_size=256, batch_size=8, train_every=4, target_update=32,
+             sketch_width=512, bsp_heads=3, rnd_batch=8)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fake_montezuma():
+    """``fake_montezuma``: Montezuma's settings and methods, stepped by a FakePool of 20-step episodes."""
+    spec = ENVIRONMENTS["montezuma"]
+    register_environment(dataclasses.replace(
+        spec, name="fake_montezuma", make=lambda static, num_envs, seed, **kw: FakePool(num_envs, seed, 20, **kw),
+    ))
+    yield
+    ENVIRONMENTS.pop("fake_montezuma")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Every method the paper runs on Montezuma, two seeds each, trained on the pool path (three programs)."""
+    static = static_for_env("fake_montezuma", **SMALL)
+    runs = tuple(RunSpec(m, "paper", s, method_hparams("fake_montezuma", m)) for m in PAPER_MONTEZUMA for s in range(2))
+    experiment = Experiment(static, runs, seed=3)
+    out = tmp_path_factory.mktemp("pool")
+    states = jax.device_get(run_methods(experiment, out, progress=False))
+    return experiment, states, read_metrics(out)
+
+
+def run_keys(experiment, seeds=(0, 1)):
+    return jax.vmap(lambda s: jax.random.fold_in(jax.random.key(experiment.seed), s))(jnp.array(seeds, jnp.uint32))
+
+
+def test_the_papers_montezuma_methods_are_selectable_with_the_papers_settings(trained):
+    paper = {"opiq": dict(m=2.0, c_action=0.1, c_bootstrap=0.01, beta=0.01, beta_mmc=0.01),
+             "opiq_no_ob": dict(m=2.0, c_action=0.1, c_bootstrap=0.0, beta=0.01, beta_mmc=0.005),
+             "dqn_pc": dict(beta=0.01, beta_mmc=0.01), "dqn_rnd": dict(beta_rnd=0.1, beta_mmc=0.01),
+             "bsp": dict(beta_bsp=0.1, beta_mmc=0.025)}
+    for method, values in paper.items():
+        hp = method_hparams("montezuma", method)
+        assert {k: hp[k] for k in values} == pytest.approx(values), method
+        assert hp["epsilon_decay_steps"] == 1_000_000 and hp["epsilon_start"] == 1.0
+    assert static_for_env("montezuma").rnd_outputs == 512  # Burda et al.'s
+    with pytest.raises(ValueError, match="dqn_dora is not available on montezuma"):
+        method_hparams("montezuma", "dqn_dora")
+    # every one of them trains on the pool path; the numbers-only ones in one program
+    _, states, rows = trained
+    assert sorted(states) == ["bsp", "plain", "rnd"]
+    assert {r["method"] for r in rows} == set(PAPER_MONTEZUMA)
+    assert all(np.isfinite(r["value"]) for r in rows if r["metric"] in ("loss", "q_start", "rooms_visited"))
+
+
+def test_rnd_predictor_trains_on_frames_and_its_target_stays_fixed(trained):
+    experiment, states, rows = trained
+    rnd = states["rnd"].runs.parts["rnd"]
+    frames = jnp.zeros((1, 84, 84, 1), jnp.uint8)  # the networks read one frame, as Burda et al.'s
+    predictor, target = RndPredictor(512), RndTarget(512)
+    run0 = jax.tree.map(lambda x: x[0], rnd)
+    assert jax.eval_shape(predictor.apply, run0.params, frames).shape == (1, 512)
+    assert jax.eval_shape(target.apply, run0.target_params, frames).shape == (1, 512)
+    # the fixed target equals a fresh initialisation from the run's own key; the predictor moved away from its own
+    keys = run_keys(experiment)
+    fresh_target = jax.jit(jax.vmap(lambda k: target.init(Agent.init_key(k, "rnd_target"), frames)))(keys)
+    fresh_predictor = jax.jit(jax.vmap(lambda k: predictor.init(Agent.init_key(k, "predictor"), frames)))(keys)
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(fresh_target), rnd.target_params)
+    moved = jax.tree.map(lambda a, b: bool(np.any(a != b)), jax.device_get(fresh_predictor), rnd.params)
+    assert all(jax.tree.leaves(moved))
+    # the intrinsic reward is the predictor's error on frames: positive while it has not learned them
+    assert all(r["value"] > 0 for r in rows if r["metric"] == "intrinsic_reward" and r["method"] == "dqn_rnd")
+
+
+def test_bsp_prior_stays_fixed_on_the_pool_path(trained):
+    experiment, states, _ = trained
+    bsp_static = dataclasses.replace(experiment.static, parts=("pseudocounts", "optimism", "bsp"))
+    agent = make_train(bsp_static, PoolShapes()).agent
+    obs = jnp.zeros((1, 84, 84, 4), jnp.uint8)
+    fresh_prior = jax.jit(jax.vmap(lambda k: agent.q_network.init(Agent.init_key(k, "prior"), obs)))(run_keys(experiment))
+    runs = states["bsp"].runs
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(fresh_prior), runs.parts["bsp"])
+    assert runs.params["params"]["heads"]["head"]["kernel"].shape[:2] == (2, 3)  # [runs, K heads, ...]
