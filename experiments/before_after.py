@@ -12,7 +12,11 @@ into ``--out`` (default: the ``--after`` folder):
   own areas before and after, and the p-value of a two-sided rank-sum (Mann-Whitney) test that the seeds' own areas (the mean of the metric over the
   run) come from one distribution: a small p says the change moved the learning beyond what the
   seeds' spread explains. A change that alters the floating-point path (another precision, another
-  kernel) makes each seed's run a different sample, so the seeds' spread is the scale to judge by.
+  kernel) makes each seed's run a different sample, so the seeds' spread is the scale to judge by;
+* also from the seeds' own areas (:mod:`opiq_jax.stats`, Agarwal et al. 2021): the interquartile mean before
+  and after, each with its 95 % stratified-bootstrap interval, and the probability of improvement
+  P(after > before) (a random seed after beats a random seed before, ties counting half; 0.5 = no change)
+  with its 95 % bootstrap interval.
 
 GPU runs of the same command differ slightly from one another (scatter-adds and reductions are not
 ordered), so identical points are expected only on the CPU; the curves say whether the learning
@@ -21,16 +25,20 @@ changed.
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import math
+if not __package__:  # run by path (python experiments/before_after.py): import as python -m does, from the root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import tyro
 
-from opiq_jax.plotting import METRIC_LABELS, area_under_median, curves
-from opiq_jax.runner import read_metrics
+import opiq_jax
+from opiq_jax.plotting import METRIC_LABELS, area_under_median, curves, seed_areas
+from opiq_jax.stats import iqm, probability_of_improvement_ci, stratified_bootstrap_ci
 
 
 @dataclass
@@ -73,16 +81,26 @@ def mean_difference_interval(before: np.ndarray, after: np.ndarray, z: float = 1
     return difference, difference - z * spread, difference + z * spread
 
 
-def seed_areas(values: np.ndarray) -> np.ndarray:
-    """Each seed's area under its own curve (``values[seed, step]``), normalised by the number of points and
-    counting a missing point as 0, as :func:`~opiq_jax.plotting.area_under_median` does for the median."""
-    return np.mean(np.nan_to_num(values, nan=0.0), axis=1)
+REPS = 2000
+"""Bootstrap resamples of every interval (a fixed RNG seed 0 makes the table reproducible)."""
+
+
+def robust_comparison(areas_before: np.ndarray, areas_after: np.ndarray, reps: int = REPS) -> dict[str, float]:
+    """The IQM of the seeds' areas before and after with their 95 % stratified-bootstrap intervals, and the
+    probability of improvement P(after > before) with its 95 % bootstrap interval."""
+    result = {}
+    for side, areas in (("before", areas_before), ("after", areas_after)):
+        point, low, high = stratified_bootstrap_ci(areas, iqm, reps=reps, seed=0)
+        result.update({f"iqm_{side}": point, f"iqm_{side}_low": low, f"iqm_{side}_high": high})
+    point, low, high = probability_of_improvement_ci(areas_after, areas_before, reps=reps, seed=0)
+    return {**result, "improvement": point, "improvement_low": low, "improvement_high": high}
 
 
 def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[dict]:
     """Per method present in both: final median and area under the median, before and after, and the
     share of identical (seed, step) values, and the seeds' own areas: their means, the change of the mean with
-    its 95 % interval, and the rank-sum p-value."""
+    its 95 % interval, and the rank-sum p-value; and their IQM before and after and the probability of
+    improvement, each with its 95 % interval (:func:`robust_comparison`)."""
     old, new = curves(before, metric), curves(after, metric)
     rows = []
     for method in sorted(set(old) & set(new)):
@@ -98,20 +116,28 @@ def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[
                          auc_after=area_under_median(b), identical=float(np.mean(same)),
                          seed_area_mean_before=float(np.mean(areas_before)), seed_area_mean_after=float(np.mean(areas_after)),
                          seed_area_change=change, seed_area_change_low=change_low, seed_area_change_high=change_high,
-                         seed_area_p=rank_sum_p_value(areas_before, areas_after)))
+                         seed_area_p=rank_sum_p_value(areas_before, areas_after),
+                         **robust_comparison(areas_before, areas_after)))
     return rows
 
 
+def _interval(r: dict, key: str, spec: str = ".3g") -> str:
+    """``point (low, high)`` of ``key``."""
+    return f"{r[key]:{spec}} ({r[key + '_low']:{spec}}, {r[key + '_high']:{spec}})"
+
+
 def markdown(rows: list[dict]) -> str:
-    lines = ["| method | metric | final median before | after | area under median before | after | identical points "
-             "| seeds' mean area before | after | change of the mean (95 % interval) | rank-sum p |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| method | metric | final median before | after | area under median before | after | identical points "
+              "| seeds' mean area before | after | change of the mean (95 % interval) | rank-sum p "
+              "| IQM of seeds' areas before (95 % CI) | after (95 % CI) | P(after > before) (95 % CI) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['method']} | {r['metric']} | {r['final_before']:.3g} | {r['final_after']:.3g} | "
                      f"{r['auc_before']:.3g} | {r['auc_after']:.3g} | {100 * r['identical']:.0f}% | "
                      f"{r['seed_area_mean_before']:.3g} | {r['seed_area_mean_after']:.3g} | "
-                     f"{r['seed_area_change']:+.2g} ({r['seed_area_change_low']:+.2g}, {r['seed_area_change_high']:+.2g}) | "
-                     f"{r['seed_area_p']:.2g} |")
+                     f"{_interval(r, 'seed_area_change', '+.2g')} | {r['seed_area_p']:.2g} | "
+                     f"{_interval(r, 'iqm_before')} | {_interval(r, 'iqm_after')} | "
+                     f"{_interval(r, 'improvement', '.2f')} |")
     return "\n".join(lines)
 
 
@@ -142,7 +168,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = tyro.cli(Args, args=argv)
     out = args.out or args.after
     out.mkdir(parents=True, exist_ok=True)
-    before, after = read_metrics(args.before), read_metrics(args.after)
+    try:
+        before, after = opiq_jax.load(args.before).metrics, opiq_jax.load(args.after).metrics
+    except opiq_jax.ResultsError as e:  # a folder that does not exist or holds no results
+        raise SystemExit(f"before_after: error: {e}") from None
     rows = []
     for metric in args.metrics:
         rows += comparison_rows(before, after, metric)

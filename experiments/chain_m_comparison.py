@@ -10,13 +10,17 @@ Run: ``python -m experiments.chain_m_comparison --sweep results/sweep-chain_opiq
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+if not __package__:  # run by path (python experiments/chain_m_comparison.py): import as python -m does, from the root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import tyro
 
+import opiq_jax
 from opiq_jax.plotting import area_under_median, curves, save_curve_figure
-from opiq_jax.sweep import BATCH_PREFIX, sweep_rows
 
 
 @dataclass
@@ -50,9 +54,13 @@ def best_setting_per_m(rows: list[dict], method: str, metric: str) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
-    if not any(args.sweep.glob(f"{BATCH_PREFIX}*")):
+    try:
+        results = opiq_jax.load(args.sweep)
+    except opiq_jax.ResultsError:  # no folder, or no results in it
+        results = None
+    if results is None or not results.is_sweep:
         raise SystemExit(f"chain_m_comparison: error: {args.sweep} holds no sweep batches; run opiq-jax sweep chain_opiq first")
-    rows = sweep_rows(args.sweep)
+    rows = results.metrics  # every batch's runs, the batches' padding left out
     chosen = best_setting_per_m(rows, args.method, args.metric)
     selected = [dict(r, method=f"M={m_of(r['setting'])}: {r['setting']}") for r in rows
                 if r["method"] == args.method and r["setting"] in chosen.values()]

@@ -12,6 +12,10 @@ own, in a subfolder of ``--out``, with the same seeds. Writes into ``--out``:
 * ``summary.md`` / ``summary.json``: final median (25%, 75%) and area under the median curve per method;
 * the results folder of the run itself (``config.json``, ``metrics.csv``, checkpoints).
 
+Every option of ``opiq_jax.train`` (``--steps``, ``--log-every``, ``--count-features``, ``--precision``,
+``--buffer-size``, hyperparameters such as ``--m``, ...) is an option here too, generated from its declaration
+(``opiq_jax.options()``); left unset, each takes the environment's paper value.
+
 Run: ``python -m experiments.compare_methods --env chain --out results/chain`` (the paper: 20 seeds,
 100k steps) or ``--env maze`` (the paper: 8 seeds, 1M steps). With ``--max-minutes`` it stops cleanly
 and the same command resumes; the figures and tables are drawn after every invocation, from whatever
@@ -22,84 +26,98 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+if not __package__:  # run by path (python experiments/compare_methods.py): import as python -m does, from the root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax
 import tyro
 
-from opiq_jax.environments import method_hparams, static_for_env
+import opiq_jax
+from opiq_jax import train
+from opiq_jax.config import StaticConfig
 from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table
-from opiq_jax.runner import Experiment, RunSpec, atomic_write_bytes, is_finished, read_metrics, run_methods
 
 BASELINES = ("opiq", "dqn", "dqn_pc", "dqn_bias", "dqn_bias_pc", "dqn_rsubtract", "dqn_rsubtract_pc",
              "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
 ABLATIONS = ("opiq", "opiq_no_ob", "opiq_no_pc")
 
+PAPER_SEEDS = {"chain": 20, "maze": 8}
+MAZE_OPEN_CELLS = 340
 
-PAPER = {"chain": dict(seeds=20, steps=100_000, log_every=1_000), "maze": dict(seeds=8, steps=1_000_000, log_every=10_000)}
-
-
-@dataclass
-class Args:
-    env: Literal["chain", "maze"] = "chain"
-    """Environment."""
-    out: Path | None = None
-    """Results folder (default results/<env>-<count_features>; resumed if it holds the same experiment)."""
-    seeds: int | None = None
-    """Seeds per method (paper: 20 chain, 8 maze)."""
-    steps: int | None = None
-    """Environment steps per run (paper: 100k chain, 1M maze)."""
-    log_every: int | None = None
-    """Steps between metric rows (default 1k chain, 10k maze)."""
-    count_features: Literal["simhash", "exact"] = "simhash"
-    """simhash: the paper's SimHash codes (k = 32 chain, 128 maze); exact: the environment's cell id."""
-    chain_length: int = 100
-    """Chain states (chain only)."""
-    precision: Literal["float32", "bfloat16"] = "float32"
-    """The Q-network's precision: float32 (the paper) or bfloat16 (mixed precision for throughput: float32 weights
-    and optimiser, bfloat16 forward and backward passes and target network; see StaticConfig.precision)."""
-    maze_torso: Literal["auto", "xla", "pallas"] = "auto"
-    """The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto (Pallas on GPUs in
-    bfloat16; see StaticConfig.maze_torso)."""
-    target_values: Literal["auto", "table", "network"] = "auto"
-    """The bootstrap targets' target-network values: looked up in a table of every cell filled at each target
-    copy (chain, maze), the target network on every batch, or auto (the table in bfloat16; see
-    StaticConfig.target_values)."""
-    methods: tuple[str, ...] = tuple(dict.fromkeys(BASELINES + ABLATIONS))
-    """Methods to run."""
-    progress: bool = True
-    """Show a progress bar."""
-    max_minutes: float | None = None
-    """Stop cleanly (checkpoint written) after this many minutes; run the same command again to resume."""
-    checkpoint_minutes: float = 5.0
-    """Minutes between checkpoints."""
+# This script's own options; every experiment option comes from its declaration (see option_fields).
+OWN_FIELDS: list[tuple[str, Any, Any, str]] = [
+    ("env", Literal["chain", "maze"], "chain", "Environment."),
+    ("out", Path | None, None, ("Results folder (default results/<env>-<count_features>; resumed if it holds the "
+                                "same experiment).")),
+    ("seeds", int | None, None, "Seeds per method (paper: 20 chain, 8 maze)."),
+    ("methods", tuple[str, ...], tuple(dict.fromkeys(BASELINES + ABLATIONS)), "Methods to run."),
+    ("progress", bool, True, "Show a progress bar."),
+    ("max_minutes", float | None, None, ("Stop cleanly (checkpoint written) after this many minutes; run the "
+                                         "same command again to resume.")),
+    ("checkpoint_minutes", float, 5.0, "Minutes between checkpoints."),
+]
+# env_arg configures gymnax environments only; this script runs the chain and the maze.
+NOT_HERE = ("env_arg",)
 
 
-def resolve(args: Args) -> Args:
-    """Fills the options left unset with the paper's values for the environment."""
-    paper = PAPER[args.env]
-    return dataclasses.replace(
-        args, seeds=args.seeds or paper["seeds"], steps=args.steps or paper["steps"],
-        log_every=args.log_every or paper["log_every"],
-        out=args.out or Path("results") / f"{args.env}-{args.count_features}",
-    )
+def option_fields() -> list[tuple[str, Any, Any]]:
+    """A command-line field for every option ``opiq_jax.train`` takes, with the declaration's help and range;
+    ``None`` (unset) leaves the environment's paper value (a yes/no option starts at its default)."""
+    fields = []
+    for name, option in opiq_jax.options().items():
+        if name in NOT_HERE:
+            continue
+        kind = Literal[option.choices] if option.choices is not None else option.type  # type: ignore[valid-type]
+        default = option.default if option.type is bool else None
+        if option.type is not bool:
+            kind = kind | None
+        fields.append((name, Annotated[kind, tyro.conf.arg(help=option.help(default_text(option)),
+                                                           help_behavior_hint="")], dataclasses.field(default=default)))
+    return fields
 
 
-def build(args: Args) -> Experiment:
-    extra = dict(chain_length=args.chain_length) if args.env == "chain" else {}
-    static = static_for_env(args.env, total_steps=args.steps, log_every=args.log_every,
-                            count_features=args.count_features, precision=args.precision,
-                            maze_torso=args.maze_torso, target_values=args.target_values, **extra)
-    runs = tuple(RunSpec(m, "paper", s, method_hparams(args.env, m)) for m in args.methods for s in range(args.seeds))
-    return Experiment(static, runs)
+def default_text(option) -> str | None:
+    """What leaving ``option`` unset means, for its help: a hyperparameter keeps each method's paper setting."""
+    if option.name not in {f.name for f in dataclasses.fields(StaticConfig)}:
+        return "the method's paper setting for the environment"
+    return "the environment's paper value" if option.environment_default else None  # None: the declared default
 
 
-def report(out: Path, env: str, count_features: str, num_states: int) -> None:
-    rows = read_metrics(out)
-    features = "exact state counts" if count_features == "exact" else f"SimHash k={32 if env == 'chain' else 128}"
+OPTION_FIELDS = option_fields()
+OPTION_NAMES = tuple(name for name, *_ in OPTION_FIELDS)
+Args = dataclasses.make_dataclass(
+    "Args", [(n, Annotated[t, tyro.conf.arg(help=h)], dataclasses.field(default=d)) for n, t, d, h in OWN_FIELDS]
+    + OPTION_FIELDS)
+Args.__doc__ = __doc__.split("\n\n")[0]
+
+
+def options_given(args) -> dict[str, Any]:
+    """The experiment options set on the command line, by their names in ``opiq_jax.train``."""
+    declared = opiq_jax.options()
+    return {name: getattr(args, name) for name in OPTION_NAMES
+            if getattr(args, name) is not None and getattr(args, name) != (
+                declared[name].default if declared[name].type is bool else None)}
+
+
+def resolve(args):
+    """Fills the script's own options left unset: the paper's seeds for the environment, the default folder."""
+    features = args.count_features or "simhash"
+    return dataclasses.replace(args, seeds=args.seeds or PAPER_SEEDS[args.env],
+                               out=args.out or Path("results") / f"{args.env}-{features}")
+
+
+def report(results: opiq_jax.Results, env: str) -> None:
+    """The figures (baselines, ablations) and tables of every headline metric, from whatever has run."""
+    out, rows, static = results.folder, results.metrics, results.config["static"]
+    num_states = static["chain_length"] if env == "chain" else MAZE_OPEN_CELLS
+    features = ("exact state counts" if static["count_features"] == "exact"
+                else f"SimHash k={static['simhash_bits']}")
     for metric in ("train_return", "test_return", "states_visited"):
         hline = num_states if metric == "states_visited" else None
         metric_curves = curves(rows, metric)
@@ -112,6 +130,12 @@ def report(out: Path, env: str, count_features: str, num_states: int) -> None:
     (out / "summary.json").write_text(json.dumps(tables, indent=1))
     print(text)
 
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Writes ``path`` through a temporary file and a rename, so that a kill mid-write leaves the old file."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 def record_invocation(info_path: Path, seconds: float, **fields) -> dict:
     """Appends one invocation's wall-clock to ``run_info.json``, written atomically.
@@ -129,23 +153,27 @@ def record_invocation(info_path: Path, seconds: float, **fields) -> dict:
         previous = []
     info["seconds_per_invocation"] = [*previous, seconds]
     info.update(fields, total_seconds=sum(info["seconds_per_invocation"]))
-    atomic_write_bytes(info_path, json.dumps(info, indent=1).encode())
+    atomic_write_text(info_path, json.dumps(info, indent=1))
     return info
 
 
 def main(argv: list[str] | None = None) -> None:
     args = resolve(tyro.cli(Args, args=argv))
-    experiment = build(args)
     started = time.time()
-    run_methods(experiment, args.out, progress=args.progress, checkpoint_seconds=60 * args.checkpoint_minutes,
-                max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
+    try:
+        results = train(args.env, args.methods, args.seeds, out=args.out, progress=args.progress,
+                        checkpoint_every=60 * args.checkpoint_minutes, max_minutes=args.max_minutes,
+                        **options_given(args))
+    except opiq_jax.UsageError as e:
+        raise SystemExit(f"compare_methods: error: {e}") from None
     seconds = time.time() - started
     device = jax.devices()[0].device_kind
-    print(f"{args.env}: {len(experiment.runs)} runs x {args.steps} steps in {seconds:.0f} s on {device}")
-    record_invocation(args.out / "run_info.json", seconds, device=device, runs=len(experiment.runs), steps=args.steps)
-    if not is_finished(args.out):  # the figures and tables still show what has run (their 'last step' says how far)
+    runs, steps = len(results.config["runs"]), results.config["static"]["total_steps"]
+    print(f"{args.env}: {runs} runs x {steps} steps in {seconds:.0f} s on {device}")
+    record_invocation(args.out / "run_info.json", seconds, device=device, runs=runs, steps=steps)
+    if not results.finished:  # the figures and tables still show what has run (their 'last step' says how far)
         print(f"{args.env}: stopped before the end; run the same command again to resume from {args.out}")
-    report(args.out, args.env, args.count_features, args.chain_length if args.env == "chain" else 340)
+    report(results, args.env)
 
 
 if __name__ == "__main__":

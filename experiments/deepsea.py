@@ -54,15 +54,18 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+if not __package__:  # run by path (python experiments/deepsea.py): import as python -m does, from the root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax
 import matplotlib
 import numpy as np
 import tyro
 
-from opiq_jax.environments import method_hparams, static_for_env
-from opiq_jax.runner import Experiment, RunSpec, is_finished, read_metrics, run_experiment
+import opiq_jax
+from opiq_jax import train
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -112,15 +115,15 @@ def budget_episodes(args: Args, size: int) -> int:
     return int(math.ceil(args.budget_per_n * size / args.log_episodes) * args.log_episodes)
 
 
-def build(args: Args, size: int) -> Experiment:
-    """All methods x seeds of one size as one experiment (one compiled program)."""
-    static = static_for_env(
-        ENV, env_kwargs=(("size", size),), total_steps=budget_episodes(args, size) * size,
-        log_every=args.log_episodes * size, buffer_size=args.buffer_size, hidden=tuple(args.hidden),
-        count_features=args.count_features,
-    )
-    runs = tuple(RunSpec(m, "paper", s, method_hparams(ENV, m)) for m in args.methods for s in range(args.seeds))
-    return Experiment(static, runs, seed=args.seed)
+def size_options(args: Args, size: int) -> dict[str, Any]:
+    """The options of one size's experiment (all methods x seeds of it train as one compiled program)."""
+    return dict(env_arg={"size": size}, steps=budget_episodes(args, size) * size, log_every=args.log_episodes * size,
+                buffer_size=args.buffer_size, hidden=tuple(args.hidden), count_features=args.count_features)
+
+
+def is_done(folder: Path) -> bool:
+    """Whether ``folder`` holds a finished size."""
+    return (folder / "metrics.csv").exists() and opiq_jax.load(folder).finished
 
 
 def size_folder(out: Path, size: int) -> Path:
@@ -264,8 +267,8 @@ def report(args: Args) -> str:
     measures = []
     for size in args.sizes:
         folder = size_folder(args.out, size)
-        if (folder / "metrics.csv").exists() and is_finished(folder):
-            measures += run_measures(read_metrics(folder), size)
+        if is_done(folder):
+            measures += run_measures(opiq_jax.load(folder).metrics, size)
     if not measures:
         return "no finished size yet"
     methods = tuple(m for m in args.methods if any(x["method"] == m for x in measures))
@@ -298,25 +301,26 @@ def main(argv: list[str] | None = None) -> None:
     if not args.plot_only:
         for size in args.sizes:
             folder = size_folder(args.out, size)
-            experiment = build(args, size)
-            if (folder / "metrics.csv").exists() and is_finished(folder):
+            if is_done(folder):
                 continue
             left = None if args.max_minutes is None else 60 * args.max_minutes - (time.time() - started)
             if left is not None and left <= 0:
                 stopped_early = True
                 break
             t0 = time.time()
-            run_experiment(experiment, folder, progress=args.progress, checkpoint_seconds=60 * args.checkpoint_minutes,
-                           max_seconds=left)
+            results = train(ENV, args.methods, args.seeds, out=folder, seed=args.seed, progress=args.progress,
+                            checkpoint_every=60 * args.checkpoint_minutes,
+                            max_minutes=None if left is None else left / 60, **size_options(args, size))
             seconds = time.time() - t0
+            runs, static = len(results.config["runs"]), results.config["static"]
             entry = info["sizes"].setdefault(str(size), {"seconds_per_invocation": []})
             entry["seconds_per_invocation"].append(seconds)
-            entry.update(seconds=sum(entry["seconds_per_invocation"]), runs=len(experiment.runs),
-                         steps_per_run=experiment.static.total_steps, budget_episodes=budget_episodes(args, size),
-                         log_every=experiment.static.log_every)
-            print(f"deepsea N={size}: {len(experiment.runs)} runs x {experiment.static.total_steps:,} steps "
+            entry.update(seconds=sum(entry["seconds_per_invocation"]), runs=runs,
+                         steps_per_run=static["total_steps"], budget_episodes=budget_episodes(args, size),
+                         log_every=static["log_every"])
+            print(f"deepsea N={size}: {runs} runs x {static['total_steps']:,} steps "
                   f"({budget_episodes(args, size):,} episodes) in {seconds:.0f} s on {device.device_kind}", flush=True)
-            if not is_finished(folder):
+            if not results.finished:
                 stopped_early = True
                 break
         info.update(

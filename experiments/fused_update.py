@@ -45,7 +45,7 @@ import tyro
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from opiq_jax.bench.throughput import measure_bandwidth
+from opiq_jax.benchmark.throughput import measure_bandwidth
 from opiq_jax.config import StaticConfig
 from opiq_jax.environments import static_for_env
 from opiq_jax.trainer import make_optimiser

@@ -43,20 +43,28 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+if not __package__:  # run by path (python experiments/maze_value_maps.py): import as python -m does, from the root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START
+import opiq_jax
+from opiq_jax import train
 from opiq_jax import counts
-from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START
 from opiq_jax.parts.optimism import optimism_bonus
-from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, is_finished, run_experiment
+# The maps apply each run's Q-network and read its count sketch at every cell, which the public API does not
+# offer: the trainer of the results folder's configuration does (its environment, network and count lookup).
+from opiq_jax.plan import experiment_from_configs
+from opiq_jax.runner import compiled_trainer
 
 BASE_METHODS = ("dqn_pc", "opiq")
 # Methods that differ from these only in numbers (HParams), so all share one compiled program; methods
@@ -117,13 +125,16 @@ def methods_of(args: Args) -> tuple[str, ...]:
     return tuple(dict.fromkeys(BASE_METHODS + tuple(args.methods)))
 
 
-def build(args: Args) -> Experiment:
-    """One experiment: every method once, all with ``args.seed``."""
+def options(args: Args) -> dict[str, Any]:
+    """The experiment's options for ``opiq_jax.train`` (every method once, with the paper's maze setting)."""
     overrides = {} if args.buffer_size is None else dict(buffer_size=args.buffer_size)
-    static = static_for_env("maze", total_steps=args.steps, log_every=args.log_every or default_log_every(args.steps),
-                            count_features=args.count_features, **overrides)
-    runs = tuple(RunSpec(m, "paper", args.seed, method_hparams("maze", m)) for m in methods_of(args))
-    return Experiment(static, runs)
+    return dict(steps=args.steps, log_every=args.log_every or default_log_every(args.steps),
+                count_features=args.count_features, **overrides)
+
+
+def trainer_of(results: opiq_jax.Results):
+    """The compiled trainer of a results folder's configuration (cached: the run's own, when it trained here)."""
+    return compiled_trainer(experiment_from_configs(results.folder).static)[0]
 
 
 # ------------------------------------------------------------------------------------ values (pure)
@@ -251,13 +262,14 @@ def bootstrap_title(method: str, c_bootstrap: float, m: float, step: int, seed: 
 # ------------------------------------------------------------------------------------ files
 
 
-def save_values(path: Path, experiment: Experiment, values: dict[str, np.ndarray], visited: np.ndarray,
+def save_values(path: Path, runs: Sequence[dict], values: dict[str, np.ndarray], visited: np.ndarray,
                 walls: np.ndarray, action_map: np.ndarray, step: int) -> Path:
     """``values.npz``. Per-cell arrays are ``[runs, 576 cells, 4 actions]`` indexed by cell id
     ``row * 24 + col`` (float arrays NaN on walls, ``counts`` -1 on walls); ``*_maps`` are the same
     as ``[runs, 4 actions, 24, 24]``. Also: ``methods``, ``c_action``, ``c_bootstrap``, ``m``
     (per run), ``visited`` (bool[runs, 576]), ``walls`` (bool[24, 24]), ``action_map`` (int[runs, 24,
     24, 4]: the base move, 0 left 1 down 2 right 3 up, of each action in each cell), ``step``, ``seed``.
+    ``runs`` are the runs of :attr:`opiq_jax.FinalState.runs` (each with its method, seed and hyperparameters).
     """
     wall_ids = walls.reshape(-1)
     arrays = {}
@@ -268,10 +280,10 @@ def save_values(path: Path, experiment: Experiment, values: dict[str, np.ndarray
         arrays[f"{name}_maps"] = to_maps(per_cell, walls).astype(np.float32)
     n = np.asarray(values["counts"]).copy()
     n[:, wall_ids, :] = -1
-    hp = experiment.hparams()
+    hp = [r["hparams"] for r in runs]
     np.savez_compressed(
         path, **arrays, counts=n, visited=visited, walls=walls, action_map=action_map,
-        methods=np.array([r.method for r in experiment.runs]), seed=np.array([r.seed for r in experiment.runs]),
+        methods=np.array([r["method"] for r in runs]), seed=np.array([r["seed"] for r in runs]),
         c_action=np.array([float(h["c_action"]) for h in hp]), c_bootstrap=np.array([float(h["c_bootstrap"]) for h in hp]),
         m=np.array([float(h["m"]) for h in hp]), step=np.int64(step),
     )
@@ -289,34 +301,37 @@ def main(argv: list[str] | None = None) -> dict:
                          f"own); use any of {', '.join(PLAIN_METHODS)}")
     if args.out is None:
         args.out = Path("results") / f"maze-value-maps-steps{args.steps}-seed{args.seed}"
-    experiment = build(args)
     started = time.time()
-    state = run_experiment(experiment, args.out, progress=args.progress, checkpoint_seconds=60 * args.checkpoint_minutes,
-                           max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
+    # One run per method, every one with the seed --seed (not runs 0, 1, ... under it).
+    results = train("maze", methods_of(args), [args.seed], out=args.out, progress=args.progress,
+                    checkpoint_every=60 * args.checkpoint_minutes, max_minutes=args.max_minutes, **options(args))
     train_seconds = time.time() - started
 
-    trainer = compiled_trainer(experiment.static)[0]
-    values = jax.device_get(jax.jit(lambda runs: all_values(trainer, runs))(state.runs))
-    visited_ids, action_map = jax.device_get((state.runs.stats.visited["states_visited"], state.runs.env.params.action_map))
-    step = int(state.step)
+    final = results.state()
+    trainer = trainer_of(results)
+    values = jax.device_get(jax.jit(lambda runs: all_values(trainer, runs))(final.state))
+    visited_ids, action_map = jax.device_get((final.state.stats.visited["states_visited"],
+                                              final.state.env.params.action_map))
+    step, static = final.step, results.config["static"]
     walls = np.asarray(trainer.path.env.walls)
     open_cells = int((~walls).sum())
     visited_ids = np.asarray(visited_ids)  # bool[runs, 576] by cell id
     visited_maps = visited_ids.reshape(-1, MAZE_SIZE, MAZE_SIZE) & ~walls
     files = []
-    for i, (spec, hp) in enumerate(zip(experiment.runs, experiment.hparams())):
+    for i, run in enumerate(final.runs):
+        method, seed, hp = run["method"], run["seed"], run["hparams"]
         visited = int(visited_maps[i].sum())
         acting = to_maps(values["acting"][i], walls)
-        files.append(draw_maps(args.out / f"maze_values_{spec.method}.png", acting, walls, visited_maps[i],
-                               acting_title(spec.method, float(hp["c_action"]), float(hp["m"]), step, spec.seed, visited, open_cells),
+        files.append(draw_maps(args.out / f"maze_values_{method}.png", acting, walls, visited_maps[i],
+                               acting_title(method, float(hp["c_action"]), float(hp["m"]), step, seed, visited, open_cells),
                                args.vmax, args.visited_alpha))
         if float(hp["c_bootstrap"]) > 0:
             boot = to_maps(values["bootstrap"][i], walls)
-            files.append(draw_maps(args.out / f"maze_bootstrap_values_{spec.method}.png", boot, walls, visited_maps[i],
-                                   bootstrap_title(spec.method, float(hp["c_bootstrap"]), float(hp["m"]), step, spec.seed,
+            files.append(draw_maps(args.out / f"maze_bootstrap_values_{method}.png", boot, walls, visited_maps[i],
+                                   bootstrap_title(method, float(hp["c_bootstrap"]), float(hp["m"]), step, seed,
                                                    visited, open_cells),
                                    args.vmax, args.visited_alpha))
-    files.append(save_values(args.out / VALUES_FILE, experiment, values, visited_ids, walls,
+    files.append(save_values(args.out / VALUES_FILE, final.runs, values, visited_ids, walls,
                              np.asarray(action_map), step))
     seconds = time.time() - started
 
@@ -329,16 +344,16 @@ def main(argv: list[str] | None = None) -> dict:
     info.update(
         device=device.device_kind, platform=device.platform, devices=jax.device_count(), jax=jax.__version__,
         host=platform.node(), command="python -m experiments.maze_value_maps " + " ".join(sys.argv[1:] if argv is None else argv),
-        methods=[r.method for r in experiment.runs], seed=args.seed, steps=args.steps, step_drawn=step,
-        log_every=experiment.static.log_every, count_features=args.count_features,
-        buffer_size=experiment.static.buffer_size, total_seconds=sum(info["seconds_per_invocation"]),
-        cells_visited={r.method: int(v.sum()) for r, v in zip(experiment.runs, visited_maps)},
+        methods=[r["method"] for r in final.runs], seed=args.seed, steps=args.steps, step_drawn=step,
+        log_every=static["log_every"], count_features=args.count_features,
+        buffer_size=static["buffer_size"], total_seconds=sum(info["seconds_per_invocation"]),
+        cells_visited={r["method"]: int(v.sum()) for r, v in zip(final.runs, visited_maps)},
         files=[p.name for p in files],
     )
     info_path.write_text(json.dumps(info, indent=1))
-    print(f"maze value maps: {len(experiment.runs)} runs x {step:,} steps, {seconds:.0f} s "
+    print(f"maze value maps: {len(final.runs)} runs x {step:,} steps, {seconds:.0f} s "
           f"({train_seconds:.0f} s training, compile included) on {device.device_kind}")
-    if not is_finished(args.out):
+    if not results.finished:
         print(f"maze value maps: stopped at step {step:,} of {args.steps:,}; the maps show that step. "
               f"Run the same command again to resume from {args.out}")
     for p in files + [info_path]:

@@ -13,14 +13,19 @@ Needs the Atari extra: ``pip install -e '.[atari]'``. Run:
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+if not __package__:  # run by path (python experiments/montezuma.py): import as python -m does, from the root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tyro
 
-from opiq_jax.environments import method_hparams, static_for_env
+import opiq_jax
+from opiq_jax import train
 from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table
-from opiq_jax.runner import Experiment, RunSpec, experiment_folders, read_metrics, run_methods
 
 PAPER_STEPS, PAPER_SEEDS = 12_500_000, 4
 
@@ -47,13 +52,12 @@ class Args:
     """Show a progress bar."""
 
 
-def build(args: Args) -> Experiment:
+def options(args: Args) -> dict[str, Any]:
+    """The experiment's options for ``opiq_jax.train`` (every method x seed with the paper's setting)."""
     if args.steps % args.log_every:
         raise SystemExit(f"--steps ({args.steps}) must be a multiple of --log-every ({args.log_every})")
-    static = static_for_env("montezuma", total_steps=args.steps, log_every=args.log_every, buffer_size=args.buffer_size,
-                            envs_per_run=args.envs_per_run)
-    runs = tuple(RunSpec(m, "paper", s, method_hparams("montezuma", m)) for m in args.methods for s in range(args.seeds))
-    return Experiment(static, runs)
+    return dict(steps=args.steps, log_every=args.log_every, buffer_size=args.buffer_size,
+                envs_per_run=args.envs_per_run)
 
 
 def projection(info: dict, methods: int) -> str:
@@ -68,12 +72,13 @@ def projection(info: dict, methods: int) -> str:
 
 
 def report(out: Path, methods: int) -> str:
-    rows = read_metrics(out)
+    results = opiq_jax.load(out)
+    rows = results.metrics
     for metric in ("train_return", "max_return", "rooms_visited"):
         save_curve_figure(out / f"montezuma_{metric}.png", curves(rows, metric), metric, "Montezuma's Revenge")
     text = "\n\n".join(f"### {m}\n\n{markdown_table(summary_table(rows, m), m)}"
                        for m in ("train_return", "max_return", "rooms_visited"))
-    for folder in experiment_folders(out):
+    for folder in (out / name for name in results.programs()):
         info = json.loads((folder / "run_info.json").read_text())
         text += (f"\n\n{folder.name}: " + projection(info, methods)
                  + f" State per run: {info['state_bytes_per_run'] / 2**30:.2f} GiB.")
@@ -84,9 +89,9 @@ def report(out: Path, methods: int) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
     try:
-        run_methods(build(args), args.out, progress=args.progress,
-                    max_seconds=None if args.max_minutes is None else 60 * args.max_minutes)
-    except (ImportError, ValueError) as e:
+        train("montezuma", args.methods, args.seeds, out=args.out, progress=args.progress, max_minutes=args.max_minutes,
+              **options(args))
+    except (ImportError, ValueError) as e:  # no EnvPool, or a bad option (opiq_jax.UsageError is a ValueError)
         raise SystemExit(f"montezuma: {e}") from None
     print(report(args.out, len(args.methods)))
 

@@ -48,21 +48,31 @@ class Args:
             raise SystemExit(f"multi_gpu_scaling: error: --runs {uneven} do not divide over the {num_devices} local devices")
 
 
+def rate(num_runs: int, steps: int, seconds: list[float]) -> float:
+    """Environment steps per second of ``num_runs`` runs taking ``steps`` steps each, from the fastest timed chunk."""
+    return num_runs * steps / min(seconds)
+
+
+def scaling_row(num_runs: int, one_device: float, all_devices: float) -> dict:
+    """One row of the table: both rates and the speed-up of sharding over every device."""
+    return dict(runs=num_runs, one_device=one_device, all_devices=all_devices, speedup=all_devices / one_device)
+
+
 def steps_per_second(static, num_runs: int, sharded: bool, repeats: int) -> float:
     hp = method_hparams(static.env, "opiq")
     experiment = Experiment(static, tuple(RunSpec("opiq", "bench", s, hp) for s in range(num_runs)))
     _, init, train_chunk = compiled_trainer(static)
     state = init(*run_keys_for(experiment), stack_hparams([hp] * num_runs))
     if sharded:
-        state = shard_over_devices(state, num_runs, verbose=False)
+        state = shard_over_devices(state, num_runs, say=None)
     while int(state.step) < static.batch_size + 1:  # compile, then fill the replay past one batch
         state, _ = train_chunk(state)
-    best = float("inf")
+    seconds = []
     for _ in range(repeats):
         started = time.perf_counter()
         state, metrics = jax.block_until_ready(train_chunk(state))
-        best = min(best, time.perf_counter() - started)
-    return num_runs * static.log_every / best
+        seconds.append(time.perf_counter() - started)
+    return rate(num_runs, static.log_every, seconds)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -75,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     for num_runs in args.runs:
         one = steps_per_second(static, num_runs, sharded=False, repeats=args.repeats)
         many = steps_per_second(static, num_runs, sharded=True, repeats=args.repeats)
-        rows.append(dict(runs=num_runs, one_device=one, all_devices=many, speedup=many / one))
+        rows.append(scaling_row(num_runs, one, many))
         print(rows[-1], flush=True)
     kind = devices[0].device_kind
     lines = [f"{args.env}, {args.precision}: environment steps per second on 1 and on {len(devices)} x {kind} (runs sharded).", "",

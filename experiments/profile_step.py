@@ -41,8 +41,8 @@ from typing import Literal
 import jax
 import tyro
 
-from opiq_jax.bench.options import Bench
-from opiq_jax.bench.throughput import bench_experiment, run_until_learning
+from opiq_jax.benchmark.options import Bench
+from opiq_jax.benchmark.throughput import bench_experiment, run_until_learning
 from opiq_jax.config import StaticConfig, stack_hparams
 from opiq_jax.runner import compiled_trainer, run_keys_for
 
@@ -131,6 +131,15 @@ def command_buffers_enabled() -> bool:
     return not flags or flags[-1] not in ("", "''", '""')
 
 
+def phase_totals(per_op: dict[str, float], names: dict[str, str]) -> tuple[dict[str, str], dict[str, float]]:
+    """Each op's phase (from its ``op_name``; ``other`` for an op without one) and the seconds of each phase."""
+    phases = {op: phase_of(names.get(op, "")) for op in per_op}
+    per_phase: dict[str, float] = defaultdict(float)
+    for op, t in per_op.items():
+        per_phase[phases[op]] += t
+    return phases, dict(per_phase)
+
+
 def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: str = "opiq") -> dict:
     """Traces ``chunks`` chunks of the compiled trainer and returns the time per phase and per op."""
     if jax.default_backend() == "gpu" and command_buffers_enabled():
@@ -155,15 +164,12 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
         if not traces:
             raise RuntimeError(f"the profiler wrote no trace into {trace_dir}")
         per_op = op_times(str(traces[-1]), "train_chunk")
-    phases = {op: phase_of(names.get(op, "")) for op in per_op}
-    per_phase: dict[str, float] = defaultdict(float)
-    for op, t in per_op.items():
-        per_phase[phases[op]] += t
+    phases, per_phase = phase_totals(per_op, names)
     steps = num_runs * static.log_every * chunks
     return dict(env=static.env, precision=static.precision, runs=num_runs, chunks=chunks, steps=steps, wall_s=seconds,
                 env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind, hlo=hlo,
                 command_buffers=command_buffers_enabled() if jax.default_backend() == "gpu" else None,
-                op_seconds=sum(per_op.values()), per_phase=dict(per_phase),
+                op_seconds=sum(per_op.values()), per_phase=per_phase,
                 per_op=[dict(op=op, seconds=t, phase=phases[op], op_name=names.get(op, ""))
                         for op, t in sorted(per_op.items(), key=lambda kv: -kv[1])])
 

@@ -24,7 +24,11 @@ import dataclasses
 import json
 import math
 import pathlib
+import sys
 import time
+
+if not __package__:  # run by path (python experiments/tabular_regret.py): import as python -m does, from the root
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax
 import matplotlib

@@ -1,8 +1,10 @@
 """The ``opiq-jax`` command line: ``train``, ``sweep``, ``plot`` and ``bench``.
 
-Every option is a documented dataclass field (tyro turns the docstrings into ``--help``). Values are
-checked before anything is compiled; a bad one stops with a single ``opiq-jax: error: ...`` line
-that says what to change.
+``train``'s options are generated from their one declaration (:mod:`opiq_jax.config` and every registered
+exploration part's hyperparameters), so the command line, the presets and the Python API share names,
+documentation, defaults and checks; the method and environment lists come from the registries. Values are
+checked before anything is compiled; a bad one stops with a single ``opiq-jax: error: ...`` line, exit code 2.
+A run stopped by SIGINT or SIGTERM prints one line and exits with 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -12,134 +14,115 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Annotated, Any, Literal
 
 import tyro
 
-from .environments import environment_spec, method_hparams, static_for_env
-from .methods import METHODS, get_method, program_name, program_parts
-from .parts import PARTS, get_part
+from .config import STATIC_OPTIONS, Option
+from .errors import NonFiniteRuns, PeerFailed, Stopped, UsageError
+from .plan import every_hparam, option_defaults, settable_static
 
-if TYPE_CHECKING:  # the runner imports gymnax, which starts JAX's backend: see join_processes
-    from .runner import Experiment
+PROGRESS_FIELDS = (
+    "The progress bar shows, after each chunk: env steps/s (every run's environment steps per second since this "
+    "call started training (compilation is before it), test (or train): the median over runs of the chunk's greedy test return "
+    "(or training return), and states (or rooms): the median number of distinct states (rooms) visited so far.")
 
-HPARAM_OPTIONS = ("m", "c_action", "c_bootstrap", "beta", "epsilon_start", "epsilon_end", "epsilon_decay_steps",
-                  "reward_subtract", "final_bias", "lr", "beta_dora", "beta_dora_action", "beta_rnd", "beta_bsp")
+TRAIN_DOC = (
+    "Train one or more methods, many seeds each, as one compiled program; write a results folder (config.json, "
+    "metrics.csv, checkpoints, run_info.json, plots). Running the same command again resumes it; SIGINT or SIGTERM "
+    "stops it at the next chunk with a checkpoint. " + PROGRESS_FIELDS)
+
+LOOP_FIELDS: list[tuple[str, Any, Any, str]] = [
+    ("seeds", int, 4, "Independent runs per method (and grid setting)."),
+    ("out", Path | None, None, "Results folder (default results/<env>-<methods>-seeds<N>-steps<S>). An existing folder "
+     "of the same experiment is resumed from its newest checkpoint; one of another experiment is refused."),
+    ("grid", tuple[str, ...], (), "Hyperparameters to sweep side by side in the same program, as NAME=V1,V2 pairs "
+     "(--grid m=0.5,2 c_action=1,10): every combination runs for every method that has them."),
+    ("config", Path | None, None, "Re-run the experiment a saved config.json (or results folder) describes, exactly; "
+     "combine with --out (default: <folder>-rerun), not with experiment options."),
+    ("seed", int, 0, "Base seed; run i of every method uses seed i under it (method comparisons are paired)."),
+    ("checkpoint_every", float, 60.0, "Seconds between checkpoints (0: after every chunk); the last chunk and a stop "
+     "always write one."),
+    ("stop_on_nonfinite", bool, False, "Stop the whole experiment when a run's loss, Q-values or parameters become "
+     "NaN or infinite (default: flag that run in the metrics, say so, and go on)."),
+    ("track", Literal["none", "tensorboard"], "none", "Stream each method's aggregates per chunk (median, IQM, "
+     "quartiles) and the configuration to TensorBoard event files in <out>/tensorboard (pip install -e "
+     "'.[tracking]')."),
+    ("progress", bool, True, "Show a progress bar (its fields: see above)."),
+    ("plot", bool, True, "Draw the plots into the results folder at the end."),
+    ("distributed", bool, False, "Several hosts: join them with jax.distributed.initialize() (detected on SLURM, Open "
+     "MPI and Cloud TPU, or given by --coordinator, --num-processes and --process-id) and train this process's share "
+     "of the runs into <out>/process-<i>; opiq-jax plot <out> reads them together."),
+    ("coordinator", str | None, None, "--distributed: HOST:PORT of process 0 (implies --distributed)."),
+    ("num_processes", int | None, None, "--distributed: the number of processes (one per host)."),
+    ("process_id", int | None, None, "--distributed: this process's index in [0, num_processes)."),
+]
 
 
-@dataclass
-class Train:
-    """Train one or more methods, many seeds each, as one compiled program; write a results folder."""
+def cli_type(option: Option) -> Any:
+    """The command-line type of a declared option: its choices as a Literal, ``None`` meaning "the default"."""
+    if option.choices is not None:
+        return Literal[option.choices] | None  # type: ignore[valid-type]
+    if option.type is bool:
+        return bool
+    return option.type | None
 
-    env: str = "chain"
-    """Environment: chain, maze, montezuma (Montezuma's Revenge through EnvPool; needs pip install -e '.[atari]'),
-    or gymnax:NAME for any gymnax environment (e.g. gymnax:DeepSea-bsuite, gymnax:MountainCar-v0). The paper's
-    hyperparameters for chain, maze and montezuma are the defaults of every option left unset; a gymnax environment
-    gets the chain's."""
-    env_arg: tuple[str, ...] = ()
-    """gymnax only: KEY=VALUE pairs passed to the environment (constructor arguments such as size=20, or EnvParams
-    fields such as max_steps_in_episode=500); values are parsed as Python literals."""
-    method: tuple[str, ...] = ("opiq",)
-    """Methods to run side by side (space separated): dqn, dqn_pc, dqn_rsubtract, dqn_rsubtract_pc, dqn_bias,
-    dqn_bias_pc, dqn_dora, dqn_dora_oa, dqn_rnd, bsp, opiq, opiq_no_ob, opiq_no_pc. Each starts from the paper's
-    best setting for the environment. Methods that differ only in numbers share one compiled program; DORA, RND and
-    BSP each add networks and run as a program of their own (a subfolder of the results folder)."""
-    seeds: int = 4
-    """Independent runs per method."""
-    steps: int | None = None
-    """Environment steps per run (default: the paper's, 100k chain, 1M maze)."""
-    out: Path | None = None
-    """Results folder (default: results/<env>-<methods>-seeds<N>-steps<S>). An existing folder of the same
-    experiment is resumed from its last checkpoint."""
-    log_every: int | None = None
-    """Steps between metric rows (default: 1,000 chain, 10,000 maze); must divide --steps."""
-    seed: int = 0
-    """Base seed; run i of every method uses seed i under it."""
-    chain_length: int = 100
-    """Chain states (chain only); the horizon is chain_length + 9."""
-    count_features: Literal["simhash", "exact"] = "simhash"
-    """What is counted: SimHash codes of the observation (the paper) or the exact cell id (no aliasing)."""
-    simhash_bits: int | None = None
-    """SimHash code length k (default: 32 chain, 128 maze)."""
-    buffer_size: int | None = None
-    """Replay capacity per run (default: 10k chain, 250k maze)."""
-    batch_size: int | None = None
-    """Minibatch size (default 64)."""
-    n_step: int | None = None
-    """n-step target length (default: 1 chain, 3 maze)."""
-    target_update: int | None = None
-    """Target network copy interval in steps (default: 200 chain, 1000 maze)."""
-    hidden: tuple[int, ...] | None = None
-    """MLP hidden widths (chain; default 256 256)."""
-    precision: Literal["float32", "bfloat16"] = "float32"
-    """The Q-network's precision: float32 (the paper) or bfloat16 (mixed precision for throughput: float32 weights
-    and optimiser, bfloat16 forward and backward passes and target network; see StaticConfig.precision)."""
-    maze_torso: Literal["auto", "xla", "pallas"] = "auto"
-    """The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto (Pallas on GPUs in
-    bfloat16; see StaticConfig.maze_torso)."""
-    target_values: Literal["auto", "table", "network"] = "auto"
-    """The bootstrap targets' target-network values: looked up in a table of every cell filled at each target
-    copy (chain, maze), the target network on every batch, or auto (the table in bfloat16; see
-    StaticConfig.target_values)."""
-    shared_action_mask: bool = False
-    """Use one action randomisation for all runs (the reference code) instead of one per run (the paper)."""
-    m: float | None = None
-    """Override M, the exponent of the optimism bonus C/(N+1)^M (>= 0)."""
-    c_action: float | None = None
-    """Override C_action, the optimism scale used for action selection (>= 0)."""
-    c_bootstrap: float | None = None
-    """Override C_bootstrap, the optimism scale used for bootstrapping (>= 0)."""
-    beta: float | None = None
-    """Override beta, the scale of the intrinsic reward beta/sqrt(N) (>= 0)."""
-    epsilon_start: float | None = None
-    """Override the initial epsilon (in [0, 1])."""
-    epsilon_end: float | None = None
-    """Override the final epsilon (in [0, 1])."""
-    epsilon_decay_steps: float | None = None
-    """Override the number of steps of the linear epsilon decay (>= 0; 0 = fixed epsilon_end)."""
-    reward_subtract: float | None = None
-    """Override the constant subtracted from environment rewards (R-Subtract)."""
-    final_bias: float | None = None
-    """Override the initial output-layer bias (Bias)."""
-    lr: float | None = None
-    """Override the RMSProp learning rate (> 0; default 5e-4)."""
-    beta_dora: float | None = None
-    """Override DORA's intrinsic reward scale beta_dora / sqrt(-log E) (dqn_dora, dqn_dora_oa)."""
-    beta_dora_action: float | None = None
-    """Override DORA OA's action-selection bonus scale (dqn_dora_oa)."""
-    beta_rnd: float | None = None
-    """Override RND's intrinsic reward scale (dqn_rnd)."""
-    beta_bsp: float | None = None
-    """Override BSP's prior scale (bsp)."""
-    bsp_heads: int = 10
-    """BSP's number of heads K (paper: 10)."""
-    envs_per_run: int = 1
-    """Montezuma only: EnvPool environments per run (the pool holds runs x envs_per_run); step counts stay per run."""
-    progress: bool = True
-    """Show a progress bar."""
-    plot: bool = True
-    """Draw the plots into the results folder at the end."""
-    distributed: bool = False
-    """Several hosts: join them with jax.distributed.initialize() (detected on SLURM, Open MPI and Cloud TPU, or
-    given by --coordinator, --num-processes and --process-id) and train this process's share of the runs (every
-    num_processes-th run) on its local devices into <out>/process-<i>. When every process has finished,
-    opiq-jax plot <out> reads the process folders as one experiment."""
-    coordinator: str | None = None
-    """--distributed: HOST:PORT of process 0 (implies --distributed)."""
-    num_processes: int | None = None
-    """--distributed: the number of processes (one per host)."""
-    process_id: int | None = None
-    """--distributed: this process's index in [0, num_processes)."""
+
+def option_field(name: str, option: Option, defaults: str | None) -> tuple[str, Any, Any]:
+    """A generated dataclass field for ``option``: its help is the declaration's."""
+    kind = cli_type(option)
+    default = option.default if option.type is bool else None
+    return name, Annotated[kind, declared(option.help(defaults))], dataclasses.field(default=default)
+
+
+def declared(help_text: str) -> Any:
+    """tyro's argument with our help, which states the default itself (per environment where it differs)."""
+    return tyro.conf.arg(help=help_text, help_behavior_hint="")
+
+
+def train_fields() -> list[tuple[str, Any, Any]]:
+    """``train``'s fields: the environment and methods, the loop's options, every static option and every
+    hyperparameter, each documented once where it is declared."""
+    from .methods import METHODS
+
+    env = STATIC_OPTIONS["env"]
+    fields = [
+        ("env", Annotated[str, declared(f"{env.doc} Default: chain.")], "chain"),
+        ("method", Annotated[tuple[str, ...], declared((
+            "Methods to run side by side (space separated): " + ", ".join(METHODS) + ". Each starts from the paper's "
+            "setting for the environment; methods whose parts add networks (DORA, RND, BSP) run as programs of "
+            "their own, in subfolders. Default: opiq."))], ("opiq",)),
+    ]
+    fields += [(n, Annotated[t, tyro.conf.arg(help=h)], dataclasses.field(default=d)) for n, t, d, h in LOOP_FIELDS]
+    for name, option in settable_static().items():
+        if name == "env_arg":
+            fields.append((name, Annotated[tuple[str, ...], declared(option.help("none"))], ()))
+        else:
+            fields.append(option_field(name, option, option_defaults(option)))
+    for name, option in every_hparam().items():
+        fields.append(option_field(name, option, "the method's paper setting for the environment"))
+    return fields
+
+
+Train = dataclasses.make_dataclass("Train", train_fields())
+Train.__doc__ = TRAIN_DOC
+LOOP_NAMES = {name for name, *_ in LOOP_FIELDS}
 
 
 @dataclass
 class Plot:
-    """Draw the median across seeds with the 25-75% band per method for a results folder (PNG files)."""
+    """Draw one PNG per metric for a results folder: the median across seeds with its 25-75% band, or the IQM with
+    its 95% bootstrap confidence interval."""
 
     folder: tyro.conf.Positional[Path]
     """A results folder written by ``opiq-jax train``."""
-    metrics: tuple[str, ...] = ("train_return", "test_return", "states_visited", "max_return")
-    """Metrics to plot, one PNG each."""
+    metrics: tuple[str, ...] | None = None
+    """Metrics to plot, one PNG each (default: the environment's headline metrics)."""
+    statistic: Literal["median", "iqm"] = "median"
+    """median: the median and the 25-75% band across seeds (the paper's); iqm: the interquartile mean with its 95%
+    stratified-bootstrap confidence interval."""
+    pooled: bool = False
+    """Plot a folder holding several experiments as one (their seeds pooled)."""
 
 
 @dataclass
@@ -154,47 +137,27 @@ class Sweep:
     """Results folder (default results/sweep-<preset>); an interrupted sweep resumes where it stopped."""
     max_batch_runs: int | None = None
     """Cap on runs per compiled batch (default: as many as fit in device memory)."""
-    precision: Literal["float32", "bfloat16"] | None = None
-    """Override the preset's Q-network precision (default: the preset's, float32 in the shipped ones; see
-    opiq-jax train --help). The default results folder then ends in -bfloat16."""
+    precision: Annotated[Literal["float32", "bfloat16"] | None, tyro.conf.arg(help=STATIC_OPTIONS["precision"].help(
+        "the preset's (float32 in the shipped ones); the default results folder then ends in -bfloat16"))] = None
+    checkpoint_every: float = 300.0
+    """Seconds between checkpoints of a batch (0: after every chunk); a stop always writes one."""
+    track: Literal["none", "tensorboard"] = "none"
+    """Stream each setting's aggregates per chunk to TensorBoard event files (pip install -e '.[tracking]')."""
     progress: bool = True
     """Show a progress bar."""
 
 
-class UsageError(ValueError):
-    """A bad command-line value; reported as one line."""
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise UsageError(message)
-
-
-def all_hparam_options() -> dict:
-    """Every hyperparameter a method may have: the trainer's and every registered part's."""
-    from .config import hparam_options
-
-    get_part("pseudocounts")  # the built-in parts register on first use
-    return hparam_options(PARTS.values())
-
-
-def hparam_overrides(args: Train) -> dict[str, float]:
-    """The hyperparameters set on the command line, checked against their declarations (one-line errors)."""
-    options = all_hparam_options()
-    overrides = {k: float(getattr(args, k)) for k in HPARAM_OPTIONS if getattr(args, k) is not None}
-    for name, value in overrides.items():
-        message = options[name].problem(value)
-        _check(message is None, message or "")
-    return overrides
-
-
-def overrides_per_method(methods: tuple[str, ...], overrides: dict[str, float]) -> dict[str, dict[str, float]]:
-    """Each method's share of ``overrides``: the ones its parts declare; an override no method has is refused."""
-    options = {m: get_method(m).options() for m in methods}
-    for name in overrides:
-        _check(any(name in o for o in options.values()),
-               f"--{name.replace('_', '-')} applies to none of {', '.join(methods)} (no part of theirs has it)")
-    return {m: {k: v for k, v in overrides.items() if k in options[m]} for m in methods}
+def options_given(args: Any) -> dict[str, Any]:
+    """The experiment options set on the command line (by the names users write), ``env_arg`` parsed."""
+    given = {}
+    for name, option in {**settable_static(), **every_hparam()}.items():
+        value = getattr(args, name)
+        if name == "env_arg":
+            if value:
+                given[name] = parse_env_args(value)
+        elif value is not None and not (option.type is bool and value == option.default):
+            given[name] = value
+    return given
 
 
 def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
@@ -204,7 +167,8 @@ def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
     parsed = []
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        _check(bool(sep) and key.isidentifier(), f"--env-arg takes KEY=VALUE pairs, got {pair!r}")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--env-arg takes KEY=VALUE pairs, got {pair!r}")
         try:
             parsed.append((key, ast.literal_eval(value)))
         except (ValueError, SyntaxError):
@@ -212,91 +176,41 @@ def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
     return tuple(parsed)
 
 
-def build_experiment(args: Train) -> tuple[Experiment, Path]:
-    """Validates ``args`` and turns them into an :class:`Experiment` (no compilation)."""
-    from .runner import Experiment, RunSpec, check_fits
-    try:
-        environment_spec(args.env)
-    except ValueError as e:
-        raise UsageError(f"{e} (e.g. gymnax:DeepSea-bsuite)") from None
-    if args.env == "montezuma":
-        from opiq_jax.envs.montezuma import ENVPOOL_MISSING
+def plan_from_args(args: Any):
+    """``(experiment, out)`` for ``train``'s arguments: a planned experiment, or a saved one (``--config``)."""
+    from .plan import default_out, experiment_from_configs, parse_grid, plan_experiment
 
-        try:
-            import envpool  # noqa: F401
-        except ImportError:
-            raise UsageError(ENVPOOL_MISSING) from None
-    _check(not args.env_arg or args.env.startswith("gymnax:"), "--env-arg applies to gymnax:NAME environments only")
-    unknown = [m for m in args.method if m not in METHODS]
-    _check(not unknown, f"unknown method {', '.join(unknown)}: use any of {', '.join(METHODS)}")
-    _check(len(set(args.method)) == len(args.method), "each --method may appear once")
-    _check(args.seeds >= 1, f"--seeds must be >= 1, got {args.seeds}")
-    _check(args.bsp_heads >= 2, f"--bsp-heads must be >= 2, got {args.bsp_heads}")
-    overrides = hparam_overrides(args)
-    static_overrides = {
-        k: v for k, v in dict(
-            total_steps=args.steps, log_every=args.log_every, simhash_bits=args.simhash_bits,
-            buffer_size=args.buffer_size, batch_size=args.batch_size, n_step=args.n_step,
-            target_update=args.target_update, hidden=args.hidden,
-        ).items() if v is not None
-    }
-    if args.envs_per_run != 1:
-        static_overrides["envs_per_run"] = args.envs_per_run
-    if args.env == "chain":
-        static_overrides["chain_length"] = args.chain_length
-    static_overrides.update(count_features=args.count_features, shared_action_mask=args.shared_action_mask,
-                            precision=args.precision, maze_torso=args.maze_torso,
-                            target_values=args.target_values)
-    if args.env_arg:
-        static_overrides["env_kwargs"] = parse_env_args(args.env_arg)
-    total = static_overrides.get("total_steps")
-    if total is not None and "log_every" not in static_overrides:
-        default_log = static_for_env(args.env).log_every
-        static_overrides["log_every"] = default_log if total % default_log == 0 else total
-    try:
-        static = static_for_env(args.env, bsp_heads=args.bsp_heads, **static_overrides)
-        if args.env.startswith("gymnax:"):
-            from .trainer import make_path
-
-            make_path(static)  # a missing package or an unknown name fails here, in one line
-    except (ValueError, ImportError) as e:
-        raise UsageError(str(e)) from None
-    try:
-        shares = overrides_per_method(args.method, overrides)
-        settings = {method: method_hparams(args.env, method, **shares[method]) for method in args.method}
-    except ValueError as e:  # a method the environment does not offer
-        raise UsageError(str(e)) from None
-    per_program: dict[str, list[str]] = {}
-    for method in args.method:
-        per_program.setdefault(program_name(get_method(method).part_names), []).append(method)
-    try:  # before building the runs: a huge --seeds must fail here, not exhaust the host's memory
-        for methods in per_program.values():
-            check_fits(dataclasses.replace(static, parts=program_parts(methods)), len(methods) * args.seeds)
-    except (ValueError, ImportError) as e:
-        raise UsageError(str(e)) from None
-    runs = tuple(RunSpec(method=method, setting=setting_label(shares[method]), seed=seed, hparams=settings[method])
-                 for method in args.method for seed in range(args.seeds))
-    experiment = Experiment(static=static, runs=runs, seed=args.seed)
-    out = args.out or Path("results") / f"{args.env.replace(':', '-')}-{'-'.join(args.method)}-seeds{args.seeds}-steps{static.total_steps}"
-    return experiment, out
+    if args.config is not None:
+        changed = [n for n, *_ in train_fields()
+                   if n not in LOOP_NAMES and getattr(args, n) != getattr(Train(), n)]
+        if changed:
+            raise UsageError(f"--config re-runs the saved experiment as it is: drop --{changed[0].replace('_', '-')} "
+                             "(or edit the config.json)")
+        experiment = experiment_from_configs(args.config)
+        folder = args.config.parent if args.config.is_file() else args.config
+        return experiment, args.out or folder.with_name(folder.name + "-rerun")
+    experiment = plan_experiment(args.env, args.method, args.seeds, seed=args.seed, grid=parse_grid(args.grid),
+                                 options=options_given(args), style="cli")
+    return experiment, args.out or default_out(args.env, args.method, args.seeds, experiment.static.total_steps)
 
 
-def join_processes(args: Train) -> tuple[int, int]:
+def join_processes(args: Any) -> tuple[int, int]:
     """``jax.distributed.initialize`` from the options (or the detected cluster): this process's index and the count."""
     import jax
 
     given = [args.num_processes is not None, args.process_id is not None]
-    _check(all(given) or (not any(given) and args.coordinator is None),
-           "--coordinator, --num-processes and --process-id go together (or none of them, where the cluster is detected)")
+    if not (all(given) or (not any(given) and args.coordinator is None)):
+        raise UsageError("--coordinator, --num-processes and --process-id go together (or none of them, where the "
+                         "cluster is detected)")
     try:
         jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
                                    process_id=args.process_id)
     except (ValueError, RuntimeError) as e:
-        raise UsageError(f"--distributed: {e}") from None
+        raise UsageError(f"--distributed: {str(e).splitlines()[0]}") from None
     return jax.process_index(), jax.process_count()
 
 
-def share_of_this_process(experiment: Experiment, out: Path, index: int, count: int) -> tuple[Experiment, Path]:
+def share_of_this_process(experiment: Any, out: Path, index: int, count: int) -> tuple[Any, Path]:
     """This process's runs and results folder. Runs never communicate, so the processes only agree on who
     trains what: each trains its share on its own devices and writes its own folder."""
     from .runner import process_share
@@ -310,88 +224,123 @@ def share_of_this_process(experiment: Experiment, out: Path, index: int, count: 
     return share, out / f"process-{index}"
 
 
-def train(args: Train) -> Path:
+def train(args: Any) -> Path:
     distributed = args.distributed or any(v is not None for v in (args.coordinator, args.num_processes, args.process_id))
-    process = join_processes(args) if distributed else None  # before anything imports gymnax
-    from .plotting import markdown_table, plot_folder, summary_table
-    from .runner import read_metrics, run_methods
+    if not distributed:
+        return train_here(args, None)
+    process = join_processes(args)  # before anything imports gymnax (it starts JAX's backend)
+    from . import multihost
 
-    experiment, out = build_experiment(args)
+    try:
+        return train_here(args, process, should_stop=multihost.failure_of_others)
+    except BaseException as e:  # the others stop too, at their next chunk, with their checkpoints
+        multihost.report_failure(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        multihost.finish()
+
+
+def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> Path:
+    """``train`` on this process: plan, run (or resume), then say what was written and what to do next."""
+    from .api import run_planned
+    from .plan import describe
+
+    experiment, out = plan_from_args(args)
     if process is not None:
         experiment, out = share_of_this_process(experiment, out, *process)
-    print(f"opiq-jax: {len(experiment.runs)} runs ({', '.join(args.method)} x {args.seeds} seeds) on {args.env}, "
-          f"{experiment.static.total_steps:,} steps each -> {out}", flush=True)
+    print(f"opiq-jax: {describe(experiment)} -> {out}", flush=True)
     started = time.time()
-    try:
-        run_methods(experiment, out, progress=args.progress)
-    except ValueError as e:  # a results folder of another experiment, or too many runs for the device
-        raise UsageError(str(e)) from None
+    results = run_planned(experiment, out, progress=args.progress, checkpoint_every=args.checkpoint_every,
+                          stop_on_nonfinite=args.stop_on_nonfinite, track=args.track, should_stop=should_stop)
     print(f"opiq-jax: finished in {time.time() - started:.0f} s", flush=True)
-    rows = read_metrics(out)
-    print(markdown_table(summary_table(rows, "train_return"), "train_return"))
-    if args.plot:
-        metrics = ("train_return", "max_return", "rooms_visited") if args.env == "montezuma" else None
-        for path in plot_folder(out, *(metrics,) if metrics else ()):
-            print(f"opiq-jax: wrote {path}")
+    headline = "test_return" if any(r["metric"] == "test_return" for r in results.metrics[:50]) else "train_return"
+    print(results.summary(headline))
+    figures = results.plot() if args.plot else []
+    say_where(out, figures, args)
     return out
 
 
+def say_where(out: Path, figures: list[Path], args: Any) -> None:
+    """The closing lines: where the figures are, and how to extend or resume the run."""
+    for path in figures:
+        print(f"opiq-jax: wrote {path}")
+    print(f"opiq-jax: results in {out}/ (metrics.csv, config.json, checkpoints); plot again with "
+          f"opiq-jax plot {out} [--statistic iqm]; the same command resumes an interrupted run; to reproduce it: "
+          f"opiq-jax train --config {out}/config.json; more steps or seeds make a new experiment: pass a new --out",
+          flush=True)
+    del args
+
+
 def sweep(args: Sweep) -> None:
-    from .sweep import load_preset, run_sweep
+    from .api import sweep as run
 
-    try:
-        preset = load_preset(args.preset)
-    except (ValueError, KeyError) as e:
-        raise UsageError(str(e)) from None
-    _check(args.max_batch_runs is None or args.max_batch_runs >= 1, "--max-batch-runs must be >= 1")
-    if args.precision is not None:
-        preset = dataclasses.replace(preset, static={**preset.static, "precision": args.precision})
-    suffix = f"-{args.precision}" if args.precision and args.precision != "float32" else ""
-    out = args.out or Path("results") / f"sweep-{Path(args.preset).stem}{suffix}"
-    try:
-        run_sweep(preset, out, progress=args.progress, max_batch_runs=args.max_batch_runs)
-    except ValueError as e:  # a batch folder of another experiment, or too many runs for the device
-        raise UsageError(str(e)) from None
-
-
-def setting_label(overrides: dict[str, float]) -> str:
-    """The label of a run's setting: its overrides in name order, or ``paper``."""
-    return ",".join(f"{k}={v:g}" for k, v in sorted(overrides.items())) or "paper"
+    if args.max_batch_runs is not None and args.max_batch_runs < 1:
+        raise UsageError(f"--max-batch-runs must be >= 1, got {args.max_batch_runs}")
+    if args.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    results = run(args.preset, args.out, max_batch_runs=args.max_batch_runs, precision=args.precision,
+                  progress=args.progress, checkpoint_every=args.checkpoint_every, track=args.track)
+    print(f"opiq-jax: sweep results in {results.folder}/ (settings.csv, best.md); the same command resumes it")
 
 
 def plot(args: Plot) -> None:
     from .plotting import plot_folder
 
-    from .runner import experiment_folders
-
-    _check(bool(experiment_folders(args.folder)), f"{args.folder} holds no metrics.csv: pass a folder written by opiq-jax train")
-    for path in plot_folder(args.folder, tuple(args.metrics)):
+    if not args.folder.exists():
+        raise UsageError(f"{args.folder} does not exist")
+    extra = {} if args.metrics is None else {"metrics": tuple(args.metrics)}
+    for path in plot_folder(args.folder, statistic=args.statistic, pooled=args.pooled, **extra):
         print(f"opiq-jax: wrote {path}")
 
 
+def bench(args: Any) -> None:
+    from .benchmark.throughput import run_bench
+
+    try:
+        args.validate()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    run_bench(args)
+
+
+def run_command(command: Any) -> None:
+    """Runs the parsed subcommand."""
+    from .benchmark.options import Bench
+
+    if isinstance(command, Bench):
+        bench(command)
+    elif isinstance(command, Sweep):
+        sweep(command)
+    elif isinstance(command, Plot):
+        plot(command)
+    else:
+        train(command)
+
+
 def main(argv: list[str] | None = None) -> None:
-    from .bench.options import Bench
+    """``opiq-jax``: every way a run ends early is one line, with the conventional exit code."""
+    from .benchmark.options import Bench
 
     command = tyro.extras.subcommand_cli_from_dict(
         {"train": Train, "sweep": Sweep, "plot": Plot, "bench": Bench}, args=argv, prog="opiq-jax")
     try:
-        if isinstance(command, Train):
-            train(command)
-        elif isinstance(command, Sweep):
-            sweep(command)
-        elif isinstance(command, Bench):
-            try:
-                command.validate()
-            except ValueError as e:
-                raise UsageError(str(e)) from None
-            from .bench.throughput import run_bench
+        run_command(command)
+    except UsageError as e:  # ResultsError included
+        fail(f"error: {e}", 2)
+    except Stopped as e:
+        fail(str(e), e.exit_code)
+    except (NonFiniteRuns, PeerFailed) as e:
+        fail(str(e), 1)
+    except KeyboardInterrupt:  # before the loop took over the signals: nothing was trained
+        fail("interrupted before training started; nothing to keep", 130)
+    except OSError as e:  # a write that failed (a full disk, ...): the files before it are intact
+        where = f" ({e.filename})" if e.filename else ""
+        fail(f"error: {e.strerror or e}{where}; the results written before it are intact", 1)
 
-            run_bench(command)
-        else:
-            plot(command)
-    except UsageError as e:
-        print(f"opiq-jax: error: {e}", file=sys.stderr)
-        sys.exit(2)
+
+def fail(message: str, code: int) -> None:
+    print(f"opiq-jax: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

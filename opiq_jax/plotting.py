@@ -1,19 +1,35 @@
 """Figures and summary tables that read only a results folder.
 
 Curves are the paper's: the median across seeds with the 25-75% band, one line per method (and
-setting, when a folder holds several). The summary ranks by the area under the median curve, the
-paper's selection protocol.
+setting, when a folder holds several); or, with ``statistic="iqm"``, the interquartile mean across
+seeds with its 95% stratified-bootstrap band (Agarwal et al., 2021; :mod:`opiq_jax.stats`). The
+summary ranks by the area under the median curve, the paper's selection protocol, and adds the IQM of
+the seeds' own areas with its 95% CI.
+
+A seed's area is the mean of its curve over the logged points (the area under the curve divided by
+the steps, so runs of any length compare), a point with no finished episode (NaN) counting 0 as in
+:func:`area_under_median`. The area, not the final value, because the paper selects and compares
+by the area under the curve, and a final value of few seeds is noisy.
+
+:func:`plot_folder` is strict: an unknown metric, a missing folder, or a folder holding several
+experiments (unless pooled) raise :class:`~opiq_jax.errors.UsageError` with a one-line message.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import warnings
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from .runner import read_metrics
+from .errors import UsageError
+from .results import CONFIG_FILE, read_json
+from .runner import experiment_folders, read_metrics
+from .stats import iqm, iqm_curve_ci, stratified_bootstrap_ci
 
 DEFAULT_METRICS = ("train_return", "test_return", "states_visited", "max_return")
 METRIC_LABELS = {
@@ -21,12 +37,21 @@ METRIC_LABELS = {
     "test_return": "greedy test return",
     "max_return": "maximum episode return",
     "states_visited": "distinct states visited",
+    "rooms_visited": "distinct rooms visited",
     "state_actions_visited": "distinct state-actions visited",
     "q_start": "max Q at the start state",
     "qplus_start": "max Q+ at the start state",
     "loss": "TD loss",
     "epsilon": "epsilon",
 }
+STATISTICS = ("median", "iqm")
+STATISTIC_TEXT = {"median": "median and 25-75% across seeds", "iqm": "IQM across seeds and its 95% bootstrap CI"}
+BAND_REPS = 1000
+"""Bootstrap resamples of a figure's IQM band: enough for a smooth 95% band, fast for every step at once."""
+SUMMARY_REPS = 2000
+"""Bootstrap resamples of a summary's CI (one number per group, so more are cheap)."""
+SHARE_FOLDER = re.compile(r"process-\d+|batch_\d+")
+"""Folders that hold a share of one experiment's runs: a process of a run over several hosts, a sweep's batch."""
 
 
 def group_label(row: dict, with_setting: bool) -> str:
@@ -54,32 +79,62 @@ def curves(rows: list[dict], metric: str) -> dict[str, dict[str, np.ndarray]]:
     return result
 
 
+def add_iqm_band(curve: dict[str, np.ndarray], reps: int = BAND_REPS, seed: int = 0) -> dict[str, np.ndarray]:
+    """Adds ``iqm``, ``iqm_low`` and ``iqm_high`` (per step, across seeds, 95% bootstrap CI) to a curve once."""
+    if "iqm" not in curve:
+        curve["iqm"], curve["iqm_low"], curve["iqm_high"] = iqm_curve_ci(curve["values"], reps=reps, seed=seed)
+    return curve
+
+
 def area_under_median(curve: dict[str, np.ndarray]) -> float:
     """Mean of the median curve over the logged steps (NaN points count as zero)."""
     return float(np.mean(np.nan_to_num(curve["median"], nan=0.0)))
 
 
-def summary_table(rows: list[dict], metric: str) -> list[dict]:
-    """Final median, quartiles and area under the median curve per group, best first."""
+def seed_areas(values: np.ndarray) -> np.ndarray:
+    """Each seed's area under its own curve (``values[seed, step]``), normalised by the number of points and
+    counting a missing point as 0, as :func:`area_under_median` does for the median."""
+    return np.mean(np.nan_to_num(values, nan=0.0), axis=1)
+
+
+def summary_table(rows: list[dict], metric: str, *, reps: int = SUMMARY_REPS, seed: int = 0) -> list[dict]:
+    """Per group, best first (by the area under the median, the paper's protocol): final median and quartiles,
+    ``auc`` (area under the median), and ``area_iqm`` with ``area_iqm_low``/``area_iqm_high``: the IQM of the
+    seeds' own areas (:func:`seed_areas`) and its 95% stratified-bootstrap CI (``reps`` resamples, RNG ``seed``)."""
     table = []
     for label, c in curves(rows, metric).items():
+        point, low, high = stratified_bootstrap_ci(seed_areas(c["values"]), iqm, reps=reps, seed=seed)
         table.append(dict(group=label, final_median=float(c["median"][-1]), final_q25=float(c["q25"][-1]),
-                          final_q75=float(c["q75"][-1]), auc=area_under_median(c), seeds=int(c["values"].shape[0]),
+                          final_q75=float(c["q75"][-1]), auc=area_under_median(c), area_iqm=point,
+                          area_iqm_low=low, area_iqm_high=high, seeds=int(c["values"].shape[0]),
                           last_step=int(c["steps"][-1])))
     return sorted(table, key=lambda t: -t["auc"])
 
 
 def markdown_table(table: list[dict], metric: str) -> str:
-    lines = [f"| method | seeds | last step | final median {metric} (25%, 75%) | area under median |",
-             "|---|---|---|---|---|"]
+    """A summary table (:func:`summary_table`) as Markdown; a table without the IQM columns shows ``-`` there."""
+    lines = [(f"| method | seeds | last step | final median {metric} (25%, 75%) | area under median "
+              "| IQM of seeds' areas (95% CI) |"),
+             "|---|---|---|---|---|---|"]
     for t in table:
-        lines.append(f"| {t['group']} | {t['seeds']} | {t['last_step']:,} | {t['final_median']:.3g} ({t['final_q25']:.3g}, "
-                     f"{t['final_q75']:.3g}) | {t['auc']:.3g} |")
+        iqm_text = (f"{t['area_iqm']:.3g} ({t['area_iqm_low']:.3g}, {t['area_iqm_high']:.3g})"
+                    if "area_iqm" in t else "-")
+        lines.append(f"| {t['group']} | {t['seeds']} | {t['last_step']:,} | {t['final_median']:.3g} "
+                     f"({t['final_q25']:.3g}, {t['final_q75']:.3g}) | {t['auc']:.3g} | {iqm_text} |")
     return "\n".join(lines)
 
 
-def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: list[str] | None = None) -> None:
-    """Median line and 25-75% band per group; more than ten groups take distinct colours from tab20."""
+def curve_band(curve: dict[str, np.ndarray], statistic: str = "median") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The line and band a figure draws: median and 25-75%, or IQM and its 95% CI (computed on first use)."""
+    if statistic == "iqm":
+        add_iqm_band(curve)
+        return curve["iqm"], curve["iqm_low"], curve["iqm_high"]
+    return curve["median"], curve["q25"], curve["q75"]
+
+
+def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: list[str] | None = None,
+                statistic: str = "median") -> None:
+    """Line and band per group (see :func:`curve_band`); more than ten groups take distinct colours from tab20."""
     import matplotlib
 
     labels = [label for label in groups or sorted(metric_curves) if label in metric_curves]
@@ -87,20 +142,21 @@ def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: lis
     for i, label in enumerate(labels):
         c = metric_curves[label]
         colour = palette[i % len(palette)]
-        ax.plot(c["steps"], c["median"], label=label, lw=2.2 if label == "opiq" else 1.4, color=colour)
-        ax.fill_between(c["steps"], c["q25"], c["q75"], color=colour, alpha=0.2, lw=0)
+        line, low, high = curve_band(c, statistic)
+        ax.plot(c["steps"], line, label=label, lw=2.2 if label == "opiq" else 1.4, color=colour)
+        ax.fill_between(c["steps"], low, high, color=colour, alpha=0.2, lw=0)
 
 
 def save_curve_figure(path: Path, metric_curves: dict[str, dict[str, np.ndarray]], metric: str, title: str,
-                      groups: list[str] | None = None, hline: float | None = None) -> Path:
-    """Writes one PNG: the median and 25-75% band of every group, an optional dotted reference line."""
+                      groups: list[str] | None = None, hline: float | None = None, statistic: str = "median") -> Path:
+    """Writes one PNG: every group's line and band (:func:`curve_band`), an optional dotted reference line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    plot_curves(ax, metric_curves, groups)
+    plot_curves(ax, metric_curves, groups, statistic)
     if hline is not None:
         ax.axhline(hline, color="k", ls=":", lw=1)
     ax.set_xlabel("environment steps")
@@ -113,16 +169,149 @@ def save_curve_figure(path: Path, metric_curves: dict[str, dict[str, np.ndarray]
     return path
 
 
-def plot_folder(out: str | Path, metrics: tuple[str, ...] = DEFAULT_METRICS, groups: list[str] | None = None,
-                reference_lines: dict[str, float] | None = None, prefix: str = "plot") -> list[Path]:
-    """One PNG per metric in ``out``: median across seeds with the 25-75% band per method."""
+# ------------------------------------------------------------------------------------ experiments of a folder
+
+
+def environment_label(static: dict) -> str:
+    """The environment and its size in words: ``chain of 100 states``, ``maze 24x24``, ``Montezuma's Revenge``."""
+    env = static.get("env", "?")
+    if env == "chain":
+        return f"chain of {static.get('chain_length', '?')} states"
+    if env == "maze":
+        from .envs.maze import MAZE_SIZE
+
+        return f"maze {MAZE_SIZE}x{MAZE_SIZE}"
+    if env == "montezuma":
+        return "Montezuma's Revenge"
+    kwargs = ", ".join(f"{k}={v}" for k, v in static.get("env_kwargs") or ())
+    name = env.removeprefix("gymnax:")
+    return f"{name} ({kwargs})" if kwargs else name
+
+
+def _span(values: set[int], unit: str) -> str:
+    """``5 seeds`` or, when they differ, ``3-5 seeds``."""
+    low, high = min(values), max(values)
+    return f"{low:,} {unit}" if low == high else f"{low:,}-{high:,} {unit}"
+
+
+def describe(configs: list[dict] | list[list[dict]], last_step: int | None = None) -> str:
+    """One line naming the environment(s), the seeds per method and setting, and the steps of ``configs``: the
+    config.json dicts of one experiment's folders, or a list of such lists (pooled experiments add their seeds)."""
+    experiments = [configs] if configs and isinstance(configs[0], dict) else configs
+    configs = [c for experiment in experiments for c in experiment]
+    envs = sorted({environment_label(c["static"]) for c in configs})
+    seeds = defaultdict(set)
+    for i, experiment in enumerate(experiments):  # a set per experiment: shares and padding repeat no seed
+        for run in (run for c in experiment for run in c["runs"]):
+            seeds[(run["method"], run["setting"])].add((i, run["seed"]))
+    totals = {int(c["static"]["total_steps"]) for c in configs}
+    steps = _span(totals, "steps")
+    if last_step is not None and last_step < min(totals):
+        steps = f"{last_step:,} of {steps}"
+    seed_text = _span({len(s) for s in seeds.values()}, "seeds") if seeds else "no runs"
+    return f"{' + '.join(envs)}, {seed_text}, {steps}"
+
+
+def _experiment_identity(config: dict) -> str:
+    """What must agree for folders to be one experiment: everything but the runs and the program's parts.
+    Static fields missing from an older config count as their defaults (as the runner's resume check does)."""
+    from .config import StaticConfig
+
+    static = {**json.loads(json.dumps(asdict(StaticConfig()))), **config.get("static", {})}
+    static.pop("parts", None)
+    rest = {k: v for k, v in config.items() if k not in ("runs", "static")}
+    return json.dumps({"static": static, **rest}, sort_keys=True)
+
+
+def _experiment_root(folder: Path, out: Path, config: dict) -> Path:
+    """The folder an experiment was written to: ``folder`` less a per-program subfolder (named after its
+    program, as :func:`~opiq_jax.runner.run_methods` writes them) and per-process or per-batch folders."""
+    from .methods import program_name
+
+    try:
+        program = program_name(config.get("static", {}).get("parts", ()))
+    except (KeyError, ValueError):  # a part this installation does not register: not a program subfolder we know
+        program = None
+    if folder != out and folder.name == program:
+        folder = folder.parent
+    while folder != out and SHARE_FOLDER.fullmatch(folder.name):
+        folder = folder.parent
+    return folder
+
+
+def find_experiments(out: str | Path) -> dict[str, list[Path]]:
+    """The experiments under a results folder, each named by its folder relative to ``out`` (``out``'s own
+    name for itself), with the folders holding its config.json.
+
+    Folders are one experiment when they are per-program subfolders (``plain``, ``dora``, ...) or per-process
+    (``process-<i>``) or per-batch (``batch_<nnn>``) shares below one folder and their configs agree in all but
+    the runs and the program's parts; anything else (two sibling runs, even of the same command) is another
+    experiment, as pooling them would mix or repeat seeds."""
     out = Path(out)
+    found: dict[tuple[Path, str], list[Path]] = defaultdict(list)
+    for folder in experiment_folders(out):
+        config = read_json(folder / CONFIG_FILE)
+        found[(_experiment_root(folder, out, config), _experiment_identity(config))].append(folder)
+    named: dict[str, list[Path]] = {}
+    for (root, _), folders in found.items():
+        name = out.name if root == out else root.relative_to(out).as_posix()
+        named[name if name not in named else f"{name} (another config)"] = folders
+    return named
+
+
+def _configs(folders: list[Path]) -> list[dict]:
+    return [read_json(f / CONFIG_FILE) for f in folders]
+
+
+def check_one_experiment(out: Path, pooled: bool) -> list[list[dict]]:
+    """Per experiment under ``out``, its folders' configs; several experiments are refused unless ``pooled``."""
+    if not out.exists():
+        raise UsageError(f"{out} does not exist")
+    experiments = find_experiments(out)
+    if not experiments:
+        raise UsageError(f"{out} holds no results (no {CONFIG_FILE} in it or below it)")
+    if len(experiments) > 1 and not pooled:
+        names = "; ".join(f"{name} ({describe(_configs(f))})" for name, f in experiments.items())
+        raise UsageError(f"{out} holds {len(experiments)} experiments: {names}. Pass --pooled to plot their runs "
+                         f"together, or plot one of the subfolders")
+    return [_configs(folders) for folders in experiments.values()]
+
+
+def choose_metrics(rows: list[dict], metrics: tuple[str, ...] | None, out: Path) -> list[str]:
+    """The metrics to draw. The default set draws those the folder has; a named metric it lacks is an error."""
+    present = sorted({r["metric"] for r in rows})
+    if metrics is None or tuple(metrics) == DEFAULT_METRICS:
+        chosen = [m for m in DEFAULT_METRICS if m in present]
+        if chosen:
+            return chosen
+        raise UsageError(f"{out} holds none of the default metrics; its metrics: {', '.join(present) or 'none'}")
+    unknown = [m for m in metrics if m not in present]
+    if unknown:
+        raise UsageError(f"{out} has no metric {', '.join(unknown)}; its metrics: {', '.join(present) or 'none'}")
+    return list(metrics)
+
+
+def plot_folder(out: str | Path, metrics: tuple[str, ...] | None = DEFAULT_METRICS, groups: list[str] | None = None,
+                reference_lines: dict[str, float] | None = None, prefix: str = "plot", *,
+                statistic: str = "median", pooled: bool = False) -> list[Path]:
+    """One PNG per metric in ``out``: per method, the median across seeds with the 25-75% band
+    (``<prefix>_<metric>.png``), or with ``statistic="iqm"`` the IQM with its 95% bootstrap band
+    (``<prefix>_<metric>_iqm.png``). The title names the environment, seeds and steps.
+
+    ``metrics`` None (or the default set) draws the default metrics the folder has; a named metric the folder
+    lacks raises :class:`UsageError` listing its metrics, as do a missing folder and a folder of several
+    experiments (see :func:`find_experiments`) unless ``pooled``, which draws all their runs together."""
+    if statistic not in STATISTICS:
+        raise UsageError(f"unknown statistic {statistic!r}: use one of {', '.join(STATISTICS)}")
+    out = Path(out)
+    configs = check_one_experiment(out, pooled)
     rows = read_metrics(out)
+    if not rows:
+        raise UsageError(f"{out} holds no metrics yet: plot it once a chunk has finished")
+    title = f"{out.name}: {describe(configs, max(r['step'] for r in rows))}\n{STATISTIC_TEXT[statistic]}"
+    suffix = "_iqm" if statistic == "iqm" else ""
     written = []
-    for metric in metrics:
-        metric_curves = curves(rows, metric)
-        if metric_curves:
-            written.append(save_curve_figure(
-                out / f"{prefix}_{metric}.png", metric_curves, metric, f"{out.name}\nmedian and 25-75% across seeds",
-                groups, (reference_lines or {}).get(metric)))
+    for metric in choose_metrics(rows, metrics, out):
+        written.append(save_curve_figure(out / f"{prefix}_{metric}{suffix}.png", curves(rows, metric), metric, title,
+                                         groups, (reference_lines or {}).get(metric), statistic))
     return written

@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .errors import ResultsError
+
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.csv"
 CHECKPOINT_FILE = "checkpoint.msgpack"
@@ -43,10 +45,6 @@ LOCK_FILE = ".lock"
 METRICS_HEADER = ("run", "method", "setting", "seed", "step", "metric", "value")
 
 CHECKPOINT_MAGIC = b"OPIQCKP2"  # the streamed, checksummed format (tests/ and experiments/ read it too)
-
-
-class ResultsError(ValueError):
-    """A results folder cannot be used as asked (a one-line message for the user)."""
 
 
 # ------------------------------------------------------------------------------------ writing files
@@ -131,6 +129,8 @@ def append_metric_rows(path: Path, rows: list[tuple]) -> None:
 
 def parse_metric_rows(text: str) -> list[list[str]]:
     """The well-formed rows of a metrics file's text (header included); a torn last row is left out."""
+    if not text.endswith("\n"):  # a torn append: its unterminated last line goes
+        text = text[: text.rfind("\n") + 1]
     rows = []
     try:
         for row in csv.reader(io.StringIO(text, newline="")):
@@ -157,8 +157,9 @@ def read_metric_dicts(folder: Path) -> list[dict]:
     """The raw rows of one folder's ``metrics.csv`` (or ``metrics.csv.gz``, as results are committed)."""
     for path, opener in ((folder / METRICS_FILE, open), (folder / f"{METRICS_FILE}.gz", gzip.open)):
         if path.exists():
-            with opener(path, "rt", newline="", encoding="utf-8") as f:
-                return list(csv.DictReader(f))
+            with opener(path, "rt", newline="", encoding="utf-8", errors="replace") as f:
+                rows = parse_metric_rows(f.read())
+            return [dict(zip(rows[0], r)) for r in rows[1:]] if rows else []
     return []
 
 
@@ -219,6 +220,19 @@ class CorruptCheckpoint(ResultsError):
 
 class IncompatibleCheckpoint(ResultsError):
     """A sound checkpoint whose arrays do not fit this experiment's state (another version's layout)."""
+
+
+def checkpoint_chunk(path: Path) -> int | None:
+    """The chunk a checkpoint file belongs to, from its header alone (None if there is no readable header)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(CHECKPOINT_MAGIC) + 8)
+            if len(head) < len(CHECKPOINT_MAGIC) + 8 or not head.startswith(CHECKPOINT_MAGIC):
+                return None
+            (header_len,) = struct.unpack("<Q", head[len(CHECKPOINT_MAGIC):])
+            return int(json.loads(f.read(header_len))["chunk"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def read_checkpoint_arrays(path: Path) -> tuple[int, dict[str, np.ndarray]]:

@@ -36,6 +36,7 @@ import signal
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,11 +48,12 @@ from tqdm.auto import tqdm
 
 from .config import StaticConfig, hparams_to_dict, make_hparams, stack_hparams
 from .environments import environment_spec
+from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped
 from .methods import METHODS, get_method, program_name, program_parts
 from .parts import get_part
 from .results import (
-    CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, ResultsError, append_metric_rows,
-    atomic_write_bytes, prepare_folder, read_checkpoint, read_json, read_metric_dicts, truncate_metrics,
+    CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, append_metric_rows,
+    atomic_write_bytes, checkpoint_chunk, prepare_folder, read_checkpoint, read_json, read_metric_dicts, truncate_metrics,
     write_checkpoint,
 )
 from .trainer import Trainer, make_train
@@ -287,16 +289,16 @@ LARGE_STATE_FRACTION = 0.25
 """A state above this fraction of the free memory gets a note before training starts."""
 
 
-def check_fits(static: StaticConfig, num_runs: int, note: bool = False) -> None:
-    """Stops with a one-line message when ``num_runs`` runs cannot fit in device memory; with ``note``, says
-    before training how much memory a large state takes and how to make it smaller."""
+def check_fits(static: StaticConfig, num_runs: int, note: Callable[[str], None] | None = None) -> None:
+    """Stops with a one-line message when ``num_runs`` runs cannot fit in device memory; ``note`` is told before
+    training how much memory a large state takes and how to make it smaller."""
     per_run = state_bytes_per_run(static)
     # A pool's replay dominates its state and its chunks make few temporaries.
     require_fits(per_run, num_runs, headroom=1.2 if is_pool(static) else MEMORY_HEADROOM)
     total, free = per_run * num_runs, available_device_bytes()
     if note and total > LARGE_STATE_FRACTION * free:
         where = jax.local_devices()[0].platform
-        tqdm.write(f"opiq-jax: {num_runs} run(s) keep {total / 2**30:.1f} GiB of training state in {where} memory "
+        note(f"opiq-jax: {num_runs} run(s) keep {total / 2**30:.1f} GiB of training state in {where} memory "
                    f"({free / 2**30:.1f} GiB free), most of it the replay of {static.buffer_size:,} steps per run: "
                    f"--buffer-size makes it smaller")
 
@@ -304,7 +306,7 @@ def check_fits(static: StaticConfig, num_runs: int, note: bool = False) -> None:
 # ------------------------------------------------------------------------------------ devices
 
 
-def shard_over_devices(state, num_runs: int, verbose: bool = True):
+def shard_over_devices(state, num_runs: int, say: Callable[[str], None] | None = print):
     """Splits the runs axis over all local devices (data parallelism: runs never communicate).
 
     The step counter is replicated; every leaf of ``state.runs`` is sharded along its leading axis,
@@ -315,8 +317,8 @@ def shard_over_devices(state, num_runs: int, verbose: bool = True):
     if len(devices) == 1:
         return state
     if num_runs % len(devices):
-        if verbose:
-            print(f"opiq-jax: {num_runs} runs do not divide over {len(devices)} devices; using one device", flush=True)
+        if say:
+            say(f"opiq-jax: {num_runs} runs do not divide over {len(devices)} devices; using one device")
         return state
     mesh = Mesh(np.array(devices), ("runs",))
     by_run, replicated = NamedSharding(mesh, PartitionSpec("runs")), NamedSharding(mesh, PartitionSpec())
@@ -353,34 +355,41 @@ def read_metrics(out: str | Path) -> list[dict]:
 
 
 def is_finished(out: str | Path) -> bool:
-    """Whether the results folder (every per-program subfolder) holds metrics of the last chunk."""
+    """Whether the results folder (every per-program subfolder) holds the metrics of the last chunk and, where it
+    keeps a checkpoint, the last chunk's checkpoint (a process killed between the two has not finished)."""
     folders = experiment_folders(out)
     for folder in folders:
         config = read_json(folder / CONFIG_FILE)["static"]
         rows = read_metrics(folder)
         if not rows or max(r["step"] for r in rows) < config["total_steps"]:
             return False
+        if (folder / CHECKPOINT_FILE).exists():
+            chunk = checkpoint_chunk(folder / CHECKPOINT_FILE)
+            if chunk is None or chunk * config["log_every"] < config["total_steps"]:
+                return False
     return bool(folders)
 
 
 # ------------------------------------------------------------------------------------ stopping cleanly
 
 
-class Stopped(KeyboardInterrupt):
-    """A run stopped on request (SIGINT or SIGTERM) at a safe point, its progress checkpointed."""
+@dataclass(frozen=True)
+class Loop:
+    """How the host loop behaves: :func:`run_experiment`'s keyword arguments (documented there)."""
 
-    def __init__(self, step: int, total: int, signum: int):
-        super().__init__(f"stopped at step {step:,} of {total:,}; run the same command to resume")
-        self.step, self.total, self.signum = step, total, signum
+    progress: bool = True
+    checkpoint_seconds: float = 60.0
+    stop_after_chunks: int | None = None
+    max_seconds: float | None = None
+    stop_on_nonfinite: bool = False
+    verbose: bool = True
+    should_stop: Callable[[], str | None] | None = None
+    track: str = "none"
 
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention for a process ended by a signal: 128 + its number."""
-        return 128 + self.signum
-
-
-class NonFiniteRuns(RuntimeError):
-    """Some run's loss, Q-values or parameters became NaN or infinite and the experiment was asked to stop."""
+    def say(self, message: str) -> None:
+        """One line for the user (above the progress bar), unless quiet."""
+        if self.verbose:
+            tqdm.write(message)
 
 
 class StopSignals:
@@ -389,9 +398,8 @@ class StopSignals:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
-        self.signum: int | None = None
-        self.previous: dict = {}
+    def __init__(self, say: Callable[[str], None]):
+        self.say, self.signum, self.previous = say, None, {}
         self.checkpointed, self.total = 0, 0  # where a run stopped at once resumes from
 
     def handle(self, signum, frame) -> None:
@@ -399,8 +407,8 @@ class StopSignals:
         if self.signum is not None:
             raise Stopped(self.checkpointed, self.total, signum)
         self.signum = signum
-        tqdm.write(f"opiq-jax: {signal.Signals(signum).name} received: stopping after the current chunk "
-                   "(send it again to stop at once)")
+        self.say(f"opiq-jax: {signal.Signals(signum).name} received: stopping after the current chunk "
+                 "(send it again to stop at once)")
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -431,20 +439,20 @@ def start_pool(experiment: Experiment, resumed_at: int, **pool_overrides):
     return environment_spec(static.env).make(static, len(experiment.runs) * static.envs_per_run, seed, **pool_overrides)
 
 
-def restore_state(out: Path, experiment: Experiment, hparams, run_keys, env_keys):
+def restore_state(out: Path, experiment: Experiment, hparams, run_keys, env_keys, say):
     """``(template, restored)``: the state's shapes, and the newest sound checkpoint in ``out`` (or None)."""
     static = experiment.static
     template_trainer = trainer_for(static, _pool_shapes())[0] if is_pool(static) else compiled_trainer(static)[0]
     typed = jax.eval_shape(template_trainer.init, run_keys, env_keys, hparams, *_start_shapes(experiment))
     typed = typed.replace(env=None)  # a pool's handle is not kept: a resumed run restarts its emulators
     raw = jax.eval_shape(keys_to_data, typed)
-    restored = read_checkpoint(out, raw, warn=tqdm.write)
+    restored = read_checkpoint(out, raw, warn=say)
     if restored is None:
         return typed, None
     return typed, (keys_from_data(jax.tree.map(jnp.asarray, restored[0]), typed), restored[1])
 
 
-def compile_chunk(trainer: Trainer, state, name: str, progress: bool):
+def compile_chunk(trainer: Trainer, state, name: str, say: Callable[[str], None]):
     """``trainer.train_chunk`` compiled ahead of its first call (a line before, its duration after), for
     ``state``'s shapes and placement: the state keeps its placement (the runs axis sharded over the devices, or
     one device) from chunk to chunk, and the metrics follow the runs."""
@@ -452,47 +460,42 @@ def compile_chunk(trainer: Trainer, state, name: str, progress: bool):
     runs_sharding = jax.tree.leaves(shardings.runs)[0]
     key = (id(trainer), str(jax.tree.map(lambda x: (x.shape, x.dtype, x.sharding), state)))
     if key not in _COMPILED:
-        if progress:
-            tqdm.write(f"opiq-jax: compiling {name}...")
+        say(f"opiq-jax: compiling {name}...")
         started = time.monotonic()
         jitted = jax.jit(trainer.train_chunk, donate_argnums=0, out_shardings=(shardings, runs_sharding))
         while len(_COMPILED) >= 16:  # a long session of many experiments keeps the newest executables
             _COMPILED.pop(next(iter(_COMPILED)))
         _COMPILED[key] = (trainer, jitted.lower(state).compile())  # the trainer is kept so that its id stays its own
-        if progress:
-            tqdm.write(f"opiq-jax: compiled in {time.monotonic() - started:.1f} s")
+        say(f"opiq-jax: compiled in {time.monotonic() - started:.1f} s")
     return _COMPILED[key][1]
 
 
 _COMPILED: dict = {}
 
 
-def report_nonfinite(metrics: dict, experiment: Experiment, step: int, flagged: set[int], stop: bool) -> None:
+def report_nonfinite(metrics: dict, experiment: Experiment, step: int, flagged: set[int], loop: Loop) -> None:
     """Says which runs became non-finite in this chunk (once each); raises :class:`NonFiniteRuns` if asked to."""
     new = [i for i in np.flatnonzero(np.asarray(metrics["nonfinite"]) > 0) if i not in flagged]
     for i in new:
         spec = experiment.runs[i]
-        tqdm.write(f"opiq-jax: run {i} ({spec.method}, {spec.setting}, seed {spec.seed}) has NaN or infinite loss, "
-                   f"Q-values or parameters by step {step:,}; " + ("stopping" if stop else "the other runs go on"))
+        loop.say(f"opiq-jax: run {i} ({spec.method}, {spec.setting}, seed {spec.seed}) has NaN or infinite loss, "
+                 f"Q-values or parameters by step {step:,}; "
+                 + ("stopping" if loop.stop_on_nonfinite else "the other runs go on"))
     flagged.update(new)
-    if new and stop:
+    if new and loop.stop_on_nonfinite:
         raise NonFiniteRuns(f"{len(new)} run(s) became non-finite by step {step:,} (--stop-on-nonfinite); "
                             "the metrics and checkpoint up to this chunk are kept")
 
 
-def run_experiment(
-    experiment: Experiment,
-    out: str | Path,
-    progress: bool = True,
-    checkpoint_seconds: float = 60.0,
-    stop_after_chunks: int | None = None,
-    max_seconds: float | None = None,
-    stop_on_nonfinite: bool = False,
-    **pool_overrides,
-) -> object:
+def run_experiment(experiment: Experiment, out: str | Path, progress: bool = True, checkpoint_seconds: float = 60.0,
+                   stop_after_chunks: int | None = None, max_seconds: float | None = None,
+                   stop_on_nonfinite: bool = False, verbose: bool = True,
+                   should_stop: Callable[[], str | None] | None = None, track: str = "none",
+                   **pool_overrides) -> object:
     """Trains every run of ``experiment`` to ``static.total_steps``, resuming from ``out`` if possible.
 
     Args:
+      progress: show a progress bar.
       checkpoint_seconds: write a checkpoint after a chunk when at least this long has passed since
         the last one (0: after every chunk); the last chunk, a stop request and ``max_seconds`` always
         write one.
@@ -501,31 +504,34 @@ def run_experiment(
         with a checkpoint written, so that a time-boxed job can be resumed by calling again.
       stop_on_nonfinite: stop the whole experiment (:class:`NonFiniteRuns`) when a run's numbers become
         NaN or infinite, instead of flagging the run and going on.
+      verbose: print one line for each thing worth knowing (compiling and its time, a large state,
+        non-finite runs, a checkpoint moved aside).
+      should_stop: called after every chunk; a reason (one line) stops the run at once with a checkpoint
+        (:class:`PeerFailed`: another process of a run over several hosts failed).
+      track: ``none``, or ``tensorboard`` to stream each method's aggregates per chunk (the ``tracking`` extra).
       pool_overrides: options of a pool environment's emulators (EnvPool's, e.g. ``max_episode_steps``).
     Returns the final training state. Raises :class:`Stopped` after SIGINT or SIGTERM (progress checkpointed).
     """
+    loop = Loop(progress, checkpoint_seconds, stop_after_chunks, max_seconds, stop_on_nonfinite, verbose, should_stop,
+                track)
     out = prepare_folder(Path(out))
-    with FolderLock(out, warn=tqdm.write), StopSignals() as signals:
-        return _train(experiment, out, signals, progress, checkpoint_seconds, stop_after_chunks, max_seconds,
-                      stop_on_nonfinite, pool_overrides)
+    with FolderLock(out, warn=loop.say), StopSignals(loop.say) as signals:
+        return _train(experiment, out, signals, loop, pool_overrides)
 
 
-def _train(experiment, out, signals, progress, checkpoint_seconds, stop_after_chunks, max_seconds,
-           stop_on_nonfinite, pool_overrides):
-    """The body of :func:`run_experiment`, its folder prepared and locked, its signals handled."""
+def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, pool_overrides: dict):
+    """``(trainer, state, chunk)``: a new or restored state, its pool started, placed on the devices."""
     static = experiment.static
-    num_chunks = static.total_steps // static.log_every
     require_same_experiment(out, experiment)
-    check_fits(static, len(experiment.runs), note=progress)
+    check_fits(static, len(experiment.runs), note=loop.say)
     atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
-
     hparams = stack_hparams(experiment.hparams())
     run_keys, env_keys = run_keys_for(experiment)
-    typed, restored = restore_state(out, experiment, hparams, run_keys, env_keys)
+    typed, restored = restore_state(out, experiment, hparams, run_keys, env_keys, loop.say)
     chunk = 0 if restored is None else restored[1]
     signals.checkpointed, signals.total = chunk * static.log_every, static.total_steps
     pool = start_pool(experiment, chunk, **pool_overrides) if is_pool(static) else None
-    trainer, init, train_chunk = trainer_for(static, pool)
+    trainer, init, _ = trainer_for(static, pool)
     if restored is None:
         state = init(run_keys, env_keys, hparams, *(() if pool is None else (pool.reset(),)))
         (out / METRICS_FILE).unlink(missing_ok=True)
@@ -533,38 +539,69 @@ def _train(experiment, out, signals, progress, checkpoint_seconds, stop_after_ch
         state = restored[0] if pool is None else trainer.path.restart(restored[0], pool)
         truncate_metrics(out / METRICS_FILE, chunk * static.log_every)
     if pool is None:  # a pool's emulators are one process's: its runs stay on one device
-        state = shard_over_devices(state, len(experiment.runs), progress)
-    step_chunk = compile_chunk(trainer, state, f"{static.env} ({len(experiment.runs)} runs, parts: "
-                               f"{', '.join(static.parts) or 'none'})", progress)
+        state = shard_over_devices(state, len(experiment.runs), loop.say)
+    return trainer, state, chunk, restored is not None
+
+
+def _train(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, pool_overrides: dict):
+    """The body of :func:`run_experiment`, its folder prepared and locked, its signals handled."""
+    static, num_runs = experiment.static, len(experiment.runs)
+    trainer, state, chunk, resumed = _start(experiment, out, signals, loop, pool_overrides)
+    step_chunk = compile_chunk(trainer, state, f"{static.env} ({num_runs} runs; parts: {', '.join(static.parts) or 'none'})",
+                               loop.say)
     if signals.signum is not None:  # asked to stop while compiling: nothing new to keep
         raise Stopped(chunk * static.log_every, static.total_steps, signals.signum)
+    info = RunInfo.start(out, experiment, resumed=resumed)
+    tracker = make_tracker(loop.track, out, experiment)
+    try:
+        return _chunks(experiment, out, signals, loop, trainer, state, chunk, step_chunk, info, tracker)
+    finally:
+        if tracker is not None:
+            tracker.close()
 
-    bar = tqdm(total=static.total_steps, initial=chunk * static.log_every, unit="step", disable=not progress,
-               desc=f"{static.env} x{len(experiment.runs)} runs", dynamic_ncols=True)
-    info = RunInfo.start(out, experiment, resumed=restored is not None)
-    started, last_checkpoint, steady_since, done_here, flagged = time.monotonic(), time.monotonic(), None, 0, set()
+
+def make_tracker(kind: str, out: Path, experiment: Experiment):
+    """The tracker of ``kind`` (``none``: None), given the resolved configuration."""
+    if kind == "none":
+        return None
+    from .tracking import make_tracker as make
+
+    return make(kind, out, experiment.to_json())
+
+
+def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, trainer: Trainer, state, chunk: int,
+            step_chunk, info: RunInfo, tracker):
+    """Trains chunk after chunk from ``chunk``: metrics appended, checkpoints written, stops honoured."""
+    static, num_runs = experiment.static, len(experiment.runs)
+    num_chunks = static.total_steps // static.log_every
+    bar = tqdm(total=static.total_steps, initial=chunk * static.log_every, unit="step", disable=not loop.progress,
+               desc=f"{static.env} x{num_runs} runs", dynamic_ncols=True)
+    started, last_checkpoint, chunk_seconds, done_here, flagged = time.monotonic(), time.monotonic(), 0.0, 0, set()
     while chunk < num_chunks:
+        dispatched = time.monotonic()
         state, metrics = step_chunk(state)
         metrics = wait_for(metrics)
-        chunk, done_here = chunk + 1, done_here + 1
-        steady_since = steady_since or time.monotonic()  # the first chunk of a call warms up
+        chunk, done_here, chunk_seconds = chunk + 1, done_here + 1, chunk_seconds + time.monotonic() - dispatched
         append_metric_rows(out / METRICS_FILE, metric_rows(experiment, chunk * static.log_every, metrics,
                                                            trainer.metric_names))
+        peer = loop.should_stop() if loop.should_stop else None
         stop = signals.signum is not None
-        out_of_time = max_seconds is not None and time.monotonic() - started >= max_seconds
-        due = time.monotonic() - last_checkpoint >= checkpoint_seconds
-        nonfinite = bool(np.any(np.asarray(metrics["nonfinite"]) > 0)) and stop_on_nonfinite
-        if chunk == num_chunks or out_of_time or stop or due or nonfinite:
+        out_of_time = loop.max_seconds is not None and time.monotonic() - started >= loop.max_seconds
+        due = time.monotonic() - last_checkpoint >= loop.checkpoint_seconds
+        nonfinite = bool(np.any(np.asarray(metrics["nonfinite"]) > 0)) and loop.stop_on_nonfinite
+        if chunk == num_chunks or out_of_time or stop or due or nonfinite or peer:
             write_checkpoint(out, keys_to_data(state.replace(env=None)), chunk)
             last_checkpoint, signals.checkpointed = time.monotonic(), chunk * static.log_every
-            info.write(out, chunk, started, steady_since, done_here - 1)
-        report_nonfinite(metrics, experiment, chunk * static.log_every, flagged, stop_on_nonfinite)
-        bar.set_postfix_str(progress_fields(metrics, done_here, static, len(experiment.runs), started))
+            info.write(out, chunk, started, chunk_seconds, done_here)
+        if tracker is not None:
+            tracker.log_chunk(chunk * static.log_every, metrics)
+        report_nonfinite(metrics, experiment, chunk * static.log_every, flagged, loop)
+        bar.set_postfix_str(progress_fields(metrics, done_here, static, num_runs, started))
         bar.update(static.log_every)
-        if stop:
+        if stop or peer:
             bar.close()
-            raise Stopped(chunk * static.log_every, static.total_steps, signals.signum)
-        if out_of_time or (stop_after_chunks is not None and done_here >= stop_after_chunks):
+            raise Stopped(chunk * static.log_every, static.total_steps, signals.signum) if stop else PeerFailed(peer)
+        if out_of_time or (loop.stop_after_chunks is not None and done_here >= loop.stop_after_chunks):
             break
     bar.close()
     return state
@@ -593,9 +630,13 @@ def metric_rows(experiment: Experiment, step: int, metrics: dict[str, np.ndarray
 
 @dataclass
 class RunInfo:
-    """``run_info.json``: where and how long a results folder was trained (wall-clock summed over resumes)."""
+    """``run_info.json``: where and how long a results folder was trained, summed over resumes: the wall-clock
+    (compiling, writing checkpoints and all) and the chunks' own time, whose steps per second is the throughput
+    (compilation is ahead of the first chunk; checkpoints are written between chunks)."""
 
     previous_seconds: float
+    previous_chunk_seconds: float
+    previous_chunks: int
     resumes: int
     log_every: int
     base: dict
@@ -610,18 +651,18 @@ class RunInfo:
         base = dict(device=device.device_kind, platform=device.platform, devices=jax.local_device_count(),
                     jax=jax.__version__, runs=len(experiment.runs), total_steps=experiment.static.total_steps,
                     state_bytes_per_run=state_bytes_per_run(experiment.static))
-        return cls(float(earlier.get("seconds", 0.0)), int(earlier.get("resumes", -1)) + 1,
+        return cls(float(earlier.get("seconds", 0.0)), float(earlier.get("chunk_seconds", 0.0)),
+                   int(earlier.get("chunks_timed", 0)), int(earlier.get("resumes", -1)) + 1,
                    experiment.static.log_every, base)
 
-    def write(self, out: Path, chunk: int, started: float, steady_since: float | None, steady_chunks: int) -> None:
-        """Rewrites the file: steps done, seconds so far, and this call's rate after its first chunk (compile)."""
-        now, steps_done = time.monotonic(), chunk * self.log_every
-        rate = None
-        if steady_since is not None and steady_chunks > 0 and now > steady_since:
-            rate = steady_chunks * self.log_every * self.base["runs"] / (now - steady_since)
+    def write(self, out: Path, chunk: int, started: float, chunk_seconds: float, chunks_timed: int) -> None:
+        """Rewrites the file: steps done, seconds so far, and env steps per second over the timed chunks."""
+        steps_done = chunk * self.log_every
+        seconds, timed = self.previous_chunk_seconds + chunk_seconds, self.previous_chunks + chunks_timed
+        rate = timed * self.log_every * self.base["runs"] / seconds if seconds > 0 else None
         info = dict(self.base, steps_done=steps_done, finished=steps_done >= self.base["total_steps"],
-                    seconds=round(self.previous_seconds + now - started, 3), resumes=self.resumes,
-                    env_steps_per_second=rate)
+                    seconds=round(self.previous_seconds + time.monotonic() - started, 3), resumes=self.resumes,
+                    chunk_seconds=round(seconds, 3), chunks_timed=timed, env_steps_per_second=rate)
         atomic_write_bytes(out / RUN_INFO_FILE, json.dumps(info, indent=1).encode())
 
 

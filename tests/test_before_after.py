@@ -1,10 +1,16 @@
 """experiments/before_after.py: the same experiment from two revisions, compared curve by curve."""
 
+import numpy as np
 import pytest
 
-import numpy as np
-
-from experiments.before_after import comparison_rows, main, mean_difference_interval, rank_sum_p_value, seed_areas
+from experiments.before_after import (
+    comparison_rows,
+    main,
+    markdown,
+    mean_difference_interval,
+    rank_sum_p_value,
+    seed_areas,
+)
 from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.methods import program_parts
 from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_experiment
@@ -69,3 +75,46 @@ def test_mean_difference_interval():
     covered = [low <= 0.5 <= high for low, high in
                (mean_difference_interval(rng.normal(size=50), rng.normal(size=50) + 0.5)[1:] for _ in range(400))]
     assert 0.92 < np.mean(covered) < 0.98
+
+
+def tidy_rows(areas: dict[str, list[float]], metric: str = "train_return") -> list[dict]:
+    """A tidy table whose seeds' curves are flat at the given areas (two logged points each)."""
+    rows = []
+    for method, per_seed in areas.items():
+        for seed, area in enumerate(per_seed):
+            run = len({r["run"] for r in rows})
+            rows += [dict(run=run, method=method, setting="paper", seed=seed, step=step, metric=metric, value=area)
+                     for step in (100, 200)]
+    return rows
+
+
+def test_iqm_and_probability_of_improvement_by_hand():
+    before, after = tidy_rows({"opiq": [1.0, 2.0, 3.0, 4.0]}), tidy_rows({"opiq": [5.0, 3.0, 4.0, 2.0]})
+    (row,) = comparison_rows(before, after, "train_return")
+    # IQM of four seeds cuts one from each end: before 1, 2, 3, 4 -> mean(2, 3) = 2.5; after 2, 3, 4, 5 -> 3.5
+    assert (row["iqm_before"], row["iqm_after"]) == (2.5, 3.5)
+    assert 1.0 <= row["iqm_before_low"] <= 2.5 <= row["iqm_before_high"] <= 4.0
+    assert 2.0 <= row["iqm_after_low"] <= 3.5 <= row["iqm_after_high"] <= 5.0
+    # P(after > before) over the 16 pairs: after's 2, 3, 4, 5 beat 1, 2, 3, 4 (greater) of before's values in
+    # 1 + 2 + 3 + 4 = 10 pairs and tie in 3 (each half): (10 + 1.5) / 16 = 0.71875
+    assert row["improvement"] == pytest.approx(0.71875)
+    assert 0.0 <= row["improvement_low"] <= 0.71875 <= row["improvement_high"] <= 1.0
+    # no change: P(after > before) = 1/2 (each seed ties itself, the others win and lose as often)
+    (same,) = comparison_rows(before, before, "train_return")
+    assert same["improvement"] == 0.5 and same["iqm_before"] == same["iqm_after"] == 2.5
+
+
+def test_every_after_seed_better_gives_improvement_one():
+    (row,) = comparison_rows(tidy_rows({"dqn": [0.0, 0.0, 1.0]}), tidy_rows({"dqn": [2.0, 3.0, 4.0]}), "train_return")
+    assert (row["improvement"], row["improvement_low"], row["improvement_high"]) == (1.0, 1.0, 1.0)
+    # three seeds: nothing is cut, the IQM is the mean
+    assert row["iqm_before"] == pytest.approx(1 / 3) and row["iqm_after"] == 3.0
+
+
+def test_markdown_shows_iqm_and_improvement_columns():
+    rows = comparison_rows(tidy_rows({"opiq": [1.0, 2.0, 3.0, 4.0]}), tidy_rows({"opiq": [2.0, 3.0, 4.0, 5.0]}),
+                           "train_return")
+    text = markdown(rows)
+    header, rule, line = text.splitlines()
+    assert header.count("|") == rule.count("|") == line.count("|") == 15
+    assert "P(after > before) (95 % CI)" in header and "| 2.5 (" in line and "| 0.72 (" in line

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from opiq_jax.cli import main
-from opiq_jax.sweep import best_per_method, expand, load_preset, plan_batches, preset_names, split
+from opiq_jax.sweeping import best_per_method, expand, load_preset, plan_batches, preset_names, split
 
 TINY = {
     "env": "chain", "seeds": 2, "metric": "test_return",
@@ -48,7 +48,7 @@ def test_bad_presets_fail_clearly(tmp_path):
         load_preset("no_such_preset")
     bad = dict(TINY, grids=[{"method": "opiq", "grid": {"mm": [1]}}])
     (tmp_path / "bad.json").write_text(json.dumps(bad))
-    with pytest.raises(ValueError, match="hyperparameters its parts do not declare"):
+    with pytest.raises(ValueError, match="unknown option mm; did you mean m"):
         load_preset(str(tmp_path / "bad.json"))
 
 

@@ -4,13 +4,21 @@ importing the trainer (which imports gymnax, and gymnax starts JAX's backend, wh
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from ..config import StaticConfig
-from ..environments import static_for_env
+import tyro
+
+from ..config import STATIC_OPTIONS, StaticConfig, Style
 from ..methods import METHODS, program_parts
+
+
+def _doc(name: str, defaults: str | None = None) -> str:
+    """A shared option's help, from its one declaration (:mod:`opiq_jax.config`)."""
+    return STATIC_OPTIONS[name].help(defaults)
 
 
 def runs_schedule(max_runs: int, min_runs: int = 1) -> list[int]:
@@ -41,27 +49,17 @@ class Bench:
     """Also time the plain baseline (a straightforward per-step jitted DQN + counts) at every R."""
     baseline_steps: int = 200
     """Environment steps per run (one Python dispatch each) in one timed interval of the plain baseline."""
-    method: str = "opiq"
-    """Method whose paper setting every run uses."""
-    count_features: Literal["exact", "simhash"] = "exact"
-    """Counting features of the trainer: the exact cell id (the same counts as the plain baseline's dense table)
-    or SimHash codes (the paper)."""
-    chain_length: int = 100
-    """Chain states."""
-    precision: Literal["float32", "bfloat16"] = "float32"
-    """The trainer's Q-network precision (bfloat16: mixed precision, StaticConfig.precision); the plain
-    baseline is always float32."""
-    maze_torso: Literal["auto", "xla", "pallas"] = "auto"
-    """The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto (Pallas on GPUs in
-    bfloat16; see StaticConfig.maze_torso)."""
-    target_values: Literal["auto", "table", "network"] = "auto"
-    """The bootstrap targets' target-network values: looked up in a table of every cell filled at each target
-    copy (chain, maze), the target network on every batch, or auto (the table in bfloat16; see
-    StaticConfig.target_values)."""
-    buffer_size: int | None = None
-    """Replay capacity per run (default: the paper's, 10k chain, 250k maze)."""
-    hidden: tuple[int, ...] | None = None
-    """Chain MLP hidden widths (default 256 256)."""
+    method: Annotated[str, tyro.conf.arg(help=(
+        "Method whose paper setting every run uses: " + ", ".join(METHODS) + ". Default: opiq."))] = "opiq"
+    count_features: Annotated[Literal["exact", "simhash"], tyro.conf.arg(help=_doc(
+        "count_features", "exact (the same counts as the plain baseline's dense table)"))] = "exact"
+    chain_length: Annotated[int, tyro.conf.arg(help=_doc("chain_length"))] = 100
+    precision: Annotated[Literal["float32", "bfloat16"], tyro.conf.arg(help=_doc(
+        "precision", "float32; the plain baseline is always float32"))] = "float32"
+    maze_torso: Annotated[Literal["auto", "xla", "pallas"], tyro.conf.arg(help=_doc("maze_torso"))] = "auto"
+    target_values: Annotated[Literal["auto", "table", "network"], tyro.conf.arg(help=_doc("target_values"))] = "auto"
+    buffer_size: Annotated[int | None, tyro.conf.arg(help=_doc("buffer_size", "the environment's"))] = None
+    hidden: Annotated[tuple[int, ...] | None, tyro.conf.arg(help=_doc("hidden"))] = None
     probe_bytes: int | None = None
     """Bytes of the bandwidth probe array (default 2 GiB on an accelerator, 256 MiB on CPU)."""
     matmul_size: int | None = None
@@ -71,14 +69,14 @@ class Bench:
     progress: bool = True
     """Print a line per measurement to stderr."""
 
-    def validate(self) -> None:
-        """Raises ``ValueError`` with a one-line message for a bad option."""
+    def validate(self, style: Style = "cli") -> None:
+        """Raises ``ValueError`` with a one-line message for a bad option (named as in ``style``)."""
         checks = [
             (len(self.envs) >= 1, "--envs needs at least one of chain, maze"),
             (self.min_runs >= 1, f"--min-runs must be >= 1, got {self.min_runs}"),
             (self.max_runs >= self.min_runs, f"--max-runs ({self.max_runs}) must be >= --min-runs ({self.min_runs})"),
             (self.steps_per_measure >= 1, f"--steps-per-measure must be >= 1, got {self.steps_per_measure}"),
-            (bool(runs_schedule(self.max_runs, self.min_runs)),
+            (self.min_runs < 1 or bool(runs_schedule(self.max_runs, self.min_runs)),
              f"no power of two lies between --min-runs {self.min_runs} and --max-runs {self.max_runs}"),
             (self.repeats >= 1, f"--repeats must be >= 1, got {self.repeats}"),
             (self.growth >= 0, f"--growth must be >= 0, got {self.growth}"),
@@ -87,9 +85,11 @@ class Bench:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise ValueError(message if style == "cli" else re.sub(r"--([a-z-]+)", lambda m: m[1].replace("-", "_"), message))
+        for env in self.envs:
+            self.static_for(env, style)
 
-    def static_for(self, env: str) -> StaticConfig:
+    def static_for(self, env: str, style: Style = "cli") -> StaticConfig:
         """The static configuration measured on ``env``: the paper's, with this bench's overrides."""
         overrides: dict[str, Any] = dict(
             log_every=self.steps_per_measure, total_steps=self.steps_per_measure, count_features=self.count_features,
@@ -102,4 +102,6 @@ class Bench:
                 overrides["hidden"] = tuple(self.hidden)
         if self.buffer_size is not None:
             overrides["buffer_size"] = self.buffer_size
-        return static_for_env(env, **overrides)
+        from ..plan import static_with
+
+        return static_with(env, overrides, style)

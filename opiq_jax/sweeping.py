@@ -20,6 +20,7 @@ The selection protocol of the paper: rank the settings of each method by the are
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import math
@@ -27,8 +28,17 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .environments import method_hparams, static_for_env
-from .methods import METHODS, get_method
+from collections.abc import Mapping
+from typing import Any
+
+from .config import RUNNER_SET, STATIC_OPTIONS, StaticConfig, Style, static_option
+from .environments import method_hparams
+from .errors import UsageError
+from .methods import get_method
+from .plan import (
+    check_count, check_environment, check_methods, checked_grid, checked_static, static_with, unknown_option,
+)
+from .results import atomic_write_bytes, prepare_folder, read_json
 from .plotting import area_under_median, curves
 from .runner import (
     Experiment, RunSpec, available_device_bytes, is_finished, read_metrics, require_same_experiment, run_experiment,
@@ -46,6 +56,10 @@ class Preset:
     static: dict
     grids: tuple[dict, ...]
     seed: int = 0
+    name: str = "preset"
+
+
+PRESET_FIELDS = ("env", "seeds", "metric", "static", "grids", "seed", "note")
 
 
 def preset_names() -> list[str]:
@@ -54,34 +68,82 @@ def preset_names() -> list[str]:
                   if p.name.endswith(".json"))
 
 
-def load_preset(name_or_path: str) -> Preset:
-    """A shipped preset by name, or a JSON file by path; checked for unknown methods and fields."""
-    path = Path(name_or_path)
+def read_preset(preset: str | Path | Mapping) -> tuple[str, dict]:
+    """``(name, data)`` of a shipped preset's name, a JSON file's path, or a dict written like one."""
+    if isinstance(preset, Mapping):
+        return "(dict)", dict(preset)
+    path = Path(preset)
     if path.suffix == ".json" or path.exists():
-        if not path.exists():
-            raise ValueError(f"no preset file {path}")
-        data = json.loads(path.read_text())
-    elif name_or_path in preset_names():
-        data = json.loads(resources.files("opiq_jax.presets").joinpath(f"{name_or_path}.json").read_text())
-    else:
-        raise ValueError(f"unknown preset {name_or_path!r}: use a JSON file or one of {', '.join(preset_names())}")
-    static = {k: tuple(v) if isinstance(v, list) else v for k, v in data.get("static", {}).items()}
-    preset = Preset(env=data["env"], seeds=int(data["seeds"]), metric=data.get("metric", "test_return"),
-                    static=static, grids=tuple(data["grids"]), seed=int(data.get("seed", 0)))
-    for g in preset.grids:
-        if g["method"] not in METHODS:
-            raise ValueError(f"preset names unknown method {g['method']!r}; known: {', '.join(METHODS)}")
+        if not path.is_file():
+            raise UsageError(f"preset file {path} does not exist")
+        return path.stem, read_json(path)
+    if str(preset) in preset_names():
+        return str(preset), json.loads(resources.files("opiq_jax.presets").joinpath(f"{preset}.json").read_text())
+    raise UsageError(f"unknown preset {str(preset)!r}: use a JSON file or one of {', '.join(preset_names())}")
+
+
+def load_preset(preset: str | Path | Mapping, style: Style = "cli") -> Preset:
+    """A preset (see :func:`read_preset`), every field checked against the options' declarations: a bad one
+    gives a one-line error naming the preset and the field as written in it. Structural options in
+    ``static`` are honoured, except ``env`` and ``parts``, which the preset sets otherwise (refused)."""
+    name, data = read_preset(preset)
+    try:
+        return checked_preset(name, data)
+    except UsageError as e:
+        raise UsageError(f"preset {name}: {e}") from None
+
+
+def checked_preset(name: str, data: dict) -> Preset:
+    """:func:`load_preset`'s checks, its messages without the preset's name."""
+    if not isinstance(data, dict):
+        raise UsageError("a preset is a JSON object with env, seeds, static and grids")
+    unknown = sorted(set(data) - set(PRESET_FIELDS))
+    if unknown or "env" not in data or "grids" not in data:
+        raise UsageError(f"unknown field(s) {', '.join(unknown)}; a preset has {', '.join(PRESET_FIELDS)}" if unknown
+                         else "a preset needs env and grids")
+    check_environment(data["env"], "api")
+    seeds = check_count("seeds", data.get("seeds", 1), "api")
+    static = checked_preset_static(data.get("static", {}))
+    static_with(data["env"], static, "api")  # the relations between options (steps a multiple of log_every, ...)
+    grids = data["grids"]
+    if not isinstance(grids, list) or not grids:
+        raise UsageError("grids must be a non-empty list of {\"method\": ..., \"grid\": {...}}")
+    for g in grids:
+        if not isinstance(g, dict) or set(g) - {"method", "grid"} or "method" not in g:
+            raise UsageError(f"each entry of grids has a method and a grid, got {g!r}")
+        check_methods((g["method"],), "api")
+        grid = checked_grid(g.get("grid", {}), "api", written=f"grids[{g['method']}]")
         options = get_method(g["method"]).options()
-        unknown = set(g.get("grid", {})) - set(options)
-        if unknown:
-            raise ValueError(f"preset grid for {g['method']} has hyperparameters its parts do not declare: "
-                             f"{', '.join(sorted(unknown))} (it has {', '.join(options)})")
-    if preset.seeds < 1:
-        raise ValueError("a preset needs seeds >= 1")
-    return preset
+        foreign = sorted(set(grid) - set(options))
+        if foreign:
+            raise UsageError(f"the grid for {g['method']} has hyperparameters its parts do not declare: "
+                             f"{', '.join(foreign)} (it has {', '.join(options)})")
+    metric = data.get("metric", "test_return")
+    if not isinstance(metric, str) or not metric:
+        raise UsageError(f"metric must be a metric's name, got {metric!r}")
+    seed = check_count("seed", data.get("seed", 0), "api", minimum=0)
+    return Preset(env=data["env"], seeds=seeds, metric=metric, static=static, grids=tuple(grids), seed=seed, name=name)
+
+
+def checked_preset_static(static: Any) -> dict:
+    """A preset's ``static`` by field name, each value checked; ``env`` and ``parts`` are refused."""
+    if not isinstance(static, dict):
+        raise UsageError(f"static must be an object of options, got {static!r}")
+    checked = {}
+    for key, value in static.items():
+        if key in RUNNER_SET:
+            raise UsageError(f"static.{key} cannot be set: " + (
+                "the preset's env field chooses the environment" if key == "env"
+                else "the parts come from the methods of its grids"))
+        option = STATIC_OPTIONS.get(key) or static_option(key)
+        if option is None:
+            raise unknown_option(key, "api")
+        checked[option.name] = checked_static(option, value, "api", written=f"static.{key}")
+    return checked
 
 
 def setting_label(values: dict[str, float]) -> str:
+    """A grid setting's label: its values in the grid's order, or ``paper``."""
     return ",".join(f"{k}={v:g}" for k, v in values.items()) or "paper"
 
 
@@ -95,6 +157,11 @@ def expand(preset: Preset) -> list[RunSpec]:
             hp = method_hparams(preset.env, g["method"], **values)
             runs += [RunSpec(g["method"], setting_label(values), s, hp) for s in range(preset.seeds)]
     return runs
+
+
+def plan_static(preset: Preset) -> StaticConfig:
+    """The sweep's static configuration: the environment's paper settings with the preset's ``static``."""
+    return static_with(preset.env, preset.static, "api")
 
 
 def plan_batches(num_runs: int, per_run_bytes: int, free_bytes: int) -> int:
@@ -114,7 +181,7 @@ def split(runs: list[RunSpec], num_batches: int) -> list[tuple[RunSpec, ...]]:
 
 def plan_sweep(preset: Preset, max_batch_runs: int | None = None) -> list[Experiment]:
     """The sweep as compiled batches: per program structure, the fewest equal batches that fit."""
-    static = static_for_env(preset.env, **preset.static)
+    static = plan_static(preset)
     free = available_device_bytes()
     batches = []
     for name, group in split_by_program(Experiment(static, tuple(expand(preset)), seed=preset.seed)).items():
@@ -130,15 +197,15 @@ def plan_sweep(preset: Preset, max_batch_runs: int | None = None) -> list[Experi
 
 
 def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_runs: int | None = None,
-              checkpoint_seconds: float = 300.0) -> list[dict]:
+              checkpoint_seconds: float = 300.0, track: str = "none") -> list[dict]:
     """Runs (or resumes) every batch, then writes ``settings.csv`` and ``best.md``; returns the ranking."""
     out = Path(out)
     runs = expand(preset)
     print(f"sweep: {len(runs)} runs ({len(runs) // preset.seeds} settings x {preset.seeds} seeds) on {preset.env}",
           flush=True)
     batches = plan_sweep(preset, max_batch_runs)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "preset.json").write_text(json.dumps(preset.__dict__, indent=1, default=list))
+    out = prepare_folder(out)
+    atomic_write_bytes(out / "preset.json", json.dumps(preset.__dict__, indent=1, default=list).encode())
     for i, batch in enumerate(batches):
         folder = out / f"{BATCH_PREFIX}{i:03d}"
         if (folder / "metrics.csv").exists() and is_finished(folder):
@@ -146,7 +213,7 @@ def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_
             print(f"sweep: batch {i + 1}/{len(batches)} already finished", flush=True)
             continue
         print(f"sweep: batch {i + 1}/{len(batches)}", flush=True)
-        run_experiment(batch, folder, progress=progress, checkpoint_seconds=checkpoint_seconds)
+        run_experiment(batch, folder, progress=progress, checkpoint_seconds=checkpoint_seconds, track=track)
     ranking = rank_settings(out, preset.metric)
     write_tables(out, ranking, preset.metric)
     return ranking
@@ -195,15 +262,16 @@ def best_per_method(ranking: list[dict]) -> list[dict]:
 
 
 def write_tables(out: Path, ranking: list[dict], metric: str) -> None:
-    with open(out / "settings.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["method", "setting", "auc", "final_median", "seeds"])
-        writer.writeheader()
-        writer.writerows(ranking)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=["method", "setting", "auc", "final_median", "seeds"])
+    writer.writeheader()
+    writer.writerows(ranking)
+    atomic_write_bytes(out / "settings.csv", table.getvalue().encode())
     lines = [f"Best setting per method by area under the median {metric} curve (the paper's protocol).", "",
              f"| method | best setting | area under median {metric} | final median | settings tried |",
              "|---|---|---|---|---|"]
     for t in best_per_method(ranking):
         tried = sum(1 for r in ranking if r["method"] == t["method"])
         lines.append(f"| {t['method']} | {t['setting']} | {t['auc']:.4g} | {t['final_median']:.4g} | {tried} |")
-    (out / "best.md").write_text("\n".join(lines) + "\n")
+    atomic_write_bytes(out / "best.md", ("\n".join(lines) + "\n").encode())
     print("\n".join(lines))

@@ -14,7 +14,7 @@ runs out of it, or until ``--max-runs``) it measures
   gradients, optimiser state, target network, replay, counts and observations, and FLOPs, which
   turn the measured rate into GB/s and TFLOP/s, shown as fractions of the card's *measured* peak
   (a large on-device ``x + 1`` for bandwidth, large matmuls for compute, in the same run);
-* the plain baseline (:mod:`opiq_jax.bench.plain`) at the same R, or the largest R it fits, so that
+* the plain baseline (:mod:`opiq_jax.benchmark.plain`) at the same R, or the largest R it fits, so that
   every speed-up is a ratio measured side by side on the same device in the same process.
 
 The results go to stdout and to ``--out`` as ``bench.json`` and ``bench.md``.
@@ -618,7 +618,7 @@ def run_bench(options: Bench) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``opiq-jax bench`` (or ``python -m opiq_jax.bench.throughput``): parse ``argv`` and run.
+    """``opiq-jax bench`` (or ``python -m opiq_jax.benchmark.throughput``): parse ``argv`` and run.
 
     A bad option stops with one ``opiq-jax bench: error: ...`` line and exit status 2. The report
     is printed and written to ``--out``; :func:`run_bench` returns it as a dict instead.

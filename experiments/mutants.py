@@ -1,0 +1,231 @@
+"""The mutants of ``experiments/mutation_testing.py``: small, plausible slips in the core, each with the tests that
+must catch it.
+
+A mutant replaces one exact snippet of one file (the snippet must occur exactly once, else the mutant is reported
+*stale*: the code moved on and the mutant needs updating, it is never silently skipped). ``tests`` are pytest node
+ids, few and targeted, so that the whole list runs in well under an hour on a CPU; the first one that fails is
+recorded as the killer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One slip: ``original`` (exact, once in ``file``) becomes ``replacement``."""
+
+    id: str
+    file: str
+    original: str
+    replacement: str
+    description: str
+    tests: tuple[str, ...]
+
+
+V = "tests/test_values.py::"
+PIECES = "tests/test_pieces.py::"
+COUNTS = "tests/test_counts.py::"
+BASE = "tests/test_baselines.py::"
+MR = "tests/test_montezuma.py::"
+ENVS = "tests/test_envs.py::"
+
+MONTEZUMA_TARGET = V + "test_montezuma_n_step_q_plus_target_with_mixed_monte_carlo_by_hand"
+MONTEZUMA_CLIP = V + "test_montezuma_stores_clipped_rewards_and_reports_unclipped_returns"
+MONTEZUMA_COUNTS = V + "test_montezuma_counts_every_real_step_and_no_reset_step"
+ACTING = V + "test_trainer_acts_greedily_on_q_plus_with_c_action_not_c_bootstrap"
+ACTING_TABLE = V + "test_greedy_action_is_argmax_of_q_plus_c_action_bonus_on_a_hand_made_count_table"
+RESUME = V + "test_resume_drops_the_rows_of_a_chunk_written_after_the_checkpoint_and_matches_an_uninterrupted_run"
+CHECKPOINTS = V + "test_checkpoints_read_back_the_newest_values_and_fall_back_past_a_damaged_one"
+N_STEP_CHAIN = "tests/test_trainer.py::test_n_step_q_plus_target_by_hand"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # ------------------------------------------------------------------ counts
+    Mutant("counts-query-max", "opiq_jax/counts.py",
+           "return jnp.min(sketch[action, rows, columns])", "return jnp.max(sketch[action, rows, columns])",
+           "count-min query takes the max of the rows", (V + "test_count_min_query_reads_the_smallest_row_where_one_row_collides",)),
+    Mutant("counts-query-all-max", "opiq_jax/counts.py",
+           "return jnp.min(sketch[:, rows, columns], axis=-1)", "return jnp.max(sketch[:, rows, columns], axis=-1)",
+           "query_all_actions takes the max of the rows", (V + "test_count_min_query_reads_the_smallest_row_where_one_row_collides",)),
+    Mutant("counts-update-ignores-valid", "opiq_jax/counts.py",
+           ".add(jnp.asarray(valid, jnp.int32))", ".add(jnp.int32(1))",
+           "update counts masked (reset) steps too", (COUNTS + "test_update_respects_valid_flag_and_action",)),
+    Mutant("counts-simhash-sign", "opiq_jax/counts.py",
+           "precision=jax.lax.Precision.HIGHEST) > 0", "precision=jax.lax.Precision.HIGHEST) < 0",
+           "SimHash bit set for a negative projection", (COUNTS + "test_simhash_bits_are_signs_of_projection",)),
+    Mutant("counts-montezuma-levels", "opiq_jax/counts.py",
+           "jnp.floor(small / 32.0 + 1e-4)", "jnp.floor(small / 31.0 + 1e-4)",
+           "Montezuma feature binned by 31 instead of 32", (COUNTS + "test_montezuma_feature_of_constant_frames",)),
+    # ------------------------------------------------------------------ optimism
+    Mutant("optimism-no-plus-one", "opiq_jax/parts/optimism.py",
+           "jnp.power(counts.astype(jnp.float32) + 1.0, exponent)", "jnp.power(counts.astype(jnp.float32) + 2.0, exponent)",
+           "bonus C / (N + 2)^M", (PIECES + "test_optimism_bonus_by_hand",)),
+    Mutant("optimism-action-uses-c-bootstrap", "opiq_jax/parts/optimism.py",
+           'optimism_bonus(counts, run.hparams["c_action"]', 'optimism_bonus(counts, run.hparams["c_bootstrap"]',
+           "acting bonus scaled by C_bootstrap", (ACTING_TABLE, ACTING)),
+    Mutant("optimism-bootstrap-uses-c-action", "opiq_jax/parts/optimism.py",
+           'optimism_bonus(batch.next_counts, run.hparams["c_bootstrap"]', 'optimism_bonus(batch.next_counts, run.hparams["c_action"]',
+           "bootstrap bonus scaled by C_action (Montezuma: 0.1 for 0.01)", (MONTEZUMA_TARGET,)),
+    # ------------------------------------------------------------------ targets
+    Mutant("targets-window-includes-after-end", "opiq_jax/targets.py",
+           "ended_before = jnp.cumsum(done.astype(jnp.int32), axis=-1) - done.astype(jnp.int32)",
+           "ended_before = jnp.cumsum(done.astype(jnp.int32), axis=-1) - 1",
+           "window mask off by one at an episode end", (PIECES + "test_window_mask_stops_after_episode_end_and_missing_steps",)),
+    Mutant("targets-discount-power", "opiq_jax/targets.py",
+           "discount = gamma ** (last + 1).astype(jnp.float32)", "discount = gamma ** last.astype(jnp.float32)",
+           "bootstrap discounted by gamma^(L-1)", (PIECES + "test_n_step_return_full_window",)),
+    Mutant("targets-bootstrap-through-terminal", "opiq_jax/targets.py",
+           " * (1.0 - terminated[last].astype(jnp.float32))", "",
+           "bootstraps through a true terminal", (PIECES + "test_n_step_return_stops_at_terminal_without_bootstrap",)),
+    Mutant("targets-mmc-no-weight", "opiq_jax/targets.py",
+           "return (1.0 - beta_mmc) * target + beta_mmc * mc_return", "return target + beta_mmc * mc_return",
+           "mixed Monte Carlo keeps the full bootstrap target", (PIECES + "test_mixed_monte_carlo_by_hand",)),
+    Mutant("targets-max-split", "opiq_jax/targets.py",
+           "return jnp.max(q_next + bonus_next, axis=-1)", "return jnp.max(q_next, axis=-1) + jnp.max(bonus_next, axis=-1)",
+           "Q+ bootstrap maxes Q and bonus separately", (PIECES + "test_q_plus_target_by_hand",)),
+    Mutant("targets-td-gradient-through-target", "opiq_jax/targets.py",
+           "jnp.square(q_taken - jax.lax.stop_gradient(target))", "jnp.square(q_taken - target)",
+           "TD loss differentiates the target", (PIECES + "test_td_loss_is_mean_squared_error",)),
+    # ------------------------------------------------------------------ pseudocounts
+    Mutant("pseudocounts-one-over-n", "opiq_jax/parts/pseudocounts.py",
+           "beta * jax.lax.rsqrt(jnp.maximum(counts.astype(jnp.float32), 1.0))",
+           "beta / jnp.maximum(counts.astype(jnp.float32), 1.0)",
+           "intrinsic reward beta / N", (PIECES + "test_intrinsic_reward_by_hand",)),
+    # ------------------------------------------------------------------ replay
+    Mutant("replay-window-past-newest", "opiq_jax/replay.py",
+           "exists = ages < buffer.size", "exists = ages <= buffer.size",
+           "windows run one step past the newest item", (PIECES + "test_replay_ring_overwrites_oldest_and_windows_follow_insertion_order",)),
+    Mutant("replay-position-clamped", "opiq_jax/replay.py",
+           "position=(buffer.position + 1) % capacity,", "position=jnp.minimum(buffer.position + 1, capacity - 1),",
+           "ring position clamped instead of wrapped", (PIECES + "test_replay_ring_overwrites_oldest_and_windows_follow_insertion_order",)),
+    Mutant("replay-oldest-is-slot-0", "opiq_jax/replay.py",
+           "oldest = (buffer.position - buffer.size) % capacity", "oldest = 0 * buffer.position",
+           "windows start from slot 0, not the oldest item", (PIECES + "test_replay_ring_overwrites_oldest_and_windows_follow_insertion_order",)),
+    # ------------------------------------------------------------------ frame replay
+    Mutant("frames-mc-undiscounted", "opiq_jax/frame_replay.py",
+           "decay = jnp.asarray(gamma, jnp.float32) * continues", "decay = continues.astype(jnp.float32)",
+           "Monte Carlo returns not discounted", (MR + "test_fill_episode_returns_by_hand",)),
+    Mutant("frames-window-crosses-reset", "opiq_jax/frame_replay.py",
+           "step_ok = (step_ages < size) & ~buffer.first[step_slots] & ~ended_before",
+           "step_ok = (step_ages < size) & ~ended_before",
+           "n-step windows run into a restart's first slot", (V + "test_frame_replay_windows_stop_at_a_restart_that_no_episode_end_precedes",)),
+    Mutant("frames-stack-crosses-episode", "opiq_jax/frame_replay.py",
+           "jnp.where(is_first.any(-1), jnp.argmax(is_first, -1), stack - 1)",
+           "jnp.where(is_first.any(-1), jnp.argmax(is_first, -1) + 1, stack - 1)",
+           "frame stacks take a frame of the previous episode", (MR + "test_stack_rebuild_never_crosses_episodes",)),
+    Mutant("frames-mc-of-start-slot", "opiq_jax/frame_replay.py",
+           "mc_return=buffer.mc_return[step_slots[:, 0]],", "mc_return=buffer.mc_return[_slot_of_age(buffer, start)],",
+           "sampled Monte Carlo return one slot early", (MONTEZUMA_TARGET,)),
+    # ------------------------------------------------------------------ environments
+    Mutant("chain-ignores-flips", "envs/chain.py",
+           "move = (action + flips[pos]) % 2", "move = action % 2",
+           "chain ignores its per-state action flips", (ENVS + "test_chain_matches_numpy",)),
+    Mutant("chain-reward-one-early", "envs/chain.py",
+           "(move == 1) & (pos == length - 1), RIGHT_REWARD", "(move == 1) & (pos == length - 2), RIGHT_REWARD",
+           "chain pays the right reward one state early", (ENVS + "test_chain_best_and_left_returns",)),
+    Mutant("maze-walls-open-vertically", "envs/maze.py",
+           "row = jnp.where(blocked, state.row, row).astype(jnp.int32)", "row = row.astype(jnp.int32)",
+           "maze lets the agent into a wall row", (ENVS + "test_maze_walls_block",)),
+    Mutant("maze-goal-transposed", "envs/maze.py",
+           "return (state.row == MAZE_GOAL[0]) & (state.col == MAZE_GOAL[1])",
+           "return (state.row == MAZE_GOAL[1]) & (state.col == MAZE_GOAL[0])",
+           "maze goal at (5, 16) instead of (16, 5)", (ENVS + "test_maze_bfs_path_in_jax",)),
+    # ------------------------------------------------------------------ DORA, RND, BSP
+    Mutant("dora-log-one-minus-e", "opiq_jax/parts/dora.py",
+           "return jax.nn.softplus(-e_logits)", "return jax.nn.softplus(e_logits)",
+           "DORA's count from -log(1 - E)", (BASE + "test_dora_bonus_by_hand",)),
+    Mutant("dora-bootstrap-through-terminal", "opiq_jax/parts/dora.py",
+           "value = jnp.where(terminated[last], 0.0, value)", "value = value",
+           "DORA's SARSA bootstraps through a terminal", (BASE + "test_dora_sarsa_target_with_zero_reward_by_hand",)),
+    Mutant("dora-oa-uses-beta-dora", "opiq_jax/parts/dora.py",
+           'run.hparams["beta_dora_action"])', 'run.hparams["beta_dora"])',
+           "DORA OA's action bonus scaled by beta_dora", (BASE + "test_dora_oa_changes_only_action_selection",)),
+    Mutant("rnd-bonus-mean", "opiq_jax/parts/rnd.py",
+           "return scale * jnp.sum(jnp.square(predicted - jax.lax.stop_gradient(target)), axis=-1)",
+           "return scale * jnp.mean(jnp.square(predicted - jax.lax.stop_gradient(target)), axis=-1)",
+           "RND bonus averages instead of sums the squared error", (BASE + "test_rnd_bonus_and_loss_by_hand",)),
+    Mutant("rnd-loss-ignores-weights", "opiq_jax/parts/rnd.py",
+           "return jnp.sum(errors * weights) / jnp.maximum(jnp.sum(weights), 1.0)", "return jnp.mean(errors)",
+           "RND loss counts unstored rows", (BASE + "test_rnd_bonus_and_loss_by_hand",)),
+    Mutant("bsp-prior-unscaled", "opiq_jax/parts/bsp.py",
+           "return q_heads + beta_bsp * jax.lax.stop_gradient(prior_heads)",
+           "return q_heads + jax.lax.stop_gradient(prior_heads)",
+           "BSP prior added without beta_bsp", (BASE + "test_bsp_prior_stays_fixed_while_the_heads_learn",)),
+    Mutant("bsp-torso-unscaled", "opiq_jax/parts/bsp.py",
+           "scale_torso_gradients(grads, 1.0 / agent.num_heads)", "scale_torso_gradients(grads, 1.0)",
+           "BSP torso gradients not divided by K", (V + "test_bsp_scales_the_shared_torsos_gradients_by_one_over_the_number_of_heads",)),
+    # ------------------------------------------------------------------ trainer
+    Mutant("trainer-epsilon-reversed", "opiq_jax/trainer.py",
+           "return start + (end - start) * fraction", "return end + (start - end) * fraction",
+           "epsilon schedule runs backwards", (PIECES + "test_linear_epsilon",)),
+    Mutant("trainer-explore-inverted", "opiq_jax/trainer.py",
+           "explore = jax.random.uniform(k_explore, (envs,)) < epsilon_at", "explore = jax.random.uniform(k_explore, (envs,)) > epsilon_at",
+           "explores with probability 1 - epsilon", (ACTING,)),
+    Mutant("trainer-counts-reset-steps", "opiq_jax/trainer.py",
+           "decision.actions[e], ~outcome.first[e])", "decision.actions[e], True)",
+           "EnvPool's reset steps are counted", (MONTEZUMA_COUNTS,)),
+    Mutant("trainer-discount-gamma-once", "opiq_jax/trainer.py",
+           "targets = partial[:, None] + discount[:, None] * values",
+           "targets = partial[:, None] + agent.static.gamma * values",
+           "n-step target bootstraps with gamma instead of gamma^L", (N_STEP_CHAIN,)),
+    Mutant("trainer-no-mixed-monte-carlo", "opiq_jax/trainer.py",
+           'mixed_monte_carlo(targets, batch.mc_return[:, None], hp["beta_mmc"])',
+           'mixed_monte_carlo(targets, 0.0 * batch.mc_return[:, None], hp["beta_mmc"])',
+           "Monte Carlo return left out of Montezuma's mixed target", (MONTEZUMA_TARGET,)),
+    Mutant("trainer-qplus-metric-plain", "opiq_jax/trainer.py",
+           '"qplus_start": jnp.max(q0 if bonus is None else q0 + bonus[0]),', '"qplus_start": jnp.max(q0),',
+           "qplus_start reports plain Q", (ACTING,)),
+    # ------------------------------------------------------------------ the two observation paths
+    Mutant("pool-stores-unclipped", "opiq_jax/paths/pool.py",
+           'reward = clip_reward(outcome.reward) - run.hparams["reward_subtract"]',
+           'reward = outcome.reward - run.hparams["reward_subtract"]',
+           "Montezuma trains on unclipped rewards", (MONTEZUMA_CLIP,)),
+    Mutant("pool-reports-clipped", "opiq_jax/paths/pool.py",
+           "outcome = Outcome(obs=out.obs, reward=out.reward,", "outcome = Outcome(obs=out.obs, reward=clip_reward(out.reward),",
+           "Montezuma reports clipped episode returns", (MONTEZUMA_CLIP,)),
+    Mutant("pool-mc-undiscounted", "opiq_jax/paths/pool.py",
+           "fill(m, self.static.gamma, self.episode_window, e)", "fill(m, 1.0, self.episode_window, e)",
+           "Montezuma's Monte Carlo returns not discounted", (MONTEZUMA_TARGET,)),
+    Mutant("pool-bootstrap-counts-of-start", "opiq_jax/paths/pool.py",
+           "next_columns=lambda: columns(newest_frame(flat.next_obs)),", "next_columns=lambda: columns(newest_frame(flat.obs)),",
+           "Montezuma's bootstrap bonus reads the start state's counts", (MONTEZUMA_TARGET,)),
+    Mutant("pool-counts-oldest-frame", "opiq_jax/paths/pool.py",
+           '"""``[E, 84, 84]``: the newest frames, which are counted."""\n        return newest_frame(env.obs)',
+           '"""``[E, 84, 84]``: the newest frames, which are counted."""\n        return env.obs[:, 0]',
+           "Montezuma counts the oldest frame of the stack", (MONTEZUMA_COUNTS,)),
+    Mutant("compact-r-subtract-added", "opiq_jax/paths/compact.py",
+           'reward=(outcome.reward[0] - run.hparams["reward_subtract"])', 'reward=(outcome.reward[0] + run.hparams["reward_subtract"])',
+           "R-Subtract adds its constant", (BASE + "test_r_subtract_shifts_stored_rewards_only",)),
+    Mutant("compact-bootstrap-from-first-step", "opiq_jax/paths/compact.py",
+           "next_compact = jnp.take_along_axis(windows.next_compact, last[:, None, None], axis=1)[:, 0]",
+           "next_compact = windows.next_compact[:, 0]",
+           "n-step target bootstraps from the first step's next state", (N_STEP_CHAIN,)),
+    # ------------------------------------------------------------------ results and resume
+    Mutant("results-truncate-drops-checkpointed-chunk", "opiq_jax/results.py",
+           "if int(r[4]) <= last_step]", "if int(r[4]) < last_step]",
+           "resume drops the checkpointed chunk's rows", (RESUME,)),
+    Mutant("results-no-checksum", "opiq_jax/results.py",
+           "if hashlib.sha256(data[:-32]).digest() != data[-32:]:", "if False:",
+           "a damaged checkpoint is read as sound", (CHECKPOINTS,)),
+    Mutant("results-previous-checkpoint-first", "opiq_jax/results.py",
+           "for name in (CHECKPOINT_FILE, PREVIOUS_CHECKPOINT_FILE):", "for name in (PREVIOUS_CHECKPOINT_FILE, CHECKPOINT_FILE):",
+           "resume prefers the older checkpoint", (CHECKPOINTS,)),
+    Mutant("results-arrays-same-offset", "opiq_jax/results.py",
+           "        offset += size\n", "",
+           "every checkpoint array read from the first one's bytes", (CHECKPOINTS,)),
+    Mutant("runner-keeps-stale-rows", "opiq_jax/runner.py",
+           "truncate_metrics(out / METRICS_FILE, chunk * static.log_every)",
+           "truncate_metrics(out / METRICS_FILE, static.total_steps)",
+           "resume keeps the rows of a chunk written after the checkpoint", (RESUME,)),
+)
+
+CHEAP: tuple[str, ...] = (
+    "counts-query-max", "counts-update-ignores-valid", "counts-simhash-sign", "optimism-no-plus-one",
+    "targets-window-includes-after-end", "targets-discount-power", "targets-mmc-no-weight", "targets-max-split",
+    "pseudocounts-one-over-n", "replay-position-clamped", "dora-log-one-minus-e", "rnd-bonus-mean",
+    "bsp-torso-unscaled", "trainer-epsilon-reversed", "results-no-checksum", "results-arrays-same-offset",
+)
+"""Mutants whose tests take a few seconds (pure functions, no compiled trainer): what the CI sample draws from."""
+
+__all__ = ["CHEAP", "MUTANTS", "Mutant"]

@@ -1,0 +1,309 @@
+"""The Python API: train, sweep, load, re-run and bench from a notebook or a script.
+
+Everything the command line does is here too, with the same options and the same checks (a bad value
+raises :class:`~opiq_jax.errors.UsageError` naming the option as written in Python)::
+
+    import opiq_jax
+
+    results = opiq_jax.train(env="chain", methods=["opiq", "dqn_pc"], seeds=4, steps=20_000, chain_length=20)
+    print(results.summary("test_return"))
+    state = opiq_jax.load(results.folder).state()   # Q-network parameters and counts of every run
+
+Options are passed by name as keyword arguments: every static option (``steps``, ``chain_length``,
+``buffer_size``, ``precision``, ``bsp_heads``, ...) and every hyperparameter (``m``, ``c_action``, ``beta``,
+...); :func:`options` lists them with their documentation.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import io
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import STATIC_OPTIONS, Option
+from .errors import ResultsError, UsageError
+from .plan import (
+    default_out, every_hparam, experiment_from_configs, plan_experiment, settable_static,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalState:
+    """The trained state of one program of a results folder, as of its newest checkpoint.
+
+    Every array has a leading runs axis, in the order of ``runs`` (each run's method, setting and seed).
+    """
+
+    program: str
+    """The program's folder name (``.`` for a single program; ``plain``, ``dora``, ``rnd``, ``bsp``)."""
+    step: int
+    """Environment steps per run done when the checkpoint was written."""
+    runs: tuple[dict, ...]
+    """Each run's ``method``, ``setting``, ``seed`` and ``hparams``, from ``config.json``."""
+    params: Any
+    """The Q-network's parameters (a Flax parameter tree)."""
+    counts: Any
+    """The visit counts: ``counts.sketch`` is the count-min sketch ``int32[runs, actions, rows, width]`` (None when
+    no part of the program counts)."""
+    state: Any
+    """The whole per-run state (``RunState``): target network, optimiser, replay, parts' states, keys."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    """A results folder: its metrics, its resolved configuration and its trained state."""
+
+    folder: Path
+
+    @property
+    def is_sweep(self) -> bool:
+        """Whether the folder is a sweep's (batches and a ranking of settings)."""
+        return (self.folder / "preset.json").exists()
+
+    @functools.cached_property
+    def metrics(self) -> list[dict]:
+        """The tidy metrics table: one dict per (run, step, metric) with ``run, method, setting, seed, step,
+        metric, value`` (a sweep's padding runs left out)."""
+        from .runner import read_metrics
+        from .sweeping import sweep_rows
+
+        return sweep_rows(self.folder) if self.is_sweep else read_metrics(self.folder)
+
+    @functools.cached_property
+    def config(self) -> dict:
+        """The resolved configuration: ``static`` (every static option), ``seed`` and ``runs`` (each run's method,
+        setting, seed and hyperparameters), with ``programs`` naming each program's parts."""
+        from .results import read_json
+        from .runner import experiment_folders
+
+        folders = experiment_folders(self.folder)
+        configs = [read_json(f / "config.json") for f in folders]
+        if len(configs) == 1:
+            return configs[0]
+        return {**configs[0], "runs": [r for c in configs for r in c["runs"]],
+                "programs": {str(f.relative_to(self.folder)): c["static"]["parts"] for f, c in zip(folders, configs)}}
+
+    @property
+    def finished(self) -> bool:
+        """Whether every run reached its last step."""
+        from .runner import is_finished
+
+        return is_finished(self.folder)
+
+    def programs(self) -> list[str]:
+        """The programs' folder names (``.`` when the folder is one program)."""
+        from .runner import experiment_folders
+
+        return [str(f.relative_to(self.folder)) for f in experiment_folders(self.folder)]
+
+    def state(self, program: str | None = None) -> FinalState:
+        """The trained state of ``program`` (needed only when the folder holds several) from its newest sound
+        checkpoint."""
+        names = self.programs()
+        if program is None and len(names) > 1:
+            raise UsageError(f"{self.folder} holds {len(names)} programs: pass program= one of {', '.join(names)}")
+        name = program if program is not None else names[0]
+        if name not in names:
+            raise UsageError(f"{self.folder} has no program {name!r}: use one of {', '.join(names)}")
+        return read_final_state(self.folder / name, name)
+
+    def summary(self, metric: str = "test_return") -> str:
+        """A markdown table per method (and setting): the final median with quartiles and the IQM of the area
+        under the curve with its 95% confidence interval over seeds."""
+        from .plotting import markdown_table, summary_table
+
+        require_metric(self.metrics, metric, self.folder)
+        return markdown_table(summary_table(self.metrics, metric), metric)
+
+    def curves(self, metric: str) -> dict[str, dict]:
+        """Per method (and setting): ``steps``, the per-seed ``values`` and the median with its quartiles."""
+        from .plotting import curves
+
+        require_metric(self.metrics, metric, self.folder)
+        return curves(self.metrics, metric)
+
+    def plot(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> list[Path]:
+        """Draws one PNG per metric into the folder (keywords go to ``opiq_jax.plotting.plot_folder``)."""
+        from .plotting import plot_folder
+
+        return list(plot_folder(self.folder, *(() if metrics is None else (tuple(metrics),)), **kwargs))
+
+    def ranking(self) -> list[dict]:
+        """A sweep's settings per method, best first, by the area under the median curve (``settings.csv``)."""
+        path = self.folder / "settings.csv"
+        if not path.exists():
+            raise ResultsError(f"{self.folder} holds no settings.csv: it is not a finished sweep")
+        return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
+
+
+def require_metric(rows: list[dict], metric: str, folder: Path) -> None:
+    """A one-line error for a metric the folder does not have, listing the ones it has."""
+    names = sorted({r["metric"] for r in rows})
+    if metric not in names:
+        raise UsageError(f"{folder} has no metric {metric!r}: it has {', '.join(names)}")
+
+
+def read_final_state(folder: Path, name: str) -> FinalState:
+    """The state in ``folder``'s newest sound checkpoint, with the arrays' shapes from its ``config.json``."""
+    from .config import stack_hparams
+    from .runner import restore_state, run_keys_for
+
+    experiment = experiment_from_configs(folder)
+    hparams = stack_hparams(experiment.hparams())
+    run_keys, env_keys = run_keys_for(experiment)
+    _, restored = restore_state(folder, experiment, hparams, run_keys, env_keys, say=print)
+    if restored is None:
+        raise ResultsError(f"{folder} holds no checkpoint yet")
+    state, chunk = restored
+    runs = tuple({"method": r.method, "setting": r.setting, "seed": r.seed, "hparams": dict(r.hparams)}
+                 for r in experiment.runs)
+    return FinalState(program=name, step=chunk * experiment.static.log_every, runs=runs, params=state.runs.params,
+                      counts=state.runs.counts, state=state.runs)
+
+
+def load(folder: str | Path) -> Results:
+    """The results folder ``folder`` (written by :func:`train`, :func:`sweep` or the command line)."""
+    from .runner import experiment_folders
+
+    folder = Path(folder)
+    if not folder.exists():
+        raise ResultsError(f"{folder} does not exist")
+    if not experiment_folders(folder):
+        raise ResultsError(f"{folder} holds no results (no config.json in it or below it)")
+    return Results(folder)
+
+
+def run_planned(experiment, out: Path, *, progress: bool = True, checkpoint_every: float = 60.0,
+                stop_on_nonfinite: bool = False, track: str = "none", verbose: bool = True,
+                should_stop: Callable[[], str | None] | None = None, max_minutes: float | None = None) -> Results:
+    """Trains (or resumes) ``experiment`` into ``out``: one program per group of methods."""
+    from .runner import run_methods
+
+    if checkpoint_every < 0:
+        raise UsageError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
+    if max_minutes is not None and not max_minutes > 0:
+        raise UsageError(f"max_minutes must be > 0, got {max_minutes}")
+    run_methods(experiment, out, progress=progress, checkpoint_seconds=checkpoint_every,
+                stop_on_nonfinite=stop_on_nonfinite, track=track, verbose=verbose, should_stop=should_stop,
+                max_seconds=None if max_minutes is None else 60.0 * max_minutes)
+    return Results(Path(out))
+
+
+def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
+          steps: int | None = None, out: str | Path | None = None, grid: Mapping[str, Sequence[float]] | None = None,
+          seed: int = 0, progress: bool = True, checkpoint_every: float = 60.0, stop_on_nonfinite: bool = False,
+          track: str = "none", verbose: bool = True, max_minutes: float | None = None, **options: Any) -> Results:
+    """Trains ``methods`` x ``seeds`` (x every setting of ``grid``) on ``env`` as few compiled programs as possible.
+
+    Args:
+      env: ``chain``, ``maze``, ``montezuma`` (EnvPool), ``gymnax:NAME`` or a registered environment.
+      methods: registered methods (see :func:`methods`); each starts from the paper's setting for ``env``.
+      seeds: independent runs per method and setting: a number (seeds 0 to n - 1) or a list of seeds.
+      steps: environment steps per run (default: the environment's, e.g. 100k on the chain).
+      out: the results folder (default ``results/<env>-<methods>-seeds<N>-steps<S>``); an existing folder of the
+        same experiment is resumed, one of another experiment is refused.
+      grid: hyperparameters to sweep, ``{"m": [0.5, 2.0], "c_action": [1, 10]}``: every combination runs for every
+        method that has them, side by side in the same program.
+      seed: the base seed; run ``i`` of every method uses seed ``i`` under it (comparisons are paired).
+      progress: show a progress bar.
+      checkpoint_every: seconds between checkpoints (0: after every chunk).
+      stop_on_nonfinite: stop everything when a run's numbers become NaN or infinite (default: flag it and go on).
+      track: ``none`` or ``tensorboard`` (the ``tracking`` extra): per-method aggregates per chunk.
+      verbose: print a line for each thing worth knowing (compiling, large states, non-finite runs).
+      max_minutes: return after the first chunk that ends past this many minutes, a checkpoint written (call
+        again to go on): for time-boxed jobs. Check ``Results.finished``.
+      options: any option by name: static ones (``chain_length``, ``buffer_size``, ``precision``, ...) and
+        hyperparameters (``m``, ``c_action``, ...), checked against their declarations (:func:`options`).
+
+    Returns the :class:`Results` of ``out``. Raises :class:`~opiq_jax.errors.UsageError` for a bad input
+    (nothing is written), :class:`~opiq_jax.errors.Stopped` after SIGINT or SIGTERM (progress kept).
+    """
+    if steps is not None:
+        options = {"steps": steps, **options}
+    experiment = plan_experiment(env, methods, seeds, seed=seed, grid=grid, options=options, style="api")
+    if out is None:
+        out = default_out(env, tuple(dict.fromkeys(r.method for r in experiment.runs)), seeds,
+                          experiment.static.total_steps)
+    return run_planned(experiment, Path(out), progress=progress, checkpoint_every=checkpoint_every,
+                       stop_on_nonfinite=stop_on_nonfinite, track=track, verbose=verbose, max_minutes=max_minutes)
+
+
+def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool = True,
+          checkpoint_every: float = 60.0, track: str = "none", verbose: bool = True) -> Results:
+    """Trains the experiment a saved ``config.json`` (or a results folder) describes, exactly, into ``out``
+    (default: ``<folder>-rerun`` beside the original). Same inputs, same device type: the same numbers."""
+    source = Path(config)
+    experiment = experiment_from_configs(source)
+    folder = source.parent if source.is_file() else source
+    out = Path(out) if out is not None else folder.with_name(folder.name + "-rerun")
+    return run_planned(experiment, out, progress=progress, checkpoint_every=checkpoint_every, track=track,
+                       verbose=verbose)
+
+
+def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None, *, max_batch_runs: int | None = None,
+          precision: str | None = None, progress: bool = True, checkpoint_every: float = 300.0,
+          track: str = "none") -> Results:
+    """Runs (or resumes) a sweep preset: a shipped name (``chain_opiq``, ``maze_baselines``, ...), a JSON file, or
+    a dict written like one. Ranks each method's settings by the area under the median curve (the paper's
+    protocol) into ``settings.csv`` and ``best.md``; :meth:`Results.ranking` reads them."""
+    from .sweeping import load_preset, run_sweep
+
+    loaded = load_preset(preset, style="api")
+    if max_batch_runs is not None and (isinstance(max_batch_runs, bool) or max_batch_runs < 1):
+        raise UsageError(f"max_batch_runs must be >= 1, got {max_batch_runs}")
+    if precision is not None:
+        STATIC_OPTIONS["precision"].check(precision, "api")
+        loaded = dataclasses.replace(loaded, static={**loaded.static, "precision": precision})
+    if out is None:
+        suffix = f"-{precision}" if precision and precision != "float32" else ""
+        out = Path("results") / f"sweep-{loaded.name}{suffix}"
+    run_sweep(loaded, Path(out), progress=progress, max_batch_runs=max_batch_runs,
+              checkpoint_seconds=checkpoint_every, track=track)
+    return Results(Path(out))
+
+
+def bench(**options: Any) -> dict[str, Any]:
+    """Runs ``opiq-jax bench`` with ``options`` (its command-line options by name, e.g. ``envs=("chain",)``,
+    ``max_runs=64``); returns the report it also writes to ``out`` (``bench.json``, ``bench.md``)."""
+    from .benchmark.options import Bench
+    from .benchmark.throughput import run_bench
+
+    known = {f.name for f in dataclasses.fields(Bench)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UsageError(f"unknown bench option {', '.join(unknown)}: use {', '.join(sorted(known))}")
+    if "out" in options:
+        options["out"] = Path(options["out"])
+    args = Bench(**options)
+    try:
+        args.validate(style="api")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return run_bench(args)
+
+
+def methods() -> dict[str, str]:
+    """Every registered method and its one-line description."""
+    from .methods import METHODS
+
+    return {name: m.description for name, m in METHODS.items()}
+
+
+def environments() -> dict[str, str]:
+    """Every registered environment and its description (plus ``gymnax:NAME``)."""
+    from .environments import ENVIRONMENTS, GYMNAX
+
+    return {**{name: e.description for name, e in ENVIRONMENTS.items()}, GYMNAX.name: GYMNAX.description}
+
+
+def options() -> dict[str, Option]:
+    """Every option :func:`train` takes by name (static ones and hyperparameters), with its documentation,
+    range and default."""
+    return {**settable_static(), **every_hparam()}
+
+
+__all__ = ["FinalState", "Results", "bench", "environments", "load", "methods", "options", "rerun", "sweep", "train"]

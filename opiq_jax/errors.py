@@ -1,0 +1,37 @@
+"""The ways a run ends early that a user is told about in one line (no traceback), in one light module:
+the command line catches them without importing JAX (which must wait for ``jax.distributed.initialize``)."""
+
+from __future__ import annotations
+
+
+class UsageError(ValueError):
+    """A bad option or input: one line saying what to change (exit code 2)."""
+
+
+class ResultsError(UsageError):
+    """A results folder cannot be used as asked: a file in its place, unwritable, locked by another process,
+    holding another experiment, or an unreadable ``config.json`` (exit code 2)."""
+
+
+class Stopped(KeyboardInterrupt):
+    """A run stopped on request (SIGINT or SIGTERM) at a safe point, its progress checkpointed."""
+
+    def __init__(self, step: int, total: int, signum: int):
+        super().__init__(f"stopped at step {step:,} of {total:,}; run the same command to resume")
+        self.step, self.total, self.signum = step, total, signum
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process ended by a signal: 128 + its number."""
+        return 128 + self.signum
+
+
+class NonFiniteRuns(RuntimeError):
+    """Some run's loss, Q-values or parameters became NaN or infinite and the experiment was asked to stop."""
+
+
+class PeerFailed(RuntimeError):
+    """Another process of a run over several hosts failed; this one stopped at a safe point with its checkpoint."""
+
+
+__all__ = ["NonFiniteRuns", "PeerFailed", "ResultsError", "Stopped", "UsageError"]

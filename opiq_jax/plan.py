@@ -1,0 +1,365 @@
+"""From what a user asks for to an :class:`~opiq_jax.runner.Experiment`: the one place where the command line
+and the Python API turn an environment, methods, seeds, a grid and options into runs.
+
+Options are looked up by the names users write (``steps``, ``m``, ``c_action``, ``bsp_heads``, ...) in their
+declarations (:mod:`opiq_jax.config`): a static option changes the compiled program, a hyperparameter is a
+number of each run. Every check raises :class:`~opiq_jax.errors.UsageError` with one line that names the
+option as the user wrote it (``--steps`` on the command line, ``steps`` in Python).
+
+This module imports no JAX backend (nothing of gymnax), so the command line can plan before
+``jax.distributed.initialize``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import RUNNER_SET, STATIC_OPTIONS, Option, StaticConfig, Style, hparam_options, static_option
+from .environments import ENVIRONMENTS, environment_names, environment_spec, method_hparams
+from .errors import ResultsError, UsageError
+from .methods import METHODS, get_method
+from .parts import PARTS, get_part
+
+
+def label(name: str, style: Style) -> str:
+    """How a message names an option or argument: ``--chain-length`` on the command line, ``chain_length`` in Python."""
+    return "--" + name.replace("_", "-") if style == "cli" else name
+
+
+def every_hparam() -> dict[str, Option]:
+    """Every hyperparameter a method may have: the trainer's and every registered part's."""
+    get_part("pseudocounts")  # the built-in parts register on first use
+    return hparam_options(PARTS.values())
+
+
+def settable_static() -> dict[str, Option]:
+    """The static options a user sets, by the name they write (``steps`` for ``total_steps``)."""
+    return {o.public_name: o for o in STATIC_OPTIONS.values() if o.name not in RUNNER_SET}
+
+
+def unknown_option(name: str, style: Style) -> UsageError:
+    """A one-line error for an option nobody declares, with the closest names."""
+    known = [*settable_static(), *every_hparam()]
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {' or '.join(label(c, style) for c in close)}?" if close else ""
+    if name in RUNNER_SET:
+        hint = ("; the environment is chosen with env" if name == "env"
+                else "; the parts come from the methods: choose methods instead")
+    return UsageError(f"unknown option {label(name, style)}{hint}")
+
+
+def split_options(options: Mapping[str, Any], style: Style) -> tuple[dict[str, Any], dict[str, float]]:
+    """``(static, hparams)``: ``options`` (user names) as static fields (by field name) and hyperparameters,
+    each value checked against its declaration."""
+    static, hparams, numbers = {}, {}, every_hparam()
+    for name, value in options.items():
+        if name in numbers:
+            hparams[name] = checked_number(numbers[name], value, style)
+        elif (option := settable_static().get(name)) is not None:
+            static[option.name] = checked_static(option, value, style)
+        else:
+            raise unknown_option(name, style)
+    return static, hparams
+
+
+def checked_number(option: Option, value: Any, style: Style, written: str | None = None) -> float:
+    """``value`` as a float within ``option``'s range, or a one-line error (naming the option as ``written``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{option.label(style, written)} must be a number, got {value!r}") from None
+    message = option.problem(float(value), style, written)
+    if message:
+        raise UsageError(message)
+    return float(value)
+
+
+def checked_static(option: Option, value: Any, style: Style, written: str | None = None) -> Any:
+    """``value`` converted to ``option``'s type (a list becomes a tuple) and checked, or a one-line error."""
+    kind, name = option.type, option.label(style, written)
+    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise UsageError(f"{name} must be a number, got {value!r}")
+    if kind is int and isinstance(value, float):
+        if not value.is_integer():
+            raise UsageError(f"{name} must be a whole number, got {value!r}")
+        value = int(value)
+    if kind is bool and not isinstance(value, bool):
+        raise UsageError(f"{name} must be True or False, got {value!r}")
+    if option.name == "env_kwargs" and isinstance(value, Mapping):
+        value = tuple(value.items())
+    if isinstance(value, list):
+        value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+    if str(kind).startswith("tuple[int") and not (isinstance(value, tuple) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value)):
+        raise UsageError(f"{name} must be a list of whole numbers, got {value!r}")
+    message = option.problem(value, style, written)
+    if message:
+        raise UsageError(message)
+    return value
+
+
+def check_environment(env: str, style: Style) -> None:
+    """A one-line error for an unknown environment, or for Montezuma without EnvPool."""
+    try:
+        spec = environment_spec(env)
+    except ValueError:
+        raise UsageError(f"unknown {label('env', style)} {env!r}: use {environment_names()}") from None
+    if spec.name == "montezuma":
+        from .envs.montezuma import ENVPOOL_MISSING
+
+        try:
+            import envpool  # noqa: F401
+        except ImportError:
+            raise UsageError(ENVPOOL_MISSING) from None
+
+
+def check_methods(methods: Sequence[str], style: Style) -> tuple[str, ...]:
+    """The methods as a tuple, each registered and named once, or a one-line error naming the registry's."""
+    if isinstance(methods, str):
+        methods = (methods,)
+    methods = tuple(methods)
+    what = label("method" if style == "cli" else "methods", style)
+    if not methods:
+        raise UsageError(f"{what} needs at least one of {', '.join(METHODS)}")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise UsageError(f"unknown method {', '.join(map(repr, unknown))}: use any of {', '.join(METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise UsageError(f"each method may appear once in {what}")
+    return methods
+
+
+def check_count(name: str, value: Any, style: Style, minimum: int = 1) -> int:
+    """A whole number of at least ``minimum`` (seeds, ...), or a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UsageError(f"{label(name, style)} must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def check_seeds(seeds: int | Sequence[int], style: Style) -> tuple[int, ...]:
+    """The runs' seeds: ``n`` means seeds 0 to n - 1; a list names them (each a whole number >= 0, once)."""
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        return tuple(range(check_count("seeds", seeds, style)))
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+        raise UsageError(f"{label('seeds', style)} must be a number of seeds or a non-empty list of seeds, got {seeds!r}")
+    for s in seeds:
+        check_count("seeds", s, style, minimum=0)
+    if len(set(seeds)) != len(seeds):
+        raise UsageError(f"{label('seeds', style)} names a seed twice: {list(seeds)}")
+    return tuple(seeds)
+
+
+def parse_grid(pairs: Iterable[str]) -> dict[str, list[float]]:
+    """Command-line ``NAME=V1,V2`` pairs as a grid ``{name: [v1, v2]}`` (values still unchecked)."""
+    grid: dict[str, list[float]] = {}
+    for pair in pairs:
+        name, sep, values = pair.partition("=")
+        name = name.strip().removeprefix("--").replace("-", "_")
+        if not sep or not name or not values.strip():
+            raise UsageError(f"--grid takes NAME=V1,V2,... pairs, got {pair!r}")
+        if name in grid:
+            raise UsageError(f"--grid names {name} twice")
+        try:
+            grid[name] = [float(v) for v in values.split(",")]
+        except ValueError:
+            raise UsageError(f"--grid {name}: values must be numbers, got {values!r}") from None
+    return grid
+
+
+def checked_grid(grid: Mapping[str, Sequence[float]] | None, style: Style, written: str | None = None
+                 ) -> dict[str, list[float]]:
+    """The grid with every name a hyperparameter and every value in its range. Static options are refused:
+    each value would be a program of its own (run one experiment per value)."""
+    numbers, checked, what = every_hparam(), {}, written or label("grid", style)
+    if not isinstance(grid or {}, Mapping):
+        raise UsageError(f"{what} must map hyperparameters to lists of values, got {grid!r}")
+    for name, values in (grid or {}).items():
+        if name not in numbers:
+            if name in settable_static() or name in RUNNER_SET:
+                raise UsageError(f"{what} takes hyperparameters only: {name} changes the compiled "
+                                 "program, so run one experiment per value")
+            raise unknown_option(name, style)
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise UsageError(f"{what} {name}: give a non-empty list of values, got {values!r}")
+        checked[name] = [checked_number(numbers[name], v, style, f"{what} {name}" if written else None) for v in values]
+    return checked
+
+
+def setting_label(values: Mapping[str, float]) -> str:
+    """The label of a run's setting: its overrides in name order, or ``paper``."""
+    return ",".join(f"{k}={v:g}" for k, v in sorted(values.items())) or "paper"
+
+
+def settings_of(method: str, fixed: Mapping[str, float], grid: Mapping[str, list[float]]) -> list[dict[str, float]]:
+    """``method``'s settings: ``fixed`` and every combination of ``grid``, each limited to its own options."""
+    options = get_method(method).options()
+    own_fixed = {k: v for k, v in fixed.items() if k in options}
+    own_grid = {k: v for k, v in grid.items() if k in options}
+    return [{**own_fixed, **dict(zip(own_grid, combo))} for combo in itertools.product(*own_grid.values())]
+
+
+def require_used(names: Iterable[str], methods: Sequence[str], style: Style) -> None:
+    """Refuses a hyperparameter that no chosen method has (it would silently do nothing)."""
+    for name in names:
+        if not any(name in get_method(m).options() for m in methods):
+            raise UsageError(f"{label(name, style)} applies to none of {', '.join(methods)} (no part of theirs has it)")
+
+
+def plan_experiment(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
+                    seed: int = 0,
+                    grid: Mapping[str, Sequence[float]] | None = None, options: Mapping[str, Any] | None = None,
+                    style: Style = "api"):
+    """The :class:`~opiq_jax.runner.Experiment` of ``methods`` x settings x ``seeds`` on ``env`` (nothing
+    compiled or allocated), with every input checked."""
+    from .runner import Experiment, RunSpec
+
+    check_environment(env, style)
+    methods = check_methods(methods, style)
+    seeds = check_seeds(seeds, style)
+    static_overrides, fixed = split_options(dict(options or {}), style)
+    grid = checked_grid(grid, style)
+    require_used([*fixed, *grid], methods, style)
+    static = static_with(env, static_overrides, style)
+    check_memory(static, methods, {m: len(settings_of(m, fixed, grid)) * len(seeds) for m in methods})
+    runs = []
+    try:
+        for method in methods:
+            for values in settings_of(method, fixed, grid):
+                hparams = method_hparams(env, method, **values)
+                runs += [RunSpec(method, setting_label(values), s, hparams) for s in seeds]
+    except ValueError as e:  # a method the environment does not offer
+        raise UsageError(str(e)) from None
+    return Experiment(static=static, runs=tuple(runs), seed=seed)
+
+
+def check_memory(static: StaticConfig, methods: Sequence[str], runs_per_method: Mapping[str, int]) -> None:
+    """A one-line error when a program's runs cannot fit in device memory, before any run is built (a huge
+    ``seeds`` must fail here, not exhaust the host's memory)."""
+    import dataclasses
+
+    from .methods import program_name, program_parts
+    from .runner import check_fits
+
+    programs: dict[str, list[str]] = {}
+    for method in methods:
+        programs.setdefault(program_name(get_method(method).part_names), []).append(method)
+    try:
+        for members in programs.values():
+            parts = program_parts(members)
+            check_fits(dataclasses.replace(static, parts=parts), sum(runs_per_method[m] for m in members))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def static_with(env: str, overrides: dict[str, Any], style: Style) -> StaticConfig:
+    """The environment's paper configuration with ``overrides`` (field names); steps not divisible by the
+    environment's chunk get one chunk of all their steps, unless the chunk was chosen too."""
+    overrides = dict(overrides)
+    total = overrides.get("total_steps")
+    if total is not None and "log_every" not in overrides:
+        default_chunk = StaticConfig(**environment_spec(env).defaults).log_every
+        overrides["log_every"] = default_chunk if total % default_chunk == 0 else total
+    if "chain_length" in overrides and env != "chain":
+        raise UsageError(f"{label('chain_length', style)} applies to the chain only")
+    if "env_kwargs" in overrides and not env.startswith("gymnax:"):
+        raise UsageError(f"{label(STATIC_OPTIONS['env_kwargs'].public_name, style)} applies to gymnax:NAME "
+                         "environments only")
+    static = StaticConfig(**{**environment_spec(env).defaults, "env": env, **overrides})
+    message = next(iter(static.problems(style)), None)
+    if message:
+        raise UsageError(message)
+    if env.startswith("gymnax:"):
+        check_gymnax(static)
+    return static
+
+
+def check_gymnax(static: StaticConfig) -> None:
+    """Builds a gymnax environment once, so that a missing package or an unknown name fails here, in one line."""
+    from .trainer import make_path
+
+    try:
+        make_path(static)
+    except (ValueError, ImportError, TypeError) as e:
+        raise UsageError(str(e).splitlines()[0]) from None
+
+
+def default_out(env: str, methods: Sequence[str], seeds: int | Sequence[int], total_steps: int) -> Path:
+    """``results/<env>-<methods>-seeds<N>-steps<S>``."""
+    seeds = seeds if isinstance(seeds, int) else len(seeds)
+    return Path("results") / f"{env.replace(':', '-')}-{'-'.join(methods)}-seeds{seeds}-steps{total_steps}"
+
+
+# ------------------------------------------------------------------------------------ saved configurations
+
+
+def config_files(path: str | Path) -> list[Path]:
+    """The ``config.json`` files of a saved experiment: the file itself, or every one in a results folder."""
+    from .runner import experiment_folders
+
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.exists():
+        raise ResultsError(f"{path} does not exist")
+    folders = experiment_folders(path)
+    if not folders:
+        raise ResultsError(f"{path} holds no config.json: pass a config.json or a results folder")
+    return [folder / "config.json" for folder in folders]
+
+
+def experiment_from_configs(path: str | Path):
+    """The experiment a saved ``config.json`` (or a results folder, per-program subfolders included) describes,
+    exactly: the same static configuration, base seed and runs with their hyperparameters."""
+    from .results import read_json
+    from .runner import Experiment, RunSpec
+
+    saved = [read_json(f) for f in config_files(path)]
+    statics = [{k: v for k, v in s["static"].items() if k != "parts"} for s in saved]
+    if any(s != statics[0] for s in statics) or len({(s.get("seed"), s.get("shared_mask_seed")) for s in saved}) > 1:
+        raise ResultsError(f"{path} holds more than one experiment: pass one config.json")
+    try:
+        static = StaticConfig(**{k: tuple(map(tuple, v)) if k == "env_kwargs" else tuple(v) if isinstance(v, list)
+                                 else v for k, v in statics[0].items() if k in STATIC_OPTIONS})
+        runs = tuple(RunSpec(r["method"], r["setting"], int(r["seed"]),
+                             {k: float(v) for k, v in r["hparams"].items()})
+                     for s in saved for r in s["runs"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ResultsError(f"{config_files(path)[0]} is not an opiq-jax config.json ({e})") from None
+    check_methods(tuple(dict.fromkeys(r.method for r in runs)), "api")
+    return Experiment(static=static, runs=runs, seed=int(saved[0].get("seed", 0)),
+                      shared_mask_seed=int(saved[0].get("shared_mask_seed", 12345)))
+
+
+def describe(experiment) -> str:
+    """One line: how many runs of which methods on which environment, for how long."""
+    methods = list(dict.fromkeys(r.method for r in experiment.runs))
+    settings = len({(r.method, r.setting) for r in experiment.runs})
+    static = experiment.static
+    size = f" (length {static.chain_length})" if static.env == "chain" else ""
+    return (f"{len(experiment.runs)} runs ({', '.join(methods)}; {settings} setting(s)) on {static.env}{size}, "
+            f"{static.total_steps:,} steps each")
+
+
+def option_defaults(option: Option) -> str | None:
+    """An option's default per environment, for help texts (``chain 100,000, maze 1,000,000, ...``)."""
+    if not option.environment_default:
+        return None
+    values = {name: spec.defaults.get(option.name, option.default) for name, spec in ENVIRONMENTS.items()}
+    shown = [f"{name} {format_value(v)}" for name, v in values.items()]
+    return ", ".join(shown) + f", gymnax {format_value(option.default)}"
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, tuple):
+        return " ".join(map(str, value))
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+__all__ = ["check_environment", "check_methods", "checked_grid", "default_out", "describe",
+           "experiment_from_configs", "parse_grid", "plan_experiment", "setting_label", "split_options",
+           "static_option"]

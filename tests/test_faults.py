@@ -1,0 +1,261 @@
+"""Fault injection: whatever stops a run, nothing is lost and every resume ends bit-identical.
+
+A child process trains a small experiment and is killed with SIGKILL, either by itself at a chosen write
+(half of the data written, then the kill: in the middle of a checkpoint, a metrics append, the config or
+run_info) or by this process at a random moment; the next child resumes. After the last child, the
+results folder must equal an uninterrupted run's byte for byte (metrics.csv) and array for array (the
+final checkpoint). The same for a sweep. Then the failures that are not kills: a full disk, a corrupt
+newest checkpoint, a second process on the same folder, SIGINT and SIGTERM.
+
+Each test prints its figures (faults injected, resumes bit-identical); ``pytest -s`` shows them.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from opiq_jax import results
+from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.results import (
+    CHECKPOINT_FILE, METRICS_FILE, PREVIOUS_CHECKPOINT_FILE, ResultsError, read_checkpoint_arrays,
+)
+from opiq_jax.runner import Experiment, RunSpec, Stopped, run_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+STATIC = static_for_env("chain", chain_length=8, total_steps=300, log_every=50, buffer_size=300, hidden=(16,))
+EXPERIMENT = Experiment(STATIC, tuple(RunSpec(m, "m=2,c_action=10 \"odd\" ✓", s, method_hparams("chain", m))
+                                      for m in ("opiq", "dqn_pc") for s in range(2)))
+SWEEP_PRESET = {"env": "chain", "seeds": 2, "metric": "test_return",
+                "static": {"chain_length": 8, "total_steps": 200, "log_every": 50, "buffer_size": 200, "hidden": [16]},
+                "grids": [{"method": "opiq", "grid": {"c_action": [1, 10]}}, {"method": "dqn_pc", "grid": {}}]}
+
+# A child that trains EXPERIMENT (or runs ``opiq-jax sweep``) and, with OPIQ_FAULT=KIND:N, kills itself in the
+# middle of its N-th write to a file whose name holds KIND (half the data written first).
+CHILD = """
+import os, signal, sys
+from opiq_jax import results
+kind, nth = (os.environ.get("OPIQ_FAULT") or ":0").split(":")
+nth, seen = int(nth), [0]
+write = results.write_all
+def dying_write(f, data):
+    if kind and kind in os.path.basename(f.name):
+        seen[0] += 1
+        if seen[0] == nth:
+            write(f, data[: len(data) // 2]); f.flush(); os.kill(os.getpid(), signal.SIGKILL)
+    write(f, data)
+results.write_all = dying_write
+print("ready", flush=True)
+if sys.argv[1] == "train":
+    from tests.test_faults import EXPERIMENT
+    from opiq_jax.runner import run_experiment
+    run_experiment(EXPERIMENT, sys.argv[2], progress=False, checkpoint_seconds=0)
+else:
+    from opiq_jax.cli import main
+    main(["sweep", sys.argv[3], "--out", sys.argv[2], "--no-progress", "--checkpoint-every", "0"])
+"""
+
+
+def child(command: str, out: Path, fault: str = "", preset: Path | None = None) -> subprocess.Popen:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "OPIQ_FAULT": fault}
+    return subprocess.Popen([sys.executable, "-c", CHILD, command, str(out), str(preset or "")], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_child(command: str, out: Path, fault: str = "", preset: Path | None = None, timeout: float = 300) -> int:
+    proc = child(command, out, fault, preset)
+    _, err = proc.communicate(timeout=timeout)
+    assert proc.returncode in (0, -signal.SIGKILL), err[-3000:]
+    return proc.returncode
+
+
+def kill_at_random(command: str, out: Path, rng: random.Random, preset: Path | None = None) -> int:
+    """Starts a child and SIGKILLs it after a random delay once it runs; its return code (0 if it finished first)."""
+    proc = child(command, out, preset=preset)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(rng.uniform(2.0, 8.0))
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=300)
+    return proc.returncode
+
+
+def final_arrays(folder: Path) -> dict[str, np.ndarray]:
+    return read_checkpoint_arrays(folder / CHECKPOINT_FILE)[1]
+
+
+def assert_same_results(folder: Path, reference: Path) -> None:
+    assert (folder / METRICS_FILE).read_bytes() == (reference / METRICS_FILE).read_bytes()
+    a, b = final_arrays(folder), final_arrays(reference)
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The uninterrupted run of EXPERIMENT."""
+    out = tmp_path_factory.mktemp("straight")
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0)
+    return out
+
+
+# Kill points: in the middle of the config, metrics appends, run_info and checkpoint writes (a checkpoint is
+# written in dozens of pieces, one per array: the 5th, 30th and 60th piece land at different depths of it).
+WRITE_FAULTS = ("config:1", "metrics:2", "checkpoint:5", "run_info:1", "checkpoint:30", "metrics:1", "checkpoint:60",
+                "checkpoint:1")
+
+
+def test_sigkill_at_writes_and_at_random_moments_then_resume_bit_identical(tmp_path, straight):
+    out, rng = tmp_path / "killed", random.Random(7)
+    killed = [run_child("train", out, fault) for fault in WRITE_FAULTS]
+    killed += [kill_at_random("train", out, rng) for _ in range(3)]
+    assert run_child("train", out) == 0
+    assert_same_results(out, straight)
+    faults = sum(code == -signal.SIGKILL for code in killed)
+    print(f"\ntrain: {faults} SIGKILLs ({len(WRITE_FAULTS)} at chosen writes, the rest at random moments), "
+          "1 resume chain, final metrics and checkpoint bit-identical")
+    assert faults >= len(WRITE_FAULTS)
+
+
+def test_sigkill_during_a_sweep_then_resume_bit_identical(tmp_path):
+    preset = tmp_path / "tiny.json"
+    preset.write_text(json.dumps(SWEEP_PRESET))
+    reference, out = tmp_path / "straight", tmp_path / "killed"
+    assert run_child("sweep", reference, preset=preset) == 0
+    killed = [run_child("sweep", out, fault, preset) for fault in ("checkpoint:7", "metrics:3", "settings:1")]
+    killed.append(kill_at_random("sweep", out, random.Random(3), preset))
+    assert run_child("sweep", out, preset=preset) == 0
+    batches = sorted(p.name for p in reference.glob("batch_*"))
+    assert batches and batches == sorted(p.name for p in out.glob("batch_*"))
+    for batch in batches:
+        assert_same_results(out / batch, reference / batch)
+    assert (out / "settings.csv").read_bytes() == (reference / "settings.csv").read_bytes()
+    print(f"\nsweep: {sum(c == -signal.SIGKILL for c in killed)} SIGKILLs, settings.csv and {len(batches)} batches "
+          "bit-identical")
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_metrics(tmp_path, straight, monkeypatch):
+    out = tmp_path / "full"
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0, stop_after_chunks=2)
+    before = {name: (out / name).read_bytes() for name in (CHECKPOINT_FILE, METRICS_FILE)}
+    write = results.write_all
+
+    def full_disk(f, data):
+        write(f, data[: len(data) // 3])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for doomed in ("metrics", "checkpoint"):  # the append fails; then (with metrics going through) the checkpoint
+        monkeypatch.setattr(results, "write_all", lambda f, data, doomed=doomed: (
+            full_disk(f, data) if doomed in os.path.basename(f.name) else write(f, data)))
+        with pytest.raises(OSError, match="No space left"):
+            run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0)
+        assert (out / CHECKPOINT_FILE).read_bytes() == before[CHECKPOINT_FILE]
+        if doomed == "metrics":
+            assert (out / METRICS_FILE).read_bytes() == before[METRICS_FILE]
+        assert not list(out.glob(".*.tmp"))  # no half-written temporary file left behind
+    monkeypatch.setattr(results, "write_all", write)
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0)
+    assert_same_results(out, straight)
+
+
+def test_a_corrupt_newest_checkpoint_is_named_moved_aside_and_the_one_before_used(tmp_path, straight, capsys):
+    out = tmp_path / "corrupt"
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0, stop_after_chunks=3)
+    assert (out / PREVIOUS_CHECKPOINT_FILE).exists()
+    data = (out / CHECKPOINT_FILE).read_bytes()
+    (out / CHECKPOINT_FILE).write_bytes(data[: len(data) // 2])  # truncated
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0)
+    printed = capsys.readouterr()
+    assert f"{out / CHECKPOINT_FILE} is truncated or damaged" in printed.out + printed.err
+    assert len(list(out.glob(f"{CHECKPOINT_FILE}.corrupt-*"))) == 1
+    assert_same_results(out, straight)
+
+
+def test_a_second_process_on_the_same_folder_is_refused_and_a_stale_lock_is_taken_over(tmp_path, capsys):
+    out = tmp_path / "locked"
+    holder = child("train", out)
+    assert holder.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 120
+    while not (out / ".lock").exists() or not (out / ".lock").read_text():
+        assert time.monotonic() < deadline, "the child never locked its folder"
+        time.sleep(0.05)
+    with pytest.raises(ResultsError, match=f"is being written by process {holder.pid} on "):
+        run_experiment(EXPERIMENT, out, progress=False)
+    holder.send_signal(signal.SIGKILL)
+    holder.communicate(timeout=60)
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0)  # the dead holder's lock is taken over
+    printed = capsys.readouterr()
+    assert f"had a lock of process {holder.pid}" in printed.out + printed.err
+    assert (out / ".lock").read_text() == ""  # released on exit
+
+
+SIGNALLED = """
+import sys
+from opiq_jax.cli import main
+main(["train", "--chain-length", "8", "--seeds", "2", "--steps", "200000", "--log-every", "100", "--hidden", "16",
+      "--buffer-size", "500", "--out", sys.argv[1], "--no-plot", "--no-progress", "--checkpoint-every", "1000"])
+"""
+
+
+@pytest.mark.parametrize("signum, when", [(signal.SIGINT, "training"), (signal.SIGTERM, "training"),
+                                          (signal.SIGTERM, "compiling")])
+def test_sigint_and_sigterm_stop_cleanly_with_a_checkpoint_and_one_line(tmp_path, signum, when):
+    out = tmp_path / "signalled"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "no-cache")}
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    marker = "compiling" if when == "compiling" else "compiled in"
+    lines = []
+    while not any(marker in line for line in lines):
+        line = proc.stdout.readline()
+        assert line, f"the child ended early: {proc.communicate()[1][-2000:]}"
+        lines.append(line)
+    if when == "training":
+        time.sleep(3.0)  # some chunks in
+    proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signum, stderr[-2000:]
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("opiq-jax: stopped at step ") and last.endswith("of 200,000; run the same command to resume")
+    step = int(last.removeprefix("opiq-jax: stopped at step ").split(" ")[0].replace(",", ""))
+    if when == "training":
+        assert step > 0 and read_checkpoint_arrays(out / CHECKPOINT_FILE)[0] * 100 == step  # progress kept
+    else:
+        assert step == 0 and not (out / CHECKPOINT_FILE).exists()
+
+
+def test_stopped_carries_the_conventional_exit_code():
+    stop = Stopped(100, 300, signal.SIGTERM)
+    assert stop.exit_code == 143 and str(stop) == "stopped at step 100 of 300; run the same command to resume"
+    assert isinstance(stop, KeyboardInterrupt)  # no `except Exception` swallows a stop
+
+
+def test_a_run_gone_non_finite_is_flagged_and_reported_while_the_others_go_on(tmp_path, capsys):
+    """A learning rate of 1e30 sends one setting's parameters to infinity; the paper's setting trains on."""
+    import opiq_jax
+
+    grid = {"lr": [5e-4, 1e30]}
+    small = dict(env="chain", methods=["opiq"], seeds=1, steps=600, log_every=300, chain_length=6, hidden=(16,),
+                 buffer_size=600, progress=False, grid=grid)
+    flagged = opiq_jax.train(out=tmp_path / "flagged", **small)
+    final = {r["setting"]: r["value"] for r in flagged.metrics if r["metric"] == "nonfinite" and r["step"] == 600}
+    assert final == {"lr=0.0005": 0.0, "lr=1e+30": 1.0}
+    losses = {r["setting"]: r["value"] for r in flagged.metrics if r["metric"] == "loss" and r["step"] == 600}
+    assert np.isfinite(losses["lr=0.0005"])
+    printed = capsys.readouterr().out
+    assert "run 1 (opiq, lr=1e+30, seed 0) has NaN or infinite loss, Q-values or parameters by step 300" in printed
+    assert "the other runs go on" in printed
+    with pytest.raises(opiq_jax.NonFiniteRuns, match="--stop-on-nonfinite"):
+        opiq_jax.train(out=tmp_path / "stopped", stop_on_nonfinite=True, **small)
+    assert results.read_checkpoint_arrays(tmp_path / "stopped" / CHECKPOINT_FILE)[0] == 1  # kept up to that chunk

@@ -1,0 +1,100 @@
+"""experiments.fig5_analysis on a tiny synthetic metrics table whose answers are worked out by hand."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from experiments import fig5_analysis as fa
+
+NAN = float("nan")
+STEPS = (10, 20, 30, 40)
+# method -> per seed: (training returns, maximum returns) at STEPS; the goal's reward is 10.
+DATA = {
+    "opiq": [
+        ([0, 5, 10, 10], [0, 10, 10, 10]),  # area 6.25, first goal 20, full at 30, then 10: dips 0
+        ([0, 0, 10, 5], [0, 0, 10, 10]),  # area 3.75, first goal 30, full at 30, then 5: dips 1
+        ([NAN, 10, 10, 10], [0, 10, 10, 10]),  # area 7.5 (NaN counts 0), first goal 20, dips 0
+        ([0, 0, 0, 0], [0, 0, 0, 0]),  # area 0, never
+    ],
+    "opiq_no_pc": [
+        ([0, 0, 0, 10], [0, 0, 0, 10]),  # area 2.5, first goal 40, nothing after the full point: no dips
+        ([0, 0, 10, 10], [0, 0, 10, 10]),  # area 5, first goal 30, dips 0
+    ],
+}
+
+
+def table(with_max: bool = True) -> list[dict]:
+    rows, run = [], 0
+    for method, seeds in DATA.items():
+        for seed, (returns, best) in enumerate(seeds):
+            for step, r, b in zip(STEPS, returns, best, strict=True):
+                rows.append(dict(run=run, method=method, setting="paper", seed=seed, step=step,
+                                 metric="train_return", value=float(r)))
+                if with_max:
+                    rows.append(dict(run=run, method=method, setting="paper", seed=seed, step=step,
+                                     metric="max_return", value=float(b)))
+                rows.append(dict(run=run, method=method, setting="paper", seed=seed, step=step,
+                                 metric="epsilon", value=0.01))
+            run += 1
+    return rows
+
+
+def test_seed_table():
+    seeds = fa.seed_table(table())
+    assert [s["method"] for s in seeds] == ["opiq"] * 4 + ["opiq_no_pc"] * 2
+    assert [s["area"] for s in seeds] == [6.25, 3.75, 7.5, 0.0, 2.5, 5.0]
+    assert [s["first_goal"] for s in seeds] == [20, 30, 20, None, 40, 30]
+    assert [s["reached"] for s in seeds] == [True, True, True, False, True, True]
+    dips = [s["dips"] for s in seeds]
+    assert dips[:3] == [0.0, 1.0, 0.0] and math.isnan(dips[3]) and math.isnan(dips[4]) and dips[5] == 0.0
+
+
+def test_seed_table_without_max_return_uses_positive_returns():
+    seeds = fa.seed_table(table(with_max=False))
+    assert [s["first_goal"] for s in seeds] == [20, 30, 20, None, 40, 30]
+
+
+def test_method_summary():
+    summary = fa.method_summary(fa.seed_table(table()), reps=500)
+    assert list(summary) == ["opiq", "opiq_no_pc"]
+    s = summary["opiq"]
+    assert (s["seeds"], s["reached"]) == (4, 3)
+    assert s["first_goal_median"] == 25.0  # median of 20, 20, 30, never
+    assert s["first_goal_min"] == 20 and math.isinf(s["first_goal_max"])
+    assert s["area_iqm"] == pytest.approx(5.0)  # middle two of 0, 3.75, 6.25, 7.5
+    assert s["area_median"] == pytest.approx(5.0)
+    assert s["area_q25"] == pytest.approx(2.8125) and s["area_q75"] == pytest.approx(6.5625)
+    assert s["area_iqr"] == pytest.approx(3.75)
+    assert s["dips_mean"] == pytest.approx(1 / 3)
+    assert s["area_iqm_low"] <= s["area_iqm"] <= s["area_iqm_high"]
+    n = summary["opiq_no_pc"]
+    assert n["area_iqm"] == pytest.approx(3.75)  # two seeds: nothing trimmed
+    assert n["first_goal_median"] == 35.0 and n["dips_mean"] == 0.0
+
+
+def test_improvements_and_verdict():
+    seeds = fa.seed_table(table())
+    pairs = fa.improvements(seeds, reps=500)
+    assert len(pairs) == 1
+    pair = pairs[0]
+    assert (pair["better"], pair["worse"]) == ("opiq", "opiq_no_pc")
+    assert pair["p"] == pytest.approx(5 / 8)  # 5 of the 8 (opiq, opiq_no_pc) pairs of areas favour opiq
+    assert pair["low"] <= pair["p"] <= pair["high"]
+    result = fa.verdict(fa.method_summary(seeds, reps=500), pairs)
+    assert result["ordering_holds"] is True
+    assert result["pairs"][0]["resolved"] == (pair["low"] > 0.5)
+    assert result["opiq_more_stable_than_no_ob"] is None  # no opiq_no_ob in the table
+
+
+def test_analyse_writes_the_summary(tmp_path, monkeypatch):
+    monkeypatch.setattr(fa, "metrics_of", lambda folder: table())
+    fa.analyse("ignored", out=tmp_path, reps=200)
+    document = json.loads((tmp_path / "summary.json").read_text())
+    assert document["methods"]["opiq"]["first_goal_max"] is None  # "never" is written as null
+    assert document["methods"]["opiq"]["area_iqm"] == pytest.approx(5.0)
+    text = (tmp_path / "summary.md").read_text()
+    assert "| opiq | 3/4 |" in text and "never" in text
+    assert (tmp_path / "fig5_analysis.png").stat().st_size > 0
+    assert np.isfinite(document["improvements"][0]["p"])

@@ -1,0 +1,94 @@
+"""Montezuma's Revenge resumes: a small run killed with SIGKILL restarts from its checkpoint, with the agent, the
+frame replay, the counts and every part's state as they were saved; the emulators start fresh episodes (marked by
+``env_restarts``), and the run finishes. EnvPool needed (CI installs the Atari extra)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("envpool")
+
+from opiq_jax.config import stack_hparams  # noqa: E402
+from opiq_jax.environments import method_hparams, static_for_env  # noqa: E402
+from opiq_jax.results import CHECKPOINT_FILE, read_checkpoint_arrays  # noqa: E402
+from opiq_jax.runner import (  # noqa: E402
+    Experiment, RunSpec, is_finished, read_metrics, restore_state, run_experiment, run_keys_for, start_pool,
+    trainer_for,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+STATIC = static_for_env("montezuma", total_steps=240, log_every=40, buffer_size=400, sketch_width=1024,
+                        rnd_outputs=16, rnd_batch=8)
+# BSP's heads and fixed prior are a part's state of their own: the resume must keep them too.
+EXPERIMENT = Experiment(STATIC, tuple(RunSpec("bsp", "paper", s, method_hparams("montezuma", "bsp")) for s in range(2)))
+
+CHILD = """
+import sys
+from tests.test_montezuma_resume import EXPERIMENT
+from opiq_jax.runner import run_experiment
+print("ready", flush=True)
+run_experiment(EXPERIMENT, sys.argv[1], progress=False, checkpoint_seconds=0, max_episode_steps=30)
+"""
+
+
+def kill_after_checkpoint(out: Path, chunks: int) -> None:
+    """Trains in a child until its checkpoint holds ``chunks`` chunks, then SIGKILLs it."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    deadline = time.monotonic() + 600
+    while True:
+        assert child.poll() is None, child.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no checkpoint within 10 minutes"
+        try:
+            if read_checkpoint_arrays(out / CHECKPOINT_FILE)[0] >= chunks:
+                break
+        except Exception:  # not written yet, or being replaced
+            pass
+        time.sleep(0.2)
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=60)
+
+
+def test_a_killed_montezuma_run_resumes_with_the_saved_agent_and_finishes(tmp_path):
+    out = tmp_path / "montezuma"
+    kill_after_checkpoint(out, chunks=2)
+    chunk, saved = read_checkpoint_arrays(out / CHECKPOINT_FILE)
+    assert 2 <= chunk < 6
+
+    hparams = stack_hparams(EXPERIMENT.hparams())
+    run_keys, env_keys = run_keys_for(EXPERIMENT)
+    _, (restored, restored_chunk) = restore_state(out, EXPERIMENT, hparams, run_keys, env_keys, say=print)
+    assert restored_chunk == chunk
+    pool = start_pool(EXPERIMENT, chunk, max_episode_steps=30)
+    trainer = trainer_for(EXPERIMENT.static, pool)[0]
+    resumed = jax.device_get(trainer.path.restart(restored, pool))
+
+    # The agent as saved: networks, optimiser, counts, BSP's heads and prior, keys, hyperparameters.
+    for name in ("params", "target_params", "opt_state", "counts", "parts", "hparams"):
+        leaves = jax.tree_util.tree_flatten_with_path(getattr(resumed.runs, name))[0]
+        assert leaves, name
+        for path, value in leaves:
+            key = ".runs." + name + jax.tree_util.keystr(path)
+            np.testing.assert_array_equal(value, saved[key], err_msg=key)
+    assert "bsp" in resumed.runs.parts
+    # The frame replay as saved, plus each environment's fresh first frame in the next slot.
+    memory = jax.tree_util.tree_flatten_with_path(restored.runs.memory)[0]
+    for path, value in memory:
+        np.testing.assert_array_equal(value, saved[".runs.memory" + jax.tree_util.keystr(path)])
+    assert np.all(resumed.runs.memory.size == np.asarray(restored.runs.memory.size) + 1)
+    assert np.all(resumed.runs.env.restarts == 1)
+
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0, max_episode_steps=30)
+    rows = read_metrics(out)
+    assert is_finished(out) and max(r["step"] for r in rows) == 240
+    restarts = {r["step"]: r["value"] for r in rows if r["metric"] == "env_restarts" and r["run"] == 0}
+    assert restarts[chunk * 40] == 0 and restarts[240] == 1  # the metrics mark the resume

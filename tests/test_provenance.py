@@ -1,0 +1,196 @@
+"""Provenance of the documentation: every results folder that README.md or docs/*.md cites is complete.
+
+What counts as cited: every markdown link or image (``[text](path)``, ``![alt](path)``) whose target
+resolves, relative to the page, to a path under ``docs/results/``, and every literal ``docs/results/...``
+path written anywhere in those pages. A cited file stands for the folder that holds it.
+
+The rule for a cited folder F. Each item may be found in F, in a folder below F, or in a folder above F
+up to its top-level results folder ``docs/results/<name>/``. A family's README.md may document its
+subfolders, and a derived subfolder inherits its parent's run.
+
+1. **Command**: a ``README.md`` or ``command.txt`` whose text contains a command line, ``opiq-jax ...`` or
+   ``python -m experiments...``.
+2. **Metrics**: ``metrics.csv`` or ``metrics.csv.gz``. A non-training result (a benchmark, a profile, a
+   tabular experiment, a sweep's table, an analysis) may instead have a data file: a ``.csv``,
+   ``.csv.gz`` or ``.json`` other than ``config.json``, ``run_info.json`` and ``preset.json``.
+3. **Configuration**: ``config.json`` or ``preset.json``. A non-training result may instead have a
+   JSON data file that records its settings under a top-level key ``options``, ``settings``,
+   ``static``, ``command`` or ``commands``. This is what rejects a training folder that kept only its
+   summaries: a runner's ``summary.json`` records no settings, and such a folder has no
+   ``config.json``.
+4. **Run info**: a ``run_info.json`` with a ``device`` and a wall-clock, meaning a key whose name
+   contains ``seconds`` and whose value is a number, or a list or mapping of numbers.
+
+A comparison folder holds a ``before_after.md`` (written by ``python -m experiments.before_after``),
+whose first lines name its two input folders. It needs a command (1). Each of its input folders must
+itself be complete by this rule, and must be under ``docs/results/``.
+
+The pages themselves: README.md is at most 12,288 bytes. No page carries an internal issue number
+("#12", "issue 21"). No page refers to the internal notes (REFERENCE.md, DESIGN.md) or to paths outside
+the repository (``../shared``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+COMMAND = re.compile(r"(opiq-jax \w|python -m experiments\.)")
+NOT_DATA = {"config.json", "run_info.json", "preset.json"}
+SETTINGS_KEYS = {"options", "settings", "static", "command", "commands"}
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+LITERAL = re.compile(r"docs/results/[\w.\-/]+")
+
+
+def cited_folders() -> dict[Path, set[str]]:
+    """Every cited folder under docs/results, with the pages that cite it."""
+    cited: dict[Path, set[str]] = {}
+    for page in PAGES:
+        text = page.read_text()
+        targets = [(page.parent / t.split("#")[0]) for t in LINK.findall(text) if not t.startswith(("http", "#"))]
+        targets += [ROOT / t.rstrip(".,;:") for t in LITERAL.findall(text)]
+        for target in targets:
+            path = target.resolve()
+            if path == RESULTS or RESULTS not in path.parents:
+                continue
+            folder = path if path.is_dir() or not path.suffix else path.parent
+            cited.setdefault(folder, set()).add(page.name)
+    return cited
+
+
+def _scope(folder: Path) -> list[Path]:
+    """The folders whose files count for ``folder``: itself, those below it, those above it up to its top."""
+    below = [p for p in folder.rglob("*") if p.is_dir()]
+    above, p = [], folder.parent
+    while p != RESULTS and RESULTS in p.parents:
+        above.append(p)
+        p = p.parent
+    return [folder, *below, *above]
+
+
+def _files(folders: list[Path]) -> list[Path]:
+    return [f for d in folders for f in d.iterdir() if f.is_file()]
+
+
+def _has_wall_clock(info: dict) -> bool:
+    def numeric(v) -> bool:
+        if isinstance(v, bool):
+            return False
+        if isinstance(v, int | float):
+            return True
+        if isinstance(v, list):
+            return bool(v) and all(numeric(x) for x in v)
+        if isinstance(v, dict):
+            return bool(v) and all(numeric(x) for x in v.values())
+        return False
+
+    def walk(d) -> bool:
+        return isinstance(d, dict) and any(("seconds" in k and numeric(v)) or walk(v) for k, v in d.items())
+
+    return walk(info)
+
+
+def problems(folder: Path, seen: set[Path] | None = None) -> list[str]:
+    """What the rule finds missing in ``folder`` (empty when it is complete)."""
+    seen = set() if seen is None else seen
+    if folder in seen:
+        return []
+    seen.add(folder)
+    rel = folder.relative_to(ROOT)
+    if not folder.is_dir():
+        return [f"{rel} does not exist"]
+    files = _files(_scope(folder))
+    names = {f.name for f in files}
+    missing = []
+    readmes = [f for f in files if f.name in ("README.md", "command.txt")]
+    if not any(COMMAND.search(f.read_text()) for f in readmes):
+        missing.append("a command (README.md or command.txt naming `opiq-jax ...` or `python -m experiments...`)")
+    comparison = folder / "before_after.md"
+    if comparison.exists():
+        head = comparison.read_text().splitlines()[:4]
+        inputs = [line.split(":", 1)[1].strip() for line in head if line.startswith(("before:", "after:"))]
+        if len(inputs) != 2:
+            missing.append("before_after.md naming its two input folders")
+        for name in inputs:
+            path = (ROOT / name).resolve()
+            if RESULTS not in path.parents:
+                missing.append(f"its input {name} to be a folder under docs/results")
+            else:
+                missing += [f"input {name}: {p}" for p in problems(path, seen)]
+        return [f"{rel}: {m}" for m in missing]
+    data = [f for f in files if f.name not in NOT_DATA and f.name.endswith((".json", ".csv", ".csv.gz"))]
+    if not names & {"metrics.csv", "metrics.csv.gz"} and not data:
+        missing.append("metrics (metrics.csv[.gz]) or a data file (.json/.csv)")
+    if not names & {"config.json", "preset.json"}:
+        def records_settings(f: Path) -> bool:
+            if f.suffix != ".json":
+                return False
+            document = json.loads(f.read_text())
+            return isinstance(document, dict) and bool(SETTINGS_KEYS & set(document))
+        if not any(records_settings(f) for f in data):
+            missing.append("a configuration (config.json, preset.json, or a data file recording its settings)")
+    infos = [json.loads(f.read_text()) for f in files if f.name == "run_info.json"]
+    if not any(isinstance(i, dict) and i.get("device") and _has_wall_clock(i) for i in infos):
+        missing.append("run_info.json with a device and a wall-clock in seconds")
+    return [f"{rel}: {m}" for m in missing]
+
+
+CITED = cited_folders()
+
+
+def test_the_pages_cite_results():
+    assert len(CITED) >= 10, sorted(CITED)
+
+
+@pytest.mark.parametrize("folder", sorted(CITED), ids=lambda p: str(p.relative_to(RESULTS)))
+def test_cited_folder_is_complete(folder):
+    found = problems(folder)
+    assert not found, f"cited by {sorted(CITED[folder])}:\n" + "\n".join(found)
+
+
+def test_readme_is_small():
+    size = (ROOT / "README.md").stat().st_size
+    assert size <= 12_288, f"README.md is {size} bytes; move detail into docs/"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_internal_references(page):
+    text = page.read_text()
+    issue_numbers = re.findall(r"(?<![\w&/])#\d+\b", text)
+    issue_words = re.findall(r"\bissues? \d+\b", text, flags=re.IGNORECASE)
+    internal = re.findall(r"REFERENCE\.md|DESIGN\.md|\.\./shared", text)
+    assert not issue_numbers and not issue_words and not internal, (issue_numbers, issue_words, internal)
+
+
+def test_the_rule_catches_incomplete_folders(tmp_path, monkeypatch):
+    """The rule itself: a summary-only folder fails, a complete one passes, a comparison checks its inputs."""
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "RESULTS", tmp_path)
+    monkeypatch.setattr(module, "ROOT", tmp_path.parent)
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "README.md").write_text("`opiq-jax train --env chain`\n")
+    (good / "metrics.csv.gz").write_bytes(b"")
+    (good / "config.json").write_text("{}")
+    (good / "run_info.json").write_text(json.dumps({"device": "NVIDIA H200", "seconds": 12.5}))
+    assert problems(good) == []
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "summary.json").write_text("{}")
+    (bad / "run_info.json").write_text(json.dumps({"device": "NVIDIA H200"}))
+    found = problems(bad)  # a summary without a configuration, no command, no wall-clock
+    assert len(found) == 3 and any("configuration" in p for p in found), found
+    compare = tmp_path / "compare"
+    compare.mkdir()
+    (compare / "README.md").write_text("python -m experiments.before_after --before A --after B\n")
+    (compare / "before_after.md").write_text(
+        f"before: {tmp_path.name}/good\n\nafter: {tmp_path.name}/bad\n\n| table |\n")
+    found = problems(compare)
+    assert found and all(f"{tmp_path.name}/bad" in p for p in found)
