@@ -24,8 +24,9 @@ from .plan import every_hparam, option_defaults, settable_static
 
 PROGRESS_FIELDS = (
     "The progress bar shows, after each chunk: env steps/s (every run's environment steps per second since this "
-    "call started training (compilation is before it), test (or train): the median over runs of the chunk's greedy test return "
-    "(or training return), and states (or rooms): the median number of distinct states (rooms) visited so far.")
+    "call started training; compiling comes before), test (or train): the median over runs of the chunk's greedy "
+    "test return (or training return), and states (or rooms): the median number of distinct states (rooms) visited "
+    "so far.")
 
 TRAIN_DOC = (
     "Train one or more methods, many seeds each, as one compiled program; write a results folder (config.json, "
@@ -225,7 +226,8 @@ def share_of_this_process(experiment: Any, out: Path, index: int, count: int) ->
 
 
 def train(args: Any) -> Path:
-    distributed = args.distributed or any(v is not None for v in (args.coordinator, args.num_processes, args.process_id))
+    joined = (args.coordinator, args.num_processes, args.process_id)
+    distributed = args.distributed or any(v is not None for v in joined)
     if not distributed:
         return train_here(args, None)
     process = join_processes(args)  # before anything imports gymnax (it starts JAX's backend)

@@ -31,7 +31,7 @@ from .results import CONFIG_FILE, read_json
 from .runner import experiment_folders, read_metrics
 from .stats import iqm, iqm_curve_ci, stratified_bootstrap_ci
 
-DEFAULT_METRICS = ("train_return", "test_return", "states_visited", "max_return")
+DEFAULT_METRICS = ("train_return", "test_return", "states_visited", "max_return", "rooms_visited")
 METRIC_LABELS = {
     "train_return": "episode return",
     "test_return": "greedy test return",

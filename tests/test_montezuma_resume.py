@@ -26,8 +26,8 @@ from opiq_jax.runner import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-STATIC = static_for_env("montezuma", total_steps=240, log_every=40, buffer_size=400, sketch_width=1024,
-                        rnd_outputs=16, rnd_batch=8)
+STATIC = static_for_env("montezuma", total_steps=160, log_every=40, buffer_size=400, sketch_width=1024,
+                        bsp_heads=2)
 # BSP's heads and fixed prior are a part's state of their own: the resume must keep them too.
 EXPERIMENT = Experiment(STATIC, tuple(RunSpec("bsp", "paper", s, method_hparams("montezuma", "bsp")) for s in range(2)))
 
@@ -62,7 +62,7 @@ def test_a_killed_montezuma_run_resumes_with_the_saved_agent_and_finishes(tmp_pa
     out = tmp_path / "montezuma"
     kill_after_checkpoint(out, chunks=2)
     chunk, saved = read_checkpoint_arrays(out / CHECKPOINT_FILE)
-    assert 2 <= chunk < 6
+    assert 2 <= chunk < 4
 
     hparams = stack_hparams(EXPERIMENT.hparams())
     run_keys, env_keys = run_keys_for(EXPERIMENT)
@@ -89,6 +89,6 @@ def test_a_killed_montezuma_run_resumes_with_the_saved_agent_and_finishes(tmp_pa
 
     run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0, max_episode_steps=30)
     rows = read_metrics(out)
-    assert is_finished(out) and max(r["step"] for r in rows) == 240
+    assert is_finished(out) and max(r["step"] for r in rows) == 160
     restarts = {r["step"]: r["value"] for r in rows if r["metric"] == "env_restarts" and r["run"] == 0}
-    assert restarts[chunk * 40] == 0 and restarts[240] == 1  # the metrics mark the resume
+    assert restarts[chunk * 40] == 0 and restarts[160] == 1  # the metrics mark the resume

@@ -288,3 +288,21 @@ def test_a_failing_process_tells_the_other_which_stops_with_one_line_and_its_che
     rows = read_metrics(tmp_path / "multi" / "process-0")
     done = max(r["step"] for r in rows)
     assert 200 <= done < 4000 and (tmp_path / "multi" / "process-0" / "checkpoint.msgpack").exists()
+
+
+def test_a_state_large_for_the_machine_is_announced_with_its_size_and_the_option_that_shrinks_it(monkeypatch):
+    """Montezuma on a laptop: before anything trains, the user learns how much memory the runs will hold."""
+    import opiq_jax.runner as runner
+    from opiq_jax.environments import static_for_env
+
+    static = static_for_env("chain", buffer_size=10_000)
+    per_run = runner.state_bytes_per_run(static)
+    notes = []
+    monkeypatch.setattr(runner, "available_device_bytes", lambda: 7 * per_run)  # two runs take more than a quarter
+    runner.check_fits(static, 1, note=notes.append)
+    assert notes == []
+    runner.check_fits(static, 2, note=notes.append)
+    assert len(notes) == 1 and f"{2 * per_run / 2**30:.1f} GiB of training state" in notes[0]
+    assert "replay of 10,000 steps per run: --buffer-size makes it smaller" in notes[0]
+    with pytest.raises(ValueError, match=r"use at most 2 runs .* or a smaller --buffer-size"):
+        runner.check_fits(static, 3)
