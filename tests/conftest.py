@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # The tests' programs are small and compile far longer than they run: LLVM's cheapest optimisation level makes a
 # cold run of the suite about a third faster on the CPU (the results stay deterministic, run for run; they are
