@@ -182,8 +182,8 @@ def plan_from_args(args: Any):
     from .plan import default_out, experiment_from_configs, parse_grid, plan_experiment
 
     if args.config is not None:
-        changed = [n for n, *_ in train_fields()
-                   if n not in LOOP_NAMES and getattr(args, n) != getattr(Train(), n)]
+        defaults = Train()
+        changed = [n for n, *_ in train_fields() if n not in LOOP_NAMES and getattr(args, n) != getattr(defaults, n)]
         if changed:
             raise UsageError(f"--config re-runs the saved experiment as it is: drop --{changed[0].replace('_', '-')} "
                              "(or edit the config.json)")
@@ -258,11 +258,11 @@ def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> 
     headline = "test_return" if any(r["metric"] == "test_return" for r in results.metrics[:50]) else "train_return"
     print(results.summary(headline))
     figures = results.plot() if args.plot else []
-    say_where(out, figures, args)
+    say_where(out, figures)
     return out
 
 
-def say_where(out: Path, figures: list[Path], args: Any) -> None:
+def say_where(out: Path, figures: list[Path]) -> None:
     """The closing lines: where the figures are, and how to extend or resume the run."""
     for path in figures:
         print(f"opiq-jax: wrote {path}")
@@ -270,7 +270,6 @@ def say_where(out: Path, figures: list[Path], args: Any) -> None:
           f"opiq-jax plot {out} [--statistic iqm]; the same command resumes an interrupted run; to reproduce it: "
           f"opiq-jax train --config {out}/config.json; more steps or seeds make a new experiment: pass a new --out",
           flush=True)
-    del args
 
 
 def sweep(args: Sweep) -> None:

@@ -190,9 +190,10 @@ def checked_grid(grid: Mapping[str, Sequence[float]] | None, style: Style, writt
     return checked
 
 
-def setting_label(values: Mapping[str, float]) -> str:
-    """The label of a run's setting: its overrides in name order, or ``paper``."""
-    return ",".join(f"{k}={v:g}" for k, v in sorted(values.items())) or "paper"
+def setting_label(values: Mapping[str, float], in_name_order: bool = True) -> str:
+    """The label of a run's setting: its overrides in name order (a sweep's: in its grid's order), or ``paper``."""
+    items = sorted(values.items()) if in_name_order else values.items()
+    return ",".join(f"{k}={v:g}" for k, v in items) or "paper"
 
 
 def settings_of(method: str, fixed: Mapping[str, float], grid: Mapping[str, list[float]]) -> list[dict[str, float]]:

@@ -236,8 +236,10 @@ def tree_bytes(tree) -> int:
     return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
 
 
+@functools.lru_cache(maxsize=64)
 def state_bytes_per_run(static: StaticConfig) -> int:
-    """Device bytes of one run's training state, from the shapes alone (nothing is allocated)."""
+    """Device bytes of one run's training state, from the shapes alone (nothing is allocated). Cached: the plan,
+    the runner's memory checks and ``run_info.json`` each ask, and each answer traces the whole ``init``."""
     keys = jax.random.split(jax.random.key(0), 1)  # shapes only: eval_shape allocates nothing
     hp = stack_hparams([make_hparams(make_train_options(static))])
     if is_pool(static):

@@ -36,7 +36,8 @@ from .environments import method_hparams
 from .errors import UsageError
 from .methods import get_method
 from .plan import (
-    check_count, check_environment, check_methods, checked_grid, checked_static, static_with, unknown_option,
+    check_count, check_environment, check_methods, checked_grid, checked_static, setting_label, static_with,
+    unknown_option,
 )
 from .results import atomic_write_bytes, prepare_folder, read_json
 from .plotting import area_under_median, curves
@@ -142,11 +143,6 @@ def checked_preset_static(static: Any) -> dict:
     return checked
 
 
-def setting_label(values: dict[str, float]) -> str:
-    """A grid setting's label: its values in the grid's order, or ``paper``."""
-    return ",".join(f"{k}={v:g}" for k, v in values.items()) or "paper"
-
-
 def expand(preset: Preset) -> list[RunSpec]:
     """Every (method, setting, seed) of the preset, in a fixed order."""
     runs = []
@@ -155,7 +151,9 @@ def expand(preset: Preset) -> list[RunSpec]:
         for combo in itertools.product(*grid.values()):
             values = dict(zip(grid, (float(v) for v in combo)))
             hp = method_hparams(preset.env, g["method"], **values)
-            runs += [RunSpec(g["method"], setting_label(values), s, hp) for s in range(preset.seeds)]
+            # In the grid's order, as every sweep folder has labelled its settings (a resume compares them).
+            runs += [RunSpec(g["method"], setting_label(values, in_name_order=False), s, hp)
+                     for s in range(preset.seeds)]
     return runs
 
 
