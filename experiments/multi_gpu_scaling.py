@@ -1,9 +1,13 @@
 """Scaling over the local devices: the same runs on one device, then sharded over all of them.
 
-The runs axis is split over the devices with ``jax.sharding`` (``runner.shard_over_devices``): runs
-never communicate, so each device trains its share with no collective in the step. For each
-number of runs this times the compiled trainer's chunk on device 0 alone and sharded over every
-local device, after a warm-up that fills the replay past one batch, and reports the ratio.
+The runs axis is split over the devices with ``jax.sharding`` (``runner.shard_over_devices``), and
+each device runs the chunk on its own runs (``runner.chunk_program``): runs never communicate, so the
+step needs no collective. For each number of runs this times the compiled trainer's chunk on device 0
+alone and split over every local device, after a warm-up that fills the replay past one batch, and
+reports the ratio. ``--partitioners per-device gspmd`` also times the program that leaves the split to
+XLA's partitioner (the trainer's before this script's revision), and each row counts the collectives
+(all-gathers and the like) in the compiled program: a custom call such as the maze's Pallas
+convolutions cannot be partitioned, so XLA gathers its inputs onto every device.
 Writes ``scaling.json`` and ``scaling.md`` into ``--out``.
 
 Run on a machine with several GPUs: ``python -m experiments.multi_gpu_scaling --env chain --runs 1024 2048``.
@@ -22,7 +26,9 @@ import tyro
 
 from opiq_jax.config import stack_hparams
 from opiq_jax.environments import method_hparams, static_for_env
-from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for, shard_over_devices
+from opiq_jax.runner import Experiment, RunSpec, chunk_program, compiled_trainer, run_keys_for, shard_over_devices
+
+COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")
 
 
 @dataclass
@@ -37,6 +43,8 @@ class Args:
     """Timed chunks per configuration; the fastest counts."""
     precision: Literal["float32", "bfloat16"] = "float32"
     """The networks' compute precision (``StaticConfig.precision``)."""
+    partitioners: tuple[Literal["per-device", "gspmd"], ...] = ("per-device",)
+    """How the split program is made: each device on its own runs (the trainer's), or XLA's partitioner."""
     out: Path = Path("results/scaling")
     """Where the table goes."""
 
@@ -53,46 +61,87 @@ def rate(num_runs: int, steps: int, seconds: list[float]) -> float:
     return num_runs * steps / min(seconds)
 
 
-def scaling_row(num_runs: int, one_device: float, all_devices: float) -> dict:
-    """One row of the table: both rates and the speed-up of sharding over every device."""
-    return dict(runs=num_runs, one_device=one_device, all_devices=all_devices, speedup=all_devices / one_device)
+def scaling_row(num_runs: int, one_device: float, all_devices: float, partitioner: str = "per-device",
+                collectives: int = 0) -> dict:
+    """One row of the table: both rates, the speed-up of splitting over every device, and how it was split."""
+    return dict(runs=num_runs, one_device=one_device, all_devices=all_devices, speedup=all_devices / one_device,
+                partitioner=partitioner, collectives=collectives)
 
 
-def steps_per_second(static, num_runs: int, sharded: bool, repeats: int) -> float:
+def count_collectives(hlo_text: str) -> int:
+    """Collective operations (all-gather, all-reduce, ...) in a compiled program's HLO text."""
+    return sum(line.count(f" {name}(") + line.count(f" {name}-start(") for line in hlo_text.splitlines()
+               for name in COLLECTIVES)
+
+
+def steps_per_second(static, num_runs: int, sharded: bool, repeats: int, partitioner: str = "per-device") -> tuple[float, int]:
+    """The fastest timed chunk's env steps per second, and the collectives in the compiled chunk."""
     hp = method_hparams(static.env, "opiq")
     experiment = Experiment(static, tuple(RunSpec("opiq", "bench", s, hp) for s in range(num_runs)))
-    _, init, train_chunk = compiled_trainer(static)
+    trainer, init, _ = compiled_trainer(static)
     state = init(*run_keys_for(experiment), stack_hparams([hp] * num_runs))
     if sharded:
         state = shard_over_devices(state, num_runs, say=None)
-    while int(state.step) < static.batch_size + 1:  # compile, then fill the replay past one batch
+    train_chunk = chunk_program(trainer.train_chunk, state, partitioner).lower(state).compile()
+    collectives = count_collectives(train_chunk.as_text())
+    while int(state.step) < static.batch_size + 1:  # fill the replay past one batch
         state, _ = train_chunk(state)
     seconds = []
     for _ in range(repeats):
         started = time.perf_counter()
         state, metrics = jax.block_until_ready(train_chunk(state))
         seconds.append(time.perf_counter() - started)
-    return rate(num_runs, static.log_every, seconds)
+    return rate(num_runs, static.log_every, seconds), collectives
+
+
+def out_of_memory(error: Exception) -> bool:
+    return "RESOURCE_EXHAUSTED" in str(error) or "out of memory" in str(error).lower()
+
+
+def best_single_device(static, num_runs: int, repeats: int, measured: dict[int, float]) -> tuple[int, float]:
+    """``(runs, rate)`` of one device: at ``num_runs``, or, where they do not fit, at the most runs measured that did."""
+    try:
+        measured[num_runs] = steps_per_second(static, num_runs, sharded=False, repeats=repeats)[0]
+        return num_runs, measured[num_runs]
+    except Exception as error:  # noqa: BLE001 - only running out of device memory is expected here
+        if not out_of_memory(error) or not measured:
+            raise
+        largest = max(measured)
+        print(f"{num_runs} runs do not fit on one device; comparing with its {largest} runs", flush=True)
+        return largest, measured[largest]
+
+
+def one_device_note(row: dict) -> str:
+    return "" if row["one_device_runs"] == row["runs"] else f" (at {row['one_device_runs']} runs: {row['runs']} do not fit)"
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = tyro.cli(Args, args=argv)
+    started = time.perf_counter()
     devices = jax.local_devices()
     args.validate(len(devices))
     static = static_for_env(args.env, total_steps=args.steps * 10, log_every=args.steps, count_features="exact",
                             precision=args.precision)
-    rows = []
+    rows, one_device = [], {}
     for num_runs in args.runs:
-        one = steps_per_second(static, num_runs, sharded=False, repeats=args.repeats)
-        many = steps_per_second(static, num_runs, sharded=True, repeats=args.repeats)
-        rows.append(scaling_row(num_runs, one, many))
-        print(rows[-1], flush=True)
+        one_runs, one = best_single_device(static, num_runs, args.repeats, one_device)
+        for partitioner in args.partitioners:
+            many, collectives = steps_per_second(static, num_runs, sharded=True, repeats=args.repeats,
+                                                 partitioner=partitioner)
+            rows.append(dict(scaling_row(num_runs, one, many, partitioner, collectives), one_device_runs=one_runs))
+            print(rows[-1], flush=True)
     kind = devices[0].device_kind
-    lines = [f"{args.env}, {args.precision}: environment steps per second on 1 and on {len(devices)} x {kind} (runs sharded).", "",
-             f"| runs | 1 device | {len(devices)} devices | speed-up |", "|---|---|---|---|"]
-    lines += [f"| {r['runs']} | {r['one_device']:,.0f} | {r['all_devices']:,.0f} | {r['speedup']:.2f}x |" for r in rows]
+    lines = [f"{args.env}, {args.precision}: environment steps per second on 1 and on {len(devices)} x {kind} (runs split).", "",
+             f"| runs | 1 device | {len(devices)} devices | speed-up | split by | collectives in the chunk |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['runs']} | {r['one_device']:,.0f}{one_device_note(r)} | {r['all_devices']:,.0f} | {r['speedup']:.2f}x | "
+              f"{r['partitioner']} | {r['collectives']} |" for r in rows]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scaling.json").write_text(json.dumps(dict(device=kind, devices=len(devices), env=args.env, precision=args.precision, rows=rows), indent=1))
+    options = dict(env=args.env, runs=list(args.runs), steps=args.steps, repeats=args.repeats, precision=args.precision,
+                   partitioners=list(args.partitioners))
+    (args.out / "scaling.json").write_text(json.dumps(dict(
+        device=kind, devices=len(devices), env=args.env, precision=args.precision, options=options, rows=rows,
+        wall_seconds=time.perf_counter() - started), indent=1))
     (args.out / "scaling.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return dict(devices=len(devices), rows=rows)

@@ -149,7 +149,7 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
     experiment = bench_experiment(static, num_runs, method)
     _, init, train_chunk = compiled_trainer(static)
     run_keys, env_keys = run_keys_for(experiment)
-    state = init(run_keys, env_keys, stack_hparams([r.hparams for r in experiment.runs]))
+    state = init(run_keys, env_keys, stack_hparams(experiment.hparams()))
     compiled = train_chunk.lower(state).compile()
     hlo = compiled.as_text()
     names = op_names_of(hlo)
@@ -194,7 +194,8 @@ def markdown(result: dict, top: int) -> str:
 def main(argv: list[str] | None = None) -> dict:
     args = tyro.cli(Args, args=argv)
     args.validate()
-    static = Bench(count_features=args.count_features, steps_per_measure=args.steps_per_chunk, precision=args.precision).static_for(args.env)
+    static = Bench(count_features=args.count_features, steps_per_measure=args.steps_per_chunk, precision=args.precision,
+                   method=args.method).static_for(args.env)
     result = profile_trainer(static, args.runs, args.chunks, args.method)
     text = markdown(result, args.top)
     print(text)

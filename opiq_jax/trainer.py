@@ -10,6 +10,9 @@
   steps of every run at once, then the chunk's metrics (one value per run for each of
   ``trainer.metric_names``).
 
+:func:`joint_train_chunk` steps several programs (several structures, each with its own runs) in one
+scan, each exactly as in a program of its own.
+
 The agent is DQN with the exploration parts of ``static.parts`` (:mod:`opiq_jax.parts`), called at
 fixed places; nothing here names a method. What differs between environments (how they are stepped,
 what the replay stores, what is counted) is the observation path's (:mod:`opiq_jax.paths`).
@@ -479,19 +482,24 @@ def copy_target(agent: Agent, run: RunState) -> RunState:
 # ---------------------------------------------------------------------------------- the scan
 
 
-def train_if_due(agent: Agent, runs: RunState, iterations: jax.Array) -> RunState:
-    """The updates due after ``iterations`` scan steps: one per ``train_every`` environment steps per run."""
+def due_to_train(agent: Agent, iterations: jax.Array) -> jax.Array:
+    """Whether updates are due after ``iterations`` scan steps: one per ``train_every`` environment steps per run,
+    once the replay holds more than a batch."""
     static, envs = agent.static, agent.envs_per_run
     iterations_per_update = max(1, static.train_every // envs)
-    updates_per_iteration = max(1, envs // static.train_every)
-    train_now = (iterations * envs > static.batch_size) & (iterations % iterations_per_update == 0)
+    return (iterations * envs > static.batch_size) & (iterations % iterations_per_update == 0)
 
-    def train(r: RunState) -> RunState:
-        for _ in range(updates_per_iteration):
-            r = jax.vmap(functools.partial(update, agent))(r)
-        return r
 
-    return jax.lax.cond(train_now, train, lambda r: r, runs)
+def train_runs(agent: Agent, runs: RunState) -> RunState:
+    """The updates of one scan step (several when a run steps more environments than ``train_every``)."""
+    for _ in range(max(1, agent.envs_per_run // agent.static.train_every)):
+        runs = jax.vmap(functools.partial(update, agent))(runs)
+    return runs
+
+
+def train_if_due(agent: Agent, runs: RunState, iterations: jax.Array) -> RunState:
+    """The updates due after ``iterations`` scan steps (:func:`due_to_train`)."""
+    return jax.lax.cond(due_to_train(agent, iterations), functools.partial(train_runs, agent), lambda r: r, runs)
 
 
 def record_all(agent: Agent, runs: RunState, decision: Decision, outcome: Outcome) -> RunState:
@@ -500,23 +508,49 @@ def record_all(agent: Agent, runs: RunState, decision: Decision, outcome: Outcom
     return agent.path.after_record(runs, outcome)
 
 
+def due_to_copy(agent: Agent, stored: jax.Array) -> jax.Array:
+    """Whether the target network is copied after ``stored`` scan steps (every ``target_update`` env steps)."""
+    return (stored * agent.envs_per_run) % agent.static.target_update == 0
+
+
 def copy_target_if_due(agent: Agent, runs: RunState, stored: jax.Array) -> RunState:
     with jax.named_scope("target_copy"):
-        copy_now = (stored * agent.envs_per_run) % agent.static.target_update == 0
-        return jax.lax.cond(copy_now, jax.vmap(functools.partial(copy_target, agent)), lambda r: r, runs)
+        return jax.lax.cond(due_to_copy(agent, stored), jax.vmap(functools.partial(copy_target, agent)), lambda r: r, runs)
+
+
+def act_and_record(agent: Agent, state: TrainState) -> tuple[Any, RunState]:
+    """Every run chooses its action, its environment steps, and the step is counted and stored."""
+    runs, decision = jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None))(state.runs, state.step)
+    shared, runs, outcome = agent.path.step(state.env, runs, decision)
+    return shared, record_all(agent, runs, decision, outcome)
 
 
 def env_step(agent: Agent, state: TrainState, _) -> tuple[TrainState, None]:
     """One environment step of every run in the strict order: act, step, count and store, train, copy the target."""
     # the named scopes label the compiled ops for experiments/profile_step.py (no effect on the results)
     with jax.named_scope("act"):
-        runs, decision = jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None))(state.runs, state.step)
-        shared, runs, outcome = agent.path.step(state.env, runs, decision)
-        runs = record_all(agent, runs, decision, outcome)
+        shared, runs = act_and_record(agent, state)
     stored = state.step + 1
     with jax.named_scope("update"):
         runs = train_if_due(agent, runs, stored)
     return TrainState(step=stored, env=shared, runs=copy_target_if_due(agent, runs, stored)), None
+
+
+def joint_env_step(agents: tuple[Agent, ...], states: tuple[TrainState, ...], _) -> tuple[tuple[TrainState, ...], None]:
+    """One environment step of several programs' runs (:func:`joint_train_chunk`), each in the strict order of
+    :func:`env_step`. Their step counters and schedules are equal, so one ``lax.cond`` trains them all and one
+    copies their targets."""
+    acted = [act_and_record(agent, state) for agent, state in zip(agents, states)]
+    stored = states[0].step + 1
+    runs = tuple(runs for _, runs in acted)
+    with jax.named_scope("update"):
+        runs = jax.lax.cond(due_to_train(agents[0], stored),
+                            lambda rs: tuple(train_runs(a, r) for a, r in zip(agents, rs)), lambda rs: rs, runs)
+    with jax.named_scope("target_copy"):
+        runs = jax.lax.cond(due_to_copy(agents[0], stored),
+                            lambda rs: tuple(jax.vmap(functools.partial(copy_target, a))(r) for a, r in zip(agents, rs)),
+                            lambda rs: rs, runs)
+    return tuple(TrainState(step=stored, env=shared, runs=r) for (shared, _), r in zip(acted, runs)), None
 
 
 def overlapped_step(agent: Agent, carry: tuple, _) -> tuple[tuple, None]:
@@ -609,9 +643,40 @@ def train_chunk(agent: Agent, state: TrainState) -> tuple[TrainState, dict[str, 
         state = overlapped_steps(agent, state, length)
     else:
         state, _ = jax.lax.scan(functools.partial(env_step, agent), state, None, length=length)
+    return with_chunk_metrics(agent, state)
+
+
+def with_chunk_metrics(agent: Agent, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+    """Every run's metrics of the chunk that ``state`` ends (:func:`chunk_metrics`), its sums reset."""
     with jax.named_scope("metrics"):
         runs, metrics = jax.vmap(functools.partial(chunk_metrics, agent), in_axes=(0, None))(state.runs, state.step)
     return state.replace(runs=runs), metrics
+
+
+def same_schedule(agents: tuple[Agent, ...]) -> str | None:
+    """Why ``agents`` cannot share one scan (:func:`joint_train_chunk`), or None if they can."""
+    fields = ("log_every", "total_steps", "batch_size", "train_every", "target_update")
+    first = agents[0]
+    for agent in agents[1:]:
+        differ = [f for f in fields if getattr(agent.static, f) != getattr(first.static, f)]
+        if differ or agent.envs_per_run != first.envs_per_run:
+            return f"their {', '.join(differ) or 'environments per run'} differ"
+    if any(agent.path.overlaps for agent in agents):
+        return "a pool environment overlaps its updates with its emulators"
+    return None
+
+
+def joint_train_chunk(agents: tuple[Agent, ...], states: tuple[TrainState, ...]) -> tuple[tuple, tuple]:
+    """``train_chunk`` of several programs (one per structure: DORA, RND, ... each with its own runs) in one
+    scan. Each program's runs do exactly what they do in a program of their own; the GPU then runs the
+    small programs' steps in one compiled loop instead of one loop after another."""
+    reason = same_schedule(agents)
+    if reason is not None:
+        raise ValueError(f"these programs cannot train in one scan: {reason}")
+    length = agents[0].static.log_every // agents[0].envs_per_run
+    states, _ = jax.lax.scan(functools.partial(joint_env_step, tuple(agents)), tuple(states), None, length=length)
+    results = [with_chunk_metrics(agent, state) for agent, state in zip(agents, states)]
+    return tuple(s for s, _ in results), tuple(m for _, m in results)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -657,4 +722,5 @@ def make_train(static: StaticConfig, env: Any = None) -> Trainer:
                    train_chunk=functools.partial(train_chunk, agent), metric_names=agent.metric_names())
 
 
-__all__ = ["Agent", "ChunkStats", "METRIC_DOCS", "RunState", "TrainState", "Trainer", "make_optimiser", "make_train"]
+__all__ = ["Agent", "ChunkStats", "METRIC_DOCS", "RunState", "TrainState", "Trainer", "joint_train_chunk", "make_optimiser",
+           "make_train"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.multi_gpu_scaling import rate, scaling_row
+from experiments.multi_gpu_scaling import count_collectives, rate, scaling_row
 
 SCRIPT = """
 import sys
@@ -17,7 +17,8 @@ try:
     main(["--runs", "3", "--out", sys.argv[1]])
 except SystemExit as error:
     print("refused:", error)
-main(["--env", "chain", "--runs", "2", "--steps", "70", "--repeats", "1", "--precision", "bfloat16", "--out", sys.argv[1]])
+main(["--env", "chain", "--runs", "2", "--steps", "70", "--repeats", "1", "--precision", "bfloat16", "--out", sys.argv[1],
+      "--partitioners", "per-device", "gspmd"])
 """
 
 
@@ -29,10 +30,13 @@ def test_script_times_one_and_two_devices_and_refuses_runs_that_do_not_divide(tm
     assert "refused: multi_gpu_scaling: error: --runs [3] do not divide over the 2 local devices" in result.stdout
     saved = json.loads((tmp_path / "scaling.json").read_text())
     assert (saved["devices"], saved["env"], saved["precision"]) == (2, "chain", "bfloat16")
-    [row] = saved["rows"]
-    assert row["runs"] == 2 and row["one_device"] > 0 and row["all_devices"] > 0
-    assert row["speedup"] > 0  # its value: test_speedup_of_known_chunk_times_is_the_hand_computed_ratio
-    assert "| 2 |" in (tmp_path / "scaling.md").read_text()
+    assert saved["options"]["partitioners"] == ["per-device", "gspmd"] and saved["wall_seconds"] > 0
+    rows = saved["rows"]
+    assert [(r["runs"], r["partitioner"], r["collectives"]) for r in rows] == [(2, "per-device", 0), (2, "gspmd", 0)]
+    for row in rows:
+        assert row["one_device"] > 0 and row["all_devices"] > 0 and row["one_device_runs"] == 2
+        assert row["speedup"] > 0  # its value: test_speedup_of_known_chunk_times_is_the_hand_computed_ratio
+    assert "| 2 |" in (tmp_path / "scaling.md").read_text() and "| per-device | 0 |" in (tmp_path / "scaling.md").read_text()
 
 
 def test_speedup_of_known_chunk_times_is_the_hand_computed_ratio():
@@ -40,4 +44,15 @@ def test_speedup_of_known_chunk_times_is_the_hand_computed_ratio():
     sharding is 1.6 times faster."""
     one, many = rate(2, 70, [0.5, 0.4]), rate(2, 70, [0.25, 0.3])
     assert (one, many) == (350.0, 560.0)
-    assert scaling_row(2, one, many) == dict(runs=2, one_device=350.0, all_devices=560.0, speedup=pytest.approx(1.6))
+    assert scaling_row(2, one, many) == dict(runs=2, one_device=350.0, all_devices=560.0, speedup=pytest.approx(1.6),
+                                             partitioner="per-device", collectives=0)
+
+
+def test_collectives_are_counted_in_hlo_text_and_names_that_only_contain_them_are_not():
+    hlo = "\n".join([
+        "  %all-gather.1 = bf16[2,64]{1,0} all-gather(bf16[1,64]{1,0} %p), dimensions={0}",
+        "  %ags = (f32[2]{0}) all-gather-start(f32[1]{0} %q)",
+        "  %r = f32[] all-reduce(f32[] %x), to_apply=%add",
+        "  %fusion.all-gather-like = f32[2]{0} fusion(f32[2]{0} %y), kind=kLoop",
+    ])
+    assert count_collectives(hlo) == 3
