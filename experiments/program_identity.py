@@ -1,0 +1,121 @@
+"""Does a change leave the compiled programs as they were? Lowers every program of two revisions and compares.
+
+    python -m experiments.program_identity --against acf5d2b
+
+checks out ``--against`` into a temporary git worktree and, there and in this working tree (each in its
+own Python process, on the CPU), lowers ``train_chunk`` of every program of the chain and the maze figures
+(the methods that differ only in numbers, DORA, DQN + RND, BSP) in float32 and bfloat16 to StableHLO
+without source locations, and hashes the text. Equal hashes mean the same program: a refactor that keeps
+them equal cannot change a single-device result or its speed. It prints a table and writes it to
+``--out``/``program_identity.md``; it exits 1 if any program differs.
+
+Both revisions must have ``opiq_jax.plan.plan_experiment`` (every revision since the Python API).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import tyro
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Run inside a revision's tree: one line of JSON, {"env precision program": sha256 of the lowered text}.
+LOWER_PROGRAMS = """
+import hashlib, json, sys
+import jax
+from opiq_jax.config import stack_hparams
+from opiq_jax.plan import plan_experiment
+from opiq_jax.runner import compiled_trainer, run_keys_for, split_by_program
+
+envs, precisions = sys.argv[1].split(","), sys.argv[2].split(",")
+methods = ("opiq", "dqn_pc", "dqn_dora", "dqn_rnd", "bsp")
+hashes = {}
+for env in envs:
+    for precision in precisions:
+        experiment = plan_experiment(env, methods, 2, options=dict(steps=200, log_every=100, precision=precision))
+        for name, program in split_by_program(experiment).items():
+            _, init, train_chunk = compiled_trainer(program.static)
+            state = jax.eval_shape(init, *run_keys_for(program), stack_hparams(program.hparams()))
+            text = train_chunk.lower(state).as_text()
+            hashes[f"{env} {precision} {name}"] = hashlib.sha256(text.encode()).hexdigest()
+print(json.dumps(hashes))
+"""
+
+
+@dataclass
+class Args:
+    against: str = "HEAD"
+    """The revision before (a commit, a tag, a branch)."""
+    after: str | None = None
+    """The revision after (default: this working tree, uncommitted changes included)."""
+    envs: tuple[str, ...] = ("chain", "maze")
+    """Environments whose programs are lowered."""
+    precisions: tuple[str, ...] = ("float32", "bfloat16")
+    """Precisions whose programs are lowered."""
+    out: Path = Path("results/program_identity")
+    """Folder for ``program_identity.md``."""
+
+
+def program_hashes(tree: Path, envs: tuple[str, ...], precisions: tuple[str, ...]) -> dict[str, str]:
+    """The hash of every program's lowered text in the revision checked out at ``tree`` (a process of its own)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(tree)}
+    result = subprocess.run([sys.executable, "-c", LOWER_PROGRAMS, ",".join(envs), ",".join(precisions)], cwd=tree,
+                            env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"program_identity: error: lowering in {tree} failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def compare(old: dict[str, str], new: dict[str, str]) -> list[dict]:
+    """One row per program of either revision: whether both have it and lower it to the same text."""
+    return [dict(program=name, before=old.get(name, "absent")[:12], after=new.get(name, "absent")[:12],
+                 same=name in old and name in new and old[name] == new[name])
+            for name in dict.fromkeys([*old, *new])]
+
+
+def worktree_at(revision: str, folder: Path) -> Path:
+    tree = folder / "tree"
+    added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
+                           capture_output=True, text=True)
+    if added.returncode != 0:
+        raise SystemExit(f"program_identity: error: cannot check out {revision!r}: {added.stderr.strip()[-300:]}")
+    return tree
+
+
+def hashes_at(revision: str | None, args: Args) -> dict[str, str]:
+    """The programs' hashes of ``revision`` (a temporary worktree), or of this working tree for None."""
+    if revision is None:
+        return program_hashes(ROOT, args.envs, args.precisions)
+    with tempfile.TemporaryDirectory() as folder:
+        tree = worktree_at(revision, Path(folder))
+        try:
+            return program_hashes(tree, args.envs, args.precisions)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = tyro.cli(Args, args=argv)
+    old, new = hashes_at(args.against, args), hashes_at(args.after, args)
+    rows = compare(old, new)
+    after = args.after or "this working tree"
+    lines = [f"Lowered programs of {args.against} (before) and {after} (after), CPU.", "",
+             "| program | before | after | same |", "|---|---|---|---|"]
+    lines += [f"| {r['program']} | {r['before']} | {r['after']} | {'yes' if r['same'] else '**no**'} |" for r in rows]
+    differ = sum(not r["same"] for r in rows)
+    lines += ["", f"{len(rows) - differ} of {len(rows)} programs the same."]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "program_identity.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

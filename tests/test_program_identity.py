@@ -1,0 +1,27 @@
+"""experiments/program_identity.py: lowered programs of two revisions, hashed and compared."""
+
+import pytest
+
+from experiments.program_identity import compare, main
+
+
+def test_rows_say_which_programs_are_the_same_changed_or_absent():
+    rows = compare({"chain float32 plain": "a" * 64, "chain float32 rnd": "b" * 64, "chain float32 dora": "c" * 64},
+                   {"chain float32 plain": "a" * 64, "chain float32 rnd": "d" * 64, "chain float32 bsp": "e" * 64})
+    assert [(r["program"], r["same"]) for r in rows] == [
+        ("chain float32 plain", True), ("chain float32 rnd", False), ("chain float32 dora", False),
+        ("chain float32 bsp", False)]
+    assert rows[2]["after"] == "absent" and rows[3]["before"] == "absent" and rows[0]["before"] == "a" * 12
+
+
+def test_a_revision_lowers_to_the_same_programs_in_two_worktrees(tmp_path):
+    status = main(["--against", "HEAD", "--after", "HEAD", "--envs", "chain", "--precisions", "float32",
+                   "--out", str(tmp_path)])
+    table = (tmp_path / "program_identity.md").read_text()
+    assert "| chain float32 plain |" in table and "| chain float32 bsp |" in table
+    assert status == 0 and "4 of 4 programs the same." in table, table
+
+
+def test_a_revision_that_is_not_there_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="cannot check out 'no-such-revision'"):
+        main(["--against", "no-such-revision", "--envs", "chain", "--precisions", "float32", "--out", str(tmp_path)])
