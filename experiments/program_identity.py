@@ -34,8 +34,7 @@ from opiq_jax.config import stack_hparams
 from opiq_jax.plan import plan_experiment
 from opiq_jax.runner import compiled_trainer, run_keys_for, split_by_program
 
-envs, precisions = sys.argv[1].split(","), sys.argv[2].split(",")
-methods = ("opiq", "dqn_pc", "dqn_dora", "dqn_rnd", "bsp")
+envs, precisions, methods = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3].split(",")
 hashes = {}
 for env in envs:
     for precision in precisions:
@@ -59,15 +58,18 @@ class Args:
     """Environments whose programs are lowered."""
     precisions: tuple[str, ...] = ("float32", "bfloat16")
     """Precisions whose programs are lowered."""
+    methods: tuple[str, ...] = ("opiq", "dqn_pc", "dqn_dora", "dqn_rnd", "bsp")
+    """Methods whose programs are lowered (the default: one of each structure, with two in the plain program)."""
     out: Path = Path("results/program_identity")
     """Folder for ``program_identity.md``."""
 
 
-def program_hashes(tree: Path, envs: tuple[str, ...], precisions: tuple[str, ...]) -> dict[str, str]:
+def program_hashes(tree: Path, args: Args) -> dict[str, str]:
     """The hash of every program's lowered text in the revision checked out at ``tree`` (a process of its own)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(tree)}
-    result = subprocess.run([sys.executable, "-c", LOWER_PROGRAMS, ",".join(envs), ",".join(precisions)], cwd=tree,
-                            env=env, capture_output=True, text=True)
+    argv = [",".join(args.envs), ",".join(args.precisions), ",".join(args.methods)]
+    result = subprocess.run([sys.executable, "-c", LOWER_PROGRAMS, *argv], cwd=tree, env=env, capture_output=True,
+                            text=True)
     if result.returncode != 0:
         raise SystemExit(f"program_identity: error: lowering in {tree} failed:\n{result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -92,11 +94,11 @@ def worktree_at(revision: str, folder: Path) -> Path:
 def hashes_at(revision: str | None, args: Args) -> dict[str, str]:
     """The programs' hashes of ``revision`` (a temporary worktree), or of this working tree for None."""
     if revision is None:
-        return program_hashes(ROOT, args.envs, args.precisions)
+        return program_hashes(ROOT, args)
     with tempfile.TemporaryDirectory() as folder:
         tree = worktree_at(revision, Path(folder))
         try:
-            return program_hashes(tree, args.envs, args.precisions)
+            return program_hashes(tree, args)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
 

@@ -16,19 +16,20 @@ def test_projection_is_the_sum_one_after_another_and_the_longest_at_once():
     assert projected_seconds(rows, 1000, at_once=True) == pytest.approx(20.0)
 
 
-@pytest.mark.parametrize("mode", ["sequential", "joint"])
-def test_script_times_each_program_and_writes_its_table(tmp_path, mode):
-    common = ["--env", "chain", "--seeds", "1", "--steps", "70", "--chunks", "1", "--methods", "opiq", "dqn_rnd",
+@pytest.mark.parametrize("mode,methods,programs", [("sequential", ["opiq"], ["plain"]),
+                                                   ("joint", ["opiq", "dqn_rnd"], ["plain", "rnd"])])
+def test_script_times_each_program_and_writes_its_table(tmp_path, mode, methods, programs):
+    common = ["--env", "chain", "--seeds", "1", "--steps", "70", "--chunks", "1", "--methods", *methods,
               "--out", str(tmp_path)]
     result = main([*common, "--mode", mode])
     saved = json.loads((tmp_path / f"overlap_{mode}.json").read_text())
     assert saved["mode"] == mode and saved["env"] == "chain" and saved["device"]
-    assert [(r["program"], r["runs"], r["steps"]) for r in saved["rows"]] == [("plain", 1, 70), ("rnd", 1, 70)]
+    assert [(r["program"], r["runs"], r["steps"]) for r in saved["rows"]] == [(p, 1, 70) for p in programs]
     assert all(r["steps_per_second"] > 0 for r in saved["rows"])
     if mode == "joint":  # one scan: one interval for both programs
         assert saved["rows"][0]["seconds"] == saved["rows"][1]["seconds"]
     assert saved["projected_seconds"] == pytest.approx(result["projected_seconds"])
-    assert "| rnd | 1 |" in (tmp_path / f"overlap_{mode}.md").read_text()
+    assert f"| {programs[-1]} | 1 |" in (tmp_path / f"overlap_{mode}.md").read_text()
 
 
 def test_bad_numbers_are_refused(tmp_path):
