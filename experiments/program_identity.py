@@ -6,7 +6,8 @@ checks out ``--against`` into a temporary git worktree and, there and in this wo
 own Python process, on the CPU), lowers ``train_chunk`` of every program of the chain and the maze figures
 (the methods that differ only in numbers, DORA, DQN + RND, BSP) in float32 and bfloat16 to StableHLO
 without source locations, and hashes the text. Equal hashes mean the same program: a refactor that keeps
-them equal cannot change a single-device result or its speed. It prints a table and writes it to
+them equal cannot change a single-device result or its speed. (On the CPU ``auto`` picks XLA's form of the
+maze's convolutions, so the GPU-only Pallas kernels are not compared.) It prints a table and writes it to
 ``--out``/``program_identity.md``; it exits 1 if any program differs.
 
 Both revisions must have ``opiq_jax.plan.plan_experiment`` (every revision since the Python API).
