@@ -24,9 +24,10 @@ from typing import Literal
 import jax
 import tyro
 
+from opiq_jax.benchmark.throughput import bench_experiment, is_out_of_memory, run_until_learning
 from opiq_jax.config import stack_hparams
-from opiq_jax.environments import method_hparams, static_for_env
-from opiq_jax.runner import Experiment, RunSpec, chunk_program, compiled_trainer, run_keys_for, shard_over_devices
+from opiq_jax.environments import static_for_env
+from opiq_jax.runner import chunk_program, compiled_trainer, run_keys_for, shard_over_devices
 
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")
 
@@ -76,16 +77,14 @@ def count_collectives(hlo_text: str) -> int:
 
 def steps_per_second(static, num_runs: int, sharded: bool, repeats: int, partitioner: str = "per-device") -> tuple[float, int]:
     """The fastest timed chunk's env steps per second, and the collectives in the compiled chunk."""
-    hp = method_hparams(static.env, "opiq")
-    experiment = Experiment(static, tuple(RunSpec("opiq", "bench", s, hp) for s in range(num_runs)))
+    experiment = bench_experiment(static, num_runs)
     trainer, init, _ = compiled_trainer(static)
-    state = init(*run_keys_for(experiment), stack_hparams([hp] * num_runs))
+    state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
     if sharded:
         state = shard_over_devices(state, num_runs, say=None)
     train_chunk = chunk_program(trainer.train_chunk, state, partitioner).lower(state).compile()
     collectives = count_collectives(train_chunk.as_text())
-    while int(state.step) < static.batch_size + 1:  # fill the replay past one batch
-        state, _ = train_chunk(state)
+    state = run_until_learning(train_chunk, state, static)
     seconds = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -94,17 +93,13 @@ def steps_per_second(static, num_runs: int, sharded: bool, repeats: int, partiti
     return rate(num_runs, static.log_every, seconds), collectives
 
 
-def out_of_memory(error: Exception) -> bool:
-    return "RESOURCE_EXHAUSTED" in str(error) or "out of memory" in str(error).lower()
-
-
 def best_single_device(static, num_runs: int, repeats: int, measured: dict[int, float]) -> tuple[int, float]:
     """``(runs, rate)`` of one device: at ``num_runs``, or, where they do not fit, at the most runs measured that did."""
     try:
         measured[num_runs] = steps_per_second(static, num_runs, sharded=False, repeats=repeats)[0]
         return num_runs, measured[num_runs]
     except Exception as error:  # noqa: BLE001 - only running out of device memory is expected here
-        if not out_of_memory(error) or not measured:
+        if not is_out_of_memory(error) or not measured:
             raise
         largest = max(measured)
         print(f"{num_runs} runs do not fit on one device; comparing with its {largest} runs", flush=True)

@@ -40,6 +40,7 @@ import jax
 import tyro
 
 from experiments.compare_methods import ABLATIONS, BASELINES
+from opiq_jax.benchmark.throughput import run_until_learning
 from opiq_jax.config import stack_hparams
 from opiq_jax.plan import plan_experiment
 from opiq_jax.runner import Experiment, chunk_program, compiled_trainer, run_keys_for, split_by_program
@@ -85,24 +86,34 @@ def figure_programs(args: Args) -> dict[str, Experiment]:
     return split_by_program(plan_experiment(args.env, args.methods, args.seeds, options=options))
 
 
+def initial_state(experiment: Experiment):
+    _, init, _ = compiled_trainer(experiment.static)
+    return init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
+
+
+def timed_chunks(chunk, state, chunks: int) -> tuple[object, float, float]:
+    """``chunks`` calls of ``chunk``, each waited for: the state after them, and the interval's start and end."""
+    started = time.time()
+    for _ in range(chunks):
+        state, metrics = chunk(state)
+        jax.block_until_ready(metrics)
+    return state, started, time.time()
+
+
 class Timed:
     """One program compiled and warmed up (its replay past one batch), ready to time."""
 
     def __init__(self, name: str, experiment: Experiment):
         self.name, self.runs, self.steps = name, len(experiment.runs), experiment.static.log_every
-        trainer, init, _ = compiled_trainer(experiment.static)
-        self.state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
+        trainer = compiled_trainer(experiment.static)[0]
+        self.state = initial_state(experiment)
         started = time.perf_counter()
         self.chunk = chunk_program(trainer.train_chunk, self.state).lower(self.state).compile()
         self.compile_seconds = time.perf_counter() - started
-        self.state, _ = jax.block_until_ready(self.chunk(self.state))
+        self.state = jax.block_until_ready(run_until_learning(self.chunk, self.state, experiment.static))
 
     def time_chunks(self, chunks: int) -> dict:
-        started = time.time()
-        for _ in range(chunks):
-            self.state, metrics = self.chunk(self.state)
-            jax.block_until_ready(metrics)
-        ended = time.time()
+        self.state, started, ended = timed_chunks(self.chunk, self.state, chunks)
         return program_row(self.name, self.runs, self.steps * chunks, started, ended, self.compile_seconds)
 
 
@@ -141,18 +152,15 @@ def run_threads(args: Args, programs: dict[str, Experiment]) -> list[dict]:
 
 def run_joint(args: Args, programs: dict[str, Experiment]) -> list[dict]:
     """Every program in one scan: one row per program, all with the joint program's interval."""
-    trainers = [compiled_trainer(experiment.static) for experiment in programs.values()]
-    states = tuple(init(*run_keys_for(e), stack_hparams(e.hparams())) for (_, init, _), e in zip(trainers, programs.values()))
-    agents = tuple(trainer.agent for trainer, _, _ in trainers)
+    states = tuple(initial_state(e) for e in programs.values())
+    agents = tuple(compiled_trainer(e.static)[0].agent for e in programs.values())
     started = time.perf_counter()
     chunk = jax.jit(functools.partial(joint_train_chunk, agents), donate_argnums=0).lower(states).compile()
     compile_seconds = time.perf_counter() - started
-    states, _ = jax.block_until_ready(chunk(states))
-    started = time.time()
-    for _ in range(args.chunks):
-        states, metrics = chunk(states)
-        jax.block_until_ready(metrics)
-    ended = time.time()
+    static = next(iter(programs.values())).static  # the programs share their schedule (joint_train_chunk checks it)
+    warm_up = -(-(static.batch_size + 1) // static.log_every)  # the chunks run_until_learning takes from step 0
+    states, _, _ = timed_chunks(chunk, states, warm_up)
+    states, started, ended = timed_chunks(chunk, states, args.chunks)
     return [program_row(name, len(e.runs), args.steps * args.chunks, started, ended, compile_seconds)
             for name, e in programs.items()]
 
