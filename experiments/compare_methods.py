@@ -35,13 +35,17 @@ from typing import Annotated, Any, Literal
 if not __package__:  # run by path (python experiments/compare_methods.py): import as python -m does, from the root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import jax
-import tyro
+from opiq_jax.program_processes import share_device_memory
 
-import opiq_jax
-from opiq_jax import train
-from opiq_jax.config import StaticConfig
-from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table
+share_device_memory(sys.argv[1:])  # before JAX starts: with --programs parallel the programs' processes need the GPU
+
+import jax  # noqa: E402
+import tyro  # noqa: E402
+
+import opiq_jax  # noqa: E402
+from opiq_jax import train  # noqa: E402
+from opiq_jax.config import StaticConfig  # noqa: E402
+from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table  # noqa: E402
 
 BASELINES = ("opiq", "dqn", "dqn_pc", "dqn_bias", "dqn_bias_pc", "dqn_rsubtract", "dqn_rsubtract_pc",
              "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
@@ -61,6 +65,9 @@ OWN_FIELDS: list[tuple[str, Any, Any, str]] = [
     ("max_minutes", float | None, None, ("Stop cleanly (checkpoint written) after this many minutes; run the "
                                          "same command again to resume.")),
     ("checkpoint_minutes", float, 5.0, "Minutes between checkpoints."),
+    ("programs", Literal["sequential", "parallel"], "sequential", ("The programs (the methods that differ only in "
+     "numbers; DORA; RND; BSP): one after another, or at once, each in a process of its own (on one GPU faster "
+     "only under NVIDIA MPS: nvidia-cuda-mps-control -d).")),
 ]
 # env_arg configures gymnax environments only; this script runs the chain and the maze.
 NOT_HERE = ("env_arg",)
@@ -163,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         results = train(args.env, args.methods, args.seeds, out=args.out, progress=args.progress,
                         checkpoint_every=60 * args.checkpoint_minutes, max_minutes=args.max_minutes,
-                        **options_given(args))
+                        programs=args.programs, **options_given(args))
     except opiq_jax.UsageError as e:
         raise SystemExit(f"compare_methods: error: {e}") from None
     seconds = time.time() - started

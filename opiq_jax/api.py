@@ -179,8 +179,10 @@ def load(folder: str | Path) -> Results:
 
 def run_planned(experiment, out: Path, *, progress: bool = True, checkpoint_every: float = 60.0,
                 stop_on_nonfinite: bool = False, track: str = "none", verbose: bool = True,
-                should_stop: Callable[[], str | None] | None = None, max_minutes: float | None = None) -> Results:
-    """Trains (or resumes) ``experiment`` into ``out``: one program per group of methods."""
+                should_stop: Callable[[], str | None] | None = None, max_minutes: float | None = None,
+                programs: str = "sequential") -> Results:
+    """Trains (or resumes) ``experiment`` into ``out``: one program per group of methods (``programs``: see
+    :func:`train`)."""
     from .runner import run_methods
 
     if checkpoint_every < 0:
@@ -189,14 +191,15 @@ def run_planned(experiment, out: Path, *, progress: bool = True, checkpoint_ever
         raise UsageError(f"max_minutes must be > 0, got {max_minutes}")
     run_methods(experiment, out, progress=progress, checkpoint_seconds=checkpoint_every,
                 stop_on_nonfinite=stop_on_nonfinite, track=track, verbose=verbose, should_stop=should_stop,
-                max_seconds=None if max_minutes is None else 60.0 * max_minutes)
+                max_seconds=None if max_minutes is None else 60.0 * max_minutes, programs=programs)
     return Results(Path(out))
 
 
 def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
           steps: int | None = None, out: str | Path | None = None, grid: Mapping[str, Sequence[float]] | None = None,
           seed: int = 0, progress: bool = True, checkpoint_every: float = 60.0, stop_on_nonfinite: bool = False,
-          track: str = "none", verbose: bool = True, max_minutes: float | None = None, **options: Any) -> Results:
+          track: str = "none", verbose: bool = True, max_minutes: float | None = None, programs: str = "sequential",
+          **options: Any) -> Results:
     """Trains ``methods`` x ``seeds`` (x every setting of ``grid``) on ``env`` as few compiled programs as possible.
 
     Args:
@@ -216,6 +219,9 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
       verbose: print a line for each thing worth knowing (compiling, large states, non-finite runs).
       max_minutes: return after the first chunk that ends past this many minutes, a checkpoint written (call
         again to go on): for time-boxed jobs. Check ``Results.finished``.
+      programs: when ``methods`` make several programs (DORA, RND and BSP each add one): ``sequential`` trains
+        them one after another; ``parallel`` at once, each in a process of its own. On one GPU, ``parallel`` is
+        faster only under NVIDIA MPS (``nvidia-cuda-mps-control -d``); without it the processes take turns.
       options: any option by name: static ones (``chain_length``, ``buffer_size``, ``precision``, ...) and
         hyperparameters (``m``, ``c_action``, ...), checked against their declarations (:func:`options`).
 
@@ -229,7 +235,8 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
         out = default_out(env, tuple(dict.fromkeys(r.method for r in experiment.runs)), seeds,
                           experiment.static.total_steps)
     return run_planned(experiment, Path(out), progress=progress, checkpoint_every=checkpoint_every,
-                       stop_on_nonfinite=stop_on_nonfinite, track=track, verbose=verbose, max_minutes=max_minutes)
+                       stop_on_nonfinite=stop_on_nonfinite, track=track, verbose=verbose, max_minutes=max_minutes,
+                       programs=programs)
 
 
 def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool = True,

@@ -49,6 +49,9 @@ LOOP_FIELDS: list[tuple[str, Any, Any, str]] = [
     ("track", Literal["none", "tensorboard"], "none", "Stream each method's aggregates per chunk (median, IQM, "
      "quartiles) and the configuration to TensorBoard event files in <out>/tensorboard (pip install -e "
      "'.[tracking]')."),
+    ("programs", Literal["sequential", "parallel"], "sequential", "When the methods make several programs (DORA, RND "
+     "and BSP add one each): train them one after another, or at once, each in a process of its own (on one GPU "
+     "faster only under NVIDIA MPS: start it with nvidia-cuda-mps-control -d)."),
     ("progress", bool, True, "Show a progress bar (its fields: see above)."),
     ("plot", bool, True, "Draw the plots into the results folder at the end."),
     ("distributed", bool, False, "Several hosts: join them with jax.distributed.initialize() (detected on SLURM, Open "
@@ -253,7 +256,8 @@ def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> 
     print(f"opiq-jax: {describe(experiment)} -> {out}", flush=True)
     started = time.time()
     results = run_planned(experiment, out, progress=args.progress, checkpoint_every=args.checkpoint_every,
-                          stop_on_nonfinite=args.stop_on_nonfinite, track=args.track, should_stop=should_stop)
+                          stop_on_nonfinite=args.stop_on_nonfinite, track=args.track, should_stop=should_stop,
+                          programs=args.programs)
     print(f"opiq-jax: finished in {time.time() - started:.0f} s", flush=True)
     headline = "test_return" if any(r["metric"] == "test_return" for r in results.metrics[:50]) else "train_return"
     print(results.summary(headline))
@@ -321,7 +325,9 @@ def run_command(command: Any) -> None:
 def main(argv: list[str] | None = None) -> None:
     """``opiq-jax``: every way a run ends early is one line, with the conventional exit code."""
     from .benchmark.options import Bench
+    from .program_processes import share_device_memory
 
+    share_device_memory(sys.argv[1:] if argv is None else list(argv))
     command = tyro.extras.subcommand_cli_from_dict(
         {"train": Train, "sweep": Sweep, "plot": Plot, "bench": Bench}, args=argv, prog="opiq-jax")
     try:

@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from .config import StaticConfig, hparams_to_dict, make_hparams, stack_hparams
 from .environments import environment_spec
-from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped
+from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped, UsageError
 from .methods import METHODS, get_method, program_name, program_parts
 from .parts import get_part
 from .results import (
@@ -181,12 +181,19 @@ def require_same_experiment(out: Path, experiment: Experiment) -> None:
         raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
 
 
-def run_methods(experiment: Experiment, out: str | Path, **kwargs) -> dict[str, object]:
+PROGRAM_MODES = ("sequential", "parallel")
+
+
+def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequential", **kwargs) -> dict[str, object]:
     """Runs ``experiment`` (any mix of methods) as one program per group; a single program uses ``out`` itself.
 
-    Keyword arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call (the
-    programs run one after another). Returns the final state of each program that ran.
+    Keyword arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call. ``programs``:
+    ``sequential`` trains the programs one after another in this process; ``parallel`` trains them at once,
+    each in a process of its own (:mod:`opiq_jax.program_processes`; on one GPU under NVIDIA MPS). Returns the
+    final state of each program trained in this process (none with ``parallel``: see ``Results.state``).
     """
+    if programs not in PROGRAM_MODES:
+        raise UsageError(f"programs must be one of {', '.join(PROGRAM_MODES)}, got {programs!r}")
     out = Path(out)
     groups = split_by_program(experiment)
     if len(groups) == 1:
@@ -194,6 +201,8 @@ def run_methods(experiment: Experiment, out: str | Path, **kwargs) -> dict[str, 
         return {name: run_experiment(group, out, **kwargs)}
     if (out / CONFIG_FILE).exists():
         raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
+    if programs == "parallel":
+        return run_in_processes(groups, out, kwargs)
     for name, group in groups.items():  # fail before training anything if some group cannot fit
         check_fits(group.static, len(group.runs))
     max_seconds, started, states = kwargs.pop("max_seconds", None), time.monotonic(), {}
@@ -204,6 +213,20 @@ def run_methods(experiment: Experiment, out: str | Path, **kwargs) -> dict[str, 
         if not ((out / name / CONFIG_FILE).exists() and is_finished(out / name)):
             states[name] = run_experiment(group, out / name, max_seconds=left, **kwargs)
     return states
+
+
+def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) -> dict[str, object]:
+    """:func:`run_methods` with ``programs="parallel"``: checks and writes nothing of the devices here (the
+    programs' processes share them), then trains every program in a process of its own."""
+    from .program_processes import run_programs_at_once
+
+    if options.get("should_stop") is not None or is_pool(next(iter(groups.values())).static):
+        raise UsageError("programs='parallel' trains environments stepped in the program (not a pool), on one host")
+    verbose, progress = options.get("verbose", True), options.pop("progress", True)
+    prepare_folder(out)
+    run_programs_at_once(groups, out, progress=progress, say=print if verbose else (lambda _: None),
+                         **{k: v for k, v in options.items() if k != "should_stop"})
+    return {}
 
 
 def experiment_folders(out: str | Path) -> list[Path]:
