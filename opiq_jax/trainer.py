@@ -225,8 +225,12 @@ class Agent:
         self.hparam_options = hparam_options(self.parts)
 
     def make_network(self, num_outputs: int):
-        """A float32 network of the Q-network's architecture with ``num_outputs`` outputs (parts' own networks)."""
-        return make_network(self.network_name, num_outputs, self.static.hidden)
+        """A network of the Q-network's architecture with ``num_outputs`` outputs (parts' own networks: DORA's
+        E-network, RND's), computing as the Q-network does: hidden layers in the compute precision from float32
+        weights cast at each use, the output layer in float32, the maze's convolutions as Pallas kernels where
+        the Q-network's are. In float32 this is the float32 network it always was."""
+        return make_network(self.network_name, num_outputs, self.static.hidden, self.compute_dtype,
+                            uses_pallas_torso(self.static, self.network_name))
 
     @staticmethod
     def apply_flat(network, params, obs: jax.Array, lead_ndim: int) -> jax.Array:

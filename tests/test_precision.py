@@ -98,7 +98,8 @@ def test_work_model_counts_the_halved_passes():
 
 @pytest.mark.parametrize("method", ["bsp", "dqn_dora", "dqn_rnd"])
 def test_only_the_q_network_goes_to_bfloat16(method):
-    """BSP's prior, DORA's E-network and RND's networks stay float32; BSP's heads keep float32 output layers."""
+    """BSP's prior, DORA's E-network and RND's networks keep float32 weights and no bfloat16 copy (they compute
+    in bfloat16 from them: the next test); BSP's heads keep float32 output layers."""
     static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200, hidden=(16, 16),
                             precision="bfloat16", bsp_heads=3)
     experiment = Experiment(static, (RunSpec(method, "p", 0, method_hparams("chain", method)),))
@@ -117,6 +118,21 @@ def test_only_the_q_network_goes_to_bfloat16(method):
         assert dtypes(runs.parts["dora"].params) == {f32}
     if method == "dqn_rnd":
         assert dtypes(runs.parts["rnd"].params) == {f32} and dtypes(runs.parts["rnd"].target_params) == {f32}
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_parts_networks_compute_in_the_programs_precision(precision):
+    """DORA's E-network and RND's networks compute their hidden layers as the Q-network does (bfloat16 under mixed
+    precision, from their float32 weights); their outputs, like Q's, are float32."""
+    static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200, hidden=(16, 16),
+                            precision=precision)
+    agent = make_train(static).agent
+    network, obs = agent.make_network(3), jnp.ones((2, 8))
+    params = network.init(jax.random.key(0), obs)
+    assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype(np.float32)}
+    assert network.apply(params, obs).dtype == np.float32
+    hidden_in_bf16 = "bf16[2,16]" in str(jax.make_jaxpr(network.apply)(params, obs))
+    assert hidden_in_bf16 == (precision == "bfloat16")
 
 
 def test_the_forward_passes_read_the_copy_not_the_master(trained):
