@@ -23,7 +23,7 @@ from opiq_jax.runner import is_finished, run_methods
 ROOT = Path(__file__).resolve().parents[1]
 # two programs: OPIQ's (the methods that differ only in numbers) and DQN + RND's
 EXPERIMENT = dict(env="chain", methods=("opiq", "dqn_rnd"), seeds=2, steps=500, log_every=100, chain_length=10,
-                  buffer_size=400, target_update=100)
+                  buffer_size=400, target_update=100, hidden=(16, 16), batch_size=16)
 
 
 def train(out: Path, **kwargs):
