@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import tyro
 
 from .config import STATIC_OPTIONS, Option
-from .errors import NonFiniteRuns, PeerFailed, Stopped, UsageError
+from .errors import NonFiniteRuns, PeerFailed, ProgramFailed, Stopped, UsageError
 from .plan import every_hparam, option_defaults, settable_static
 
 PROGRESS_FIELDS = (
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"error: {e}", 2)
     except Stopped as e:
         fail(str(e), e.exit_code)
-    except (NonFiniteRuns, PeerFailed) as e:
+    except (NonFiniteRuns, PeerFailed, ProgramFailed) as e:
         fail(str(e), 1)
     except KeyboardInterrupt:  # before the loop took over the signals: nothing was trained
         fail("interrupted before training started; nothing to keep", 130)

@@ -30,8 +30,12 @@ class NonFiniteRuns(RuntimeError):
     """Some run's loss, Q-values or parameters became NaN or infinite and the experiment was asked to stop."""
 
 
+class ProgramFailed(RuntimeError):
+    """A program trained in a process of its own (``programs="parallel"``) failed; the others' progress is kept."""
+
+
 class PeerFailed(RuntimeError):
     """Another process of a run over several hosts failed; this one stopped at a safe point with its checkpoint."""
 
 
-__all__ = ["NonFiniteRuns", "PeerFailed", "ResultsError", "Stopped", "UsageError"]
+__all__ = ["NonFiniteRuns", "PeerFailed", "ProgramFailed", "ResultsError", "Stopped", "UsageError"]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .errors import NonFiniteRuns, ResultsError, Stopped, UsageError
+from .errors import NonFiniteRuns, ProgramFailed, ResultsError, Stopped, UsageError
 from .results import CONFIG_FILE, METRICS_FILE, atomic_write_bytes, prepare_folder
 
 COMMAND_BUFFER_FLAGS = (
@@ -37,15 +37,17 @@ COMMAND_BUFFER_FLAGS = (
 )
 EXIT_NONFINITE = 3  # a program's runs became non-finite under stop_on_nonfinite
 EXIT_USAGE = 2
-STEP_COLUMN = 4  # of metrics.csv's header: run, method, setting, seed, step, metric, value
 POLL_SECONDS = 1.0
 
 
 def child_environment(base: dict[str, str]) -> dict[str, str]:
-    """The environment of a program's process: the card's memory shared (no process takes 75 % of it at start),
-    and XLA's command buffers for whole loops unless the user's ``XLA_FLAGS`` already choose command buffers or
+    """The environment of a program's process: this process's opiq_jax first on its path (also when run from a
+    source checkout by path), the card's memory shared (no process takes 75 % of it at start), and XLA's
+    command buffers for whole loops unless the user's ``XLA_FLAGS`` already choose command buffers or
     ``JAX_PLATFORMS`` is ``cpu`` (the flags would then only change the compilation cache's keys)."""
-    env = dict(base, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    here = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (here, base.get("PYTHONPATH", "")) if p)
+    env = dict(base, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONPATH=path)
     flags = env.get("XLA_FLAGS", "")
     if "xla_gpu_enable_command_buffer" not in flags and env.get("JAX_PLATFORMS", "").strip() != "cpu":
         env["XLA_FLAGS"] = " ".join([flags, *COMMAND_BUFFER_FLAGS]).strip()
@@ -148,11 +150,17 @@ class ForwardSignals:
 
 def wait_with_progress(children: dict[str, subprocess.Popen], folders: dict[str, Path], totals: dict[str, int],
                        progress: bool) -> None:
-    """Waits for every process; one bar of all the programs' steps, read from their metrics as they grow."""
+    """Waits for every process; one bar of all the programs' steps, read from their metrics as they grow. A
+    program whose runs became non-finite under ``stop_on_nonfinite`` stops the others (they checkpoint)."""
     bar = tqdm(total=sum(totals.values()), unit="step", disable=not progress, dynamic_ncols=True,
                desc=f"{len(children)} programs at once")
+    stopping_others = False
     while True:
         running = [name for name, child in children.items() if child.poll() is None]
+        if not stopping_others and any(c.returncode == EXIT_NONFINITE for c in children.values()):
+            stopping_others = True
+            for name in running:
+                children[name].send_signal(signal.SIGTERM)
         steps = {name: last_logged_step(folders[name]) for name in children}
         bar.n = sum(steps.values())
         bar.set_postfix_str(" ".join(f"{name} {steps[name] / totals[name]:.0%}" for name in children), refresh=False)
@@ -163,54 +171,90 @@ def wait_with_progress(children: dict[str, subprocess.Popen], folders: dict[str,
     bar.close()
 
 
+def exit_text(code: int) -> str:
+    """``exit code 1``, or the signal that ended the process (``SIGKILL``) for a negative code."""
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            pass
+    return f"exit code {code}"
+
+
 def raise_for_exits(children: dict[str, subprocess.Popen], signum: int | None, totals: dict[str, int],
                     folders: dict[str, Path]) -> None:
-    """One error for the programs' exits: a stop asked for, runs that became non-finite, or a failure."""
+    """One error for the programs' exits, the gravest first: a failed process (:class:`ProgramFailed`), a
+    refused input, runs that became non-finite, then a stop that was asked for."""
     codes = {name: child.returncode for name, child in children.items()}
-    if signum is not None:
-        done = sum(last_logged_step(folders[name]) for name in children)
-        raise Stopped(done, sum(totals.values()), signum)
-    if any(code == EXIT_NONFINITE for code in codes.values()):
-        names = [n for n, c in codes.items() if c == EXIT_NONFINITE]
-        raise NonFiniteRuns(f"runs of {', '.join(names)} became non-finite (--stop-on-nonfinite); the metrics and "
-                            "checkpoints up to then are kept")
-    failed = {name: code for name, code in codes.items() if code != 0}
-    if any(code == EXIT_USAGE for code in failed.values()):
-        raise UsageError(f"the program(s) {', '.join(failed)} refused their input (their message is above)")
+    asked = {signum} if signum is not None else set()
+    if EXIT_NONFINITE in codes.values():
+        asked.add(signal.SIGTERM)  # wait_with_progress stopped the others
+    stopped = {n for n, c in codes.items() if any(c in (128 + s, -s) for s in asked)}
+    failed = {n: c for n, c in codes.items() if c not in (0, EXIT_NONFINITE, EXIT_USAGE) and n not in stopped}
     if failed:
-        raise RuntimeError("the process of " + ", ".join(f"{n} (exit code {c})" for n, c in failed.items())
-                           + " failed (its output is above); the other programs' progress is kept; run the same "
-                           "command again to resume")
+        raise ProgramFailed("the process of " + ", ".join(f"{n} ({exit_text(c)})" for n, c in failed.items())
+                            + " failed (its output is above); the other programs' progress is kept; run the same "
+                            "command again to resume")
+    refused = [n for n, c in codes.items() if c == EXIT_USAGE]
+    if refused:
+        raise UsageError(f"the program(s) {', '.join(refused)} refused their input (their message is above)")
+    nonfinite = [n for n, c in codes.items() if c == EXIT_NONFINITE]
+    if nonfinite:
+        raise NonFiniteRuns(f"runs of {', '.join(nonfinite)} became non-finite (--stop-on-nonfinite); the metrics "
+                            "and checkpoints up to then are kept")
+    if signum is not None:
+        raise Stopped(sum(last_logged_step(folders[name]) for name in children), sum(totals.values()), signum)
+
+
+def unfinished_programs(groups: dict, out: Path) -> dict:
+    """The programs of ``groups`` whose folders under ``out`` do not yet hold their last chunk."""
+    from .runner import is_finished
+
+    return {name: g for name, g in groups.items()
+            if not ((out / name / CONFIG_FILE).exists() and is_finished(out / name))}
+
+
+def start_programs(todo: dict, folders: dict[str, Path], options: dict, signals: ForwardSignals) -> None:
+    """Starts a process per program into ``signals.children``; a stop asked for meanwhile starts no more."""
+    env = child_environment(dict(os.environ))
+    for name in todo:
+        if signals.signum is not None:
+            return
+        # a group of its own: a Ctrl-C in the terminal reaches this process only, which passes it on once
+        signals.children[name] = subprocess.Popen(program_command(folders[name], options), env=env,
+                                                  process_group=0)
 
 
 def run_programs_at_once(groups: dict, out: Path, *, progress: bool = True, say=print, **options) -> None:
     """Trains every unfinished program of ``groups`` (``runner.split_by_program``) at once, each in a process of
     its own writing ``out/<program>``; ``options``: :func:`opiq_jax.runner.run_experiment`'s loop options
-    (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track).
+    (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track). The processes rebuild their programs
+    from ``config.json``: methods, parts and environments registered at run time in this process are not
+    theirs (they refuse them, exit code 2).
 
-    Raises :class:`Stopped` after SIGINT or SIGTERM (each program checkpointed), :class:`NonFiniteRuns`, or
-    ``RuntimeError`` when a program's process fails; the others' progress is kept either way.
+    Raises :class:`Stopped` after SIGINT or SIGTERM (each program checkpointed), :class:`NonFiniteRuns`,
+    :class:`UsageError` or :class:`ProgramFailed`; the others' progress is kept either way.
     """
-    from .runner import is_finished
-
-    folders = {name: out / name for name in groups}
-    todo = {name: g for name, g in groups.items()
-            if not ((folders[name] / CONFIG_FILE).exists() and is_finished(folders[name]))}
+    todo = unfinished_programs(groups, out)
     if not todo:
         return
+    folders = {name: out / name for name in todo}
     for name, group in todo.items():  # every folder checked before any process starts
         write_program_config(folders[name], group)
     for advice in (mps_advice() if len(todo) > 1 else None, holds_device_memory()):
         if advice:
             say(advice)
-    env = child_environment(dict(os.environ))
-    children: dict[str, subprocess.Popen] = {}
-    with ForwardSignals(children) as signals:
-        for name in todo:
-            # a group of its own: a Ctrl-C in the terminal reaches this process only, which passes it on once
-            children[name] = subprocess.Popen(program_command(folders[name], options), env=env, process_group=0)
-        wait_with_progress(children, folders, {n: g.static.total_steps for n, g in todo.items()}, progress)
-    raise_for_exits(children, signals.signum, {n: g.static.total_steps for n, g in todo.items()}, folders)
+    totals = {name: group.static.total_steps for name, group in todo.items()}
+    with ForwardSignals({}) as signals:
+        try:
+            start_programs(todo, folders, options, signals)
+            wait_with_progress(signals.children, folders, totals, progress)
+        except BaseException:  # this process fails: the programs stop too (checkpointed), none trains on alone
+            signals.handle(signal.SIGTERM, None)
+            for child in signals.children.values():
+                child.wait()
+            raise
+    raise_for_exits(signals.children, signals.signum, totals, folders)
 
 
 # ------------------------------------------------------------------------- the program's process
@@ -220,9 +264,12 @@ def end_with_parent(parent_pid: int) -> None:
     """Asks Linux to send this process SIGTERM when the process that started it dies (a killed parent leaves no
     program training on its own: it checkpoints and stops); exits if that parent is already gone."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the program runs on to its end
-        return
+        failed = ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM)) != 0  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        failed = True
+    if failed:
+        print(f"opiq-jax: {sys.argv[1]}: this system cannot stop a program with its parent; if the parent is killed, "
+              "stop this process yourself (SIGTERM checkpoints it)", file=sys.stderr, flush=True)
     if os.getppid() != parent_pid:
         sys.exit(f"opiq-jax: the process that started {sys.argv[1]} is gone")
 

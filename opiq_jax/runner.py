@@ -216,15 +216,21 @@ def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequen
 
 
 def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) -> dict[str, object]:
-    """:func:`run_methods` with ``programs="parallel"``: checks and writes nothing of the devices here (the
-    programs' processes share them), then trains every program in a process of its own."""
+    """:func:`run_methods` with ``programs="parallel"``: checks that the programs' states fit on the device at
+    once, then trains every program in a process of its own (this process only waits for them)."""
     from .program_processes import run_programs_at_once
 
-    if options.get("should_stop") is not None or is_pool(next(iter(groups.values())).static):
-        raise UsageError("programs='parallel' trains environments stepped in the program (not a pool), on one host")
-    verbose, progress = options.get("verbose", True), options.pop("progress", True)
+    if options.get("should_stop") is not None:
+        raise UsageError("programs='parallel' runs on one host: a run over several hosts trains its programs one "
+                         "after another")
+    if is_pool(next(iter(groups.values())).static):
+        raise UsageError("programs='parallel' is for environments stepped in the program: a pool's emulators "
+                         "already take the host's cores")
+    loop = Loop(verbose=options.get("verbose", True))
+    total = sum(state_bytes_per_run(g.static) * len(g.runs) for g in groups.values())
+    require_fits(total, 1)  # the programs' states all at once on the device they share
     prepare_folder(out)
-    run_programs_at_once(groups, out, progress=progress, say=print if verbose else (lambda _: None),
+    run_programs_at_once(groups, out, progress=options.pop("progress", True), say=loop.say,
                          **{k: v for k, v in options.items() if k != "should_stop"})
     return {}
 
@@ -419,19 +425,25 @@ class Loop:
 
 class StopSignals:
     """SIGINT and SIGTERM ask the loop to stop at its next safe point (after the chunk in flight, or right after
-    compiling); a second signal stops at once, keeping the last checkpoint. Installed only in the main thread."""
+    compiling); a second signal, a second or more later, stops at once, keeping the last checkpoint. Installed
+    only in the main thread."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, say: Callable[[str], None]):
-        self.say, self.signum, self.previous = say, None, {}
+        self.say, self.signum, self.previous, self.first_at = say, None, {}, 0.0
         self.checkpointed, self.total = 0, 0  # where a run stopped at once resumes from
+
+    REPEAT_SECONDS = 1.0  # a second signal sooner than this is one request delivered twice (a scheduler signals
+    # every process of a job, and a parent of programs in processes of their own passes its signal on as well)
 
     def handle(self, signum, frame) -> None:
         del frame
         if self.signum is not None:
+            if time.monotonic() - self.first_at < self.REPEAT_SECONDS:
+                return
             raise Stopped(self.checkpointed, self.total, signum)
-        self.signum = signum
+        self.signum, self.first_at = signum, time.monotonic()
         self.say(f"opiq-jax: {signal.Signals(signum).name} received: stopping after the current chunk "
                  "(send it again to stop at once)")
 

@@ -100,7 +100,8 @@ class Dora(Part):
     paths = ("compact",)
 
     def network(self, agent):
-        """The E-network: the Q-network's architecture with one logit per action (float32)."""
+        """The E-network: the Q-network's architecture with one logit per action, computing as the Q-network does
+        (float32 weights; bfloat16 hidden layers under mixed precision; a float32 output)."""
         return agent.make_network(agent.num_actions)
 
     def init(self, agent, run_key, example):
