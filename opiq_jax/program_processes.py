@@ -22,14 +22,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from .errors import NonFiniteRuns, ProgramFailed, ResultsError, Stopped, UsageError
-from .results import CONFIG_FILE, METRICS_FILE, atomic_write_bytes, prepare_folder
+from .results import CONFIG_FILE, METRICS_FILE, FolderLock, atomic_write_bytes, prepare_folder
+from .stop_signals import SignalHandlers
 
 COMMAND_BUFFER_FLAGS = (
     "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE",
@@ -111,25 +111,27 @@ def last_logged_step(folder: Path) -> int:
     return 0
 
 
-def write_program_config(folder: Path, experiment) -> None:
-    """The program's ``config.json``, from which its process rebuilds it; refuses a folder of another experiment."""
+def write_program_config(folder: Path, experiment, say=print) -> None:
+    """The program's ``config.json``, from which its process rebuilds it, written under the folder's lock;
+    refuses a folder of another experiment, or one that another process is writing."""
     from .runner import require_same_experiment
 
     prepare_folder(folder)
-    require_same_experiment(folder, experiment)
-    atomic_write_bytes(folder / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
+    with FolderLock(folder, warn=say):
+        require_same_experiment(folder, experiment)
+        atomic_write_bytes(folder / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
 
 
 def program_command(folder: Path, options: dict) -> list[str]:
     return [sys.executable, "-m", "opiq_jax.program_processes", str(folder), json.dumps(options), str(os.getpid())]
 
 
-class ForwardSignals:
+class ForwardSignals(SignalHandlers):
     """SIGINT and SIGTERM sent to this process go on to the programs' processes, which stop after their chunk
     in flight with a checkpoint (a second signal stops them at once, as for one program)."""
 
     def __init__(self, children: dict[str, subprocess.Popen]):
-        self.children, self.signum, self.previous = children, None, {}
+        self.children, self.signum = children, None
 
     def handle(self, signum, frame) -> None:
         del frame
@@ -137,15 +139,6 @@ class ForwardSignals:
         for child in self.children.values():
             if child.poll() is None:
                 child.send_signal(signum)
-
-    def __enter__(self) -> ForwardSignals:
-        if threading.current_thread() is threading.main_thread():  # Python lets only the main thread set handlers
-            self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
 
 
 def wait_with_progress(children: dict[str, subprocess.Popen], folders: dict[str, Path], totals: dict[str, int],
@@ -240,7 +233,7 @@ def run_programs_at_once(groups: dict, out: Path, *, progress: bool = True, say=
         return
     folders = {name: out / name for name in todo}
     for name, group in todo.items():  # every folder checked before any process starts
-        write_program_config(folders[name], group)
+        write_program_config(folders[name], group, say)
     for advice in (mps_advice() if len(todo) > 1 else None, holds_device_memory()):
         if advice:
             say(advice)

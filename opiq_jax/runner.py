@@ -33,7 +33,6 @@ import functools
 import json
 import os
 import signal
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -52,10 +51,11 @@ from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped, UsageError
 from .methods import METHODS, get_method, program_name, program_parts
 from .parts import get_part
 from .results import (
-    CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, append_metric_rows,
-    atomic_write_bytes, checkpoint_chunk, prepare_folder, read_checkpoint, read_json, read_metric_dicts, truncate_metrics,
+    CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, append_metric_rows, atomic_write_bytes,
+    checkpoint_chunk, prepare_folder, read_checkpoint, read_json, read_metric_dicts, truncate_metrics,
     write_checkpoint,
 )
+from .stop_signals import SignalHandlers
 from .trainer import Trainer, make_train
 
 
@@ -423,15 +423,13 @@ class Loop:
             tqdm.write(message)
 
 
-class StopSignals:
+class StopSignals(SignalHandlers):
     """SIGINT and SIGTERM ask the loop to stop at its next safe point (after the chunk in flight, or right after
     compiling); a second signal, a second or more later, stops at once, keeping the last checkpoint. Installed
     only in the main thread."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
     def __init__(self, say: Callable[[str], None]):
-        self.say, self.signum, self.previous, self.first_at = say, None, {}, 0.0
+        self.say, self.signum, self.first_at = say, None, 0.0
         self.checkpointed, self.total = 0, 0  # where a run stopped at once resumes from
 
     REPEAT_SECONDS = 1.0  # a second signal sooner than this is one request delivered twice (a scheduler signals
@@ -446,15 +444,6 @@ class StopSignals:
         self.signum, self.first_at = signum, time.monotonic()
         self.say(f"opiq-jax: {signal.Signals(signum).name} received: stopping after the current chunk "
                  "(send it again to stop at once)")
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {s: signal.signal(s, self.handle) for s in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
 
 
 def wait_for(tree):

@@ -142,3 +142,19 @@ def test_environment_shares_memory_and_keeps_the_users_command_buffers():
     mine = "--xla_gpu_enable_command_buffer=FUSION"
     assert child_environment({"XLA_FLAGS": mine})["XLA_FLAGS"] == mine
     assert "XLA_FLAGS" not in child_environment({"JAX_PLATFORMS": "cpu"})  # no GPU: nothing to launch as graphs
+
+
+def test_a_program_folder_being_written_is_refused_before_any_process_starts(tmp_path):
+    from opiq_jax.errors import ResultsError
+    from opiq_jax.plan import plan_experiment
+    from opiq_jax.program_processes import write_program_config
+    from opiq_jax.results import FolderLock
+
+    experiment = plan_experiment("chain", ("opiq",), 1, options=dict(steps=100, log_every=100, chain_length=10))
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    with FolderLock(folder), pytest.raises(ResultsError, match="being written by"):
+        write_program_config(folder, experiment)
+    assert not (folder / "config.json").exists()
+    write_program_config(folder, experiment)  # free again: written
+    assert (folder / "config.json").exists()
