@@ -12,7 +12,7 @@ if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "envs")) and _os
 # The public API, imported on first use (PEP 562): importing the trainer imports gymnax, which starts JAX's
 # backend, and a run over several hosts must call jax.distributed.initialize before that.
 _API = ("train", "sweep", "load", "rerun", "bench", "methods", "environments", "options", "Results", "FinalState")
-_ERRORS = ("UsageError", "ResultsError", "Stopped", "NonFiniteRuns", "PeerFailed")
+_ERRORS = ("UsageError", "ResultsError", "Stopped", "NonFiniteRuns", "PeerFailed", "ProgramFailed")
 __all__ = [*_API, *_ERRORS]
 
 

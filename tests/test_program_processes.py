@@ -103,7 +103,7 @@ def test_exit_codes_become_one_error():
         raise_for_exits(children(143, 3), None, totals, folders)  # the other stopped by the parent after it
     with pytest.raises(UsageError):
         raise_for_exits(children(2, 0), None, totals, folders)
-    with pytest.raises(ProgramFailed, match=r"p0 \(SIGKILL\)"):
+    with pytest.raises(opiq_jax.ProgramFailed, match=r"p0 \(SIGKILL\)"):  # the same class, exported at the top
         raise_for_exits(children(-9, 0), None, totals, folders)
     with pytest.raises(ProgramFailed, match=r"p1 \(exit code 1\)"):  # a crash is not hidden by a stop or NaNs
         raise_for_exits(children(143, 1), signal.SIGTERM, totals, folders)
