@@ -242,7 +242,9 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
 def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool = True,
           checkpoint_every: float = 60.0, track: str = "none", verbose: bool = True) -> Results:
     """Trains the experiment a saved ``config.json`` (or a results folder) describes, exactly, into ``out``
-    (default: ``<folder>-rerun`` beside the original). Same inputs, same device type: the same numbers."""
+    (default: ``<folder>-rerun`` beside the original). Same inputs on a CPU: the same numbers. On a GPU some
+    programs are not bit-reproducible run to run (the maze's bfloat16 ones differed from the first chunk on,
+    ``docs/results/figure-programs``): compare their reruns statistically (``experiments/before_after.py``)."""
     source = Path(config)
     experiment = experiment_from_configs(source)
     folder = source.parent if source.is_file() else source
