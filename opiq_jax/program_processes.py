@@ -199,14 +199,6 @@ def raise_for_exits(children: dict[str, subprocess.Popen], signum: int | None, t
         raise Stopped(sum(last_logged_step(folders[name]) for name in children), sum(totals.values()), signum)
 
 
-def unfinished_programs(groups: dict, out: Path) -> dict:
-    """The programs of ``groups`` whose folders under ``out`` do not yet hold their last chunk."""
-    from .runner import is_finished
-
-    return {name: g for name, g in groups.items()
-            if not ((out / name / CONFIG_FILE).exists() and is_finished(out / name))}
-
-
 def start_programs(todo: dict, folders: dict[str, Path], options: dict, signals: ForwardSignals) -> None:
     """Starts a process per program into ``signals.children``; a stop asked for meanwhile starts no more."""
     env = child_environment(dict(os.environ))
@@ -218,9 +210,9 @@ def start_programs(todo: dict, folders: dict[str, Path], options: dict, signals:
                                                   process_group=0)
 
 
-def run_programs_at_once(groups: dict, out: Path, *, progress: bool = True, say=print, **options) -> None:
-    """Trains every unfinished program of ``groups`` (``runner.split_by_program``) at once, each in a process of
-    its own writing ``out/<program>``; ``options``: :func:`opiq_jax.runner.run_experiment`'s loop options
+def run_programs_at_once(todo: dict, out: Path, *, progress: bool = True, say=print, **options) -> None:
+    """Trains every program of ``todo`` (the unfinished ones of ``runner.split_by_program``) at once, each in a
+    process of its own writing ``out/<program>``; ``options``: :func:`opiq_jax.runner.run_experiment`'s loop options
     (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track). The processes rebuild their programs
     from ``config.json``: methods, parts and environments registered at run time in this process are not
     theirs (they refuse them, exit code 2).
@@ -228,7 +220,6 @@ def run_programs_at_once(groups: dict, out: Path, *, progress: bool = True, say=
     Raises :class:`Stopped` after SIGINT or SIGTERM (each program checkpointed), :class:`NonFiniteRuns`,
     :class:`UsageError` or :class:`ProgramFailed`; the others' progress is kept either way.
     """
-    todo = unfinished_programs(groups, out)
     if not todo:
         return
     folders = {name: out / name for name in todo}

@@ -210,9 +210,14 @@ def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequen
         left = None if max_seconds is None else max_seconds - (time.monotonic() - started)
         if left is not None and left <= 0:
             break
-        if not ((out / name / CONFIG_FILE).exists() and is_finished(out / name)):
+        if not program_finished(out / name):
             states[name] = run_experiment(group, out / name, max_seconds=left, **kwargs)
     return states
+
+
+def program_finished(folder: Path) -> bool:
+    """Whether ``folder`` holds a program's configuration and its last chunk (a program to skip on a resume)."""
+    return (folder / CONFIG_FILE).exists() and is_finished(folder)
 
 
 def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) -> dict[str, object]:
@@ -227,10 +232,13 @@ def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) ->
         raise UsageError("programs='parallel' is for environments stepped in the program: a pool's emulators "
                          "already take the host's cores")
     loop = Loop(verbose=options.get("verbose", True))
+    # every program's state at once on the device they share (each run's share rounded up: no looser than the sum)
+    num_runs = sum(len(g.runs) for g in groups.values())
     total = sum(state_bytes_per_run(g.static) * len(g.runs) for g in groups.values())
-    require_fits(total, 1)  # the programs' states all at once on the device they share
+    require_fits(-(-total // num_runs), num_runs)
     prepare_folder(out)
-    run_programs_at_once(groups, out, progress=options.pop("progress", True), say=loop.say,
+    todo = {name: g for name, g in groups.items() if not program_finished(out / name)}
+    run_programs_at_once(todo, out, progress=options.pop("progress", True), say=loop.say,
                          **{k: v for k, v in options.items() if k != "should_stop"})
     return {}
 

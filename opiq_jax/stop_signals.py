@@ -4,18 +4,20 @@ loop's :class:`opiq_jax.runner.StopSignals` and the parent of programs in proces
 
 from __future__ import annotations
 
+import abc
 import signal
 import threading
 
 
-class SignalHandlers:
+class SignalHandlers(abc.ABC):
     """Installs ``self.handle`` for SIGINT and SIGTERM on entry and restores the previous handlers on exit.
     Python lets only the main thread set handlers; elsewhere the block runs with the handlers it has."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
+    @abc.abstractmethod
     def handle(self, signum: int, frame) -> None:
-        raise NotImplementedError
+        """What a subclass does on SIGINT or SIGTERM."""
 
     def __enter__(self):
         self.previous = {}
