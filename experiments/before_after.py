@@ -37,7 +37,7 @@ import numpy as np
 import tyro
 
 import opiq_jax
-from opiq_jax.plotting import METRIC_LABELS, area_under_median, curves, seed_areas
+from opiq_jax.plotting import METRIC_LABELS, area_under_median, curves, group_colours, seed_areas
 from opiq_jax.stats import iqm, probability_of_improvement_ci, stratified_bootstrap_ci
 
 
@@ -149,8 +149,8 @@ def draw(path: Path, before: list[dict], after: list[dict], metric: str) -> Path
 
     old, new = curves(before, metric), curves(after, metric)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for i, method in enumerate(sorted(set(old) & set(new))):
-        colour = f"C{i % 10}"
+    methods = sorted(set(old) & set(new))
+    for method, colour in zip(methods, group_colours(len(methods))):
         ax.plot(old[method]["steps"], old[method]["median"], ls="--", color=colour, lw=1.2)
         ax.plot(new[method]["steps"], new[method]["median"], color=colour, lw=1.6, label=method)
         ax.fill_between(new[method]["steps"], new[method]["q25"], new[method]["q75"], color=colour, alpha=0.15, lw=0)

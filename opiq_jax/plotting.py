@@ -132,16 +132,21 @@ def curve_band(curve: dict[str, np.ndarray], statistic: str = "median") -> tuple
     return curve["median"], curve["q25"], curve["q75"]
 
 
-def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: list[str] | None = None,
-                statistic: str = "median") -> None:
-    """Line and band per group (see :func:`curve_band`); more than ten groups take distinct colours from tab20."""
+def group_colours(count: int) -> list:
+    """One colour per group: matplotlib's ten defaults, or tab20's twenty when more than ten groups would
+    otherwise share colours (the maze figure has 13 methods)."""
     import matplotlib
 
+    palette = matplotlib.colormaps["tab20"].colors if count > 10 else [f"C{i}" for i in range(10)]
+    return [palette[i % len(palette)] for i in range(count)]
+
+
+def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: list[str] | None = None,
+                statistic: str = "median") -> None:
+    """Line and band per group (see :func:`curve_band`), coloured by :func:`group_colours`."""
     labels = [label for label in groups or sorted(metric_curves) if label in metric_curves]
-    palette = matplotlib.colormaps["tab20"].colors if len(labels) > 10 else [f"C{i}" for i in range(10)]
-    for i, label in enumerate(labels):
+    for label, colour in zip(labels, group_colours(len(labels))):
         c = metric_curves[label]
-        colour = palette[i % len(palette)]
         line, low, high = curve_band(c, statistic)
         ax.plot(c["steps"], line, label=label, lw=2.2 if label == "opiq" else 1.4, color=colour)
         ax.fill_between(c["steps"], low, high, color=colour, alpha=0.2, lw=0)

@@ -194,3 +194,13 @@ def test_iqm_curve_ci_matches_a_loop_over_steps():
     assert np.isnan(point[3]) and np.isnan(low[3]) and np.isnan(high[3])
     with pytest.raises(ValueError, match="seeds, steps"):
         iqm_curve_ci(np.zeros(3))
+
+
+def test_group_colours_are_distinct_for_the_maze_figures_thirteen_methods():
+    """Both the method figures and before_after's figures colour groups here: 13 methods once shared colours."""
+    from opiq_jax.plotting import group_colours
+
+    for count in (1, 10, 13, 20):
+        colours = group_colours(count)
+        assert len(colours) == count and len(set(map(str, colours))) == count
+    assert group_colours(3) == ["C0", "C1", "C2"]
