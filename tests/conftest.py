@@ -1,4 +1,5 @@
-"""Test-session settings: a compilation cache shared by the tests and their subprocesses.
+"""Test-session settings: a compilation cache and XLA flags shared by the tests and their subprocesses, and the
+order in which xdist's workers take the modules.
 
 Many tests compile the same small programs, and several start Python processes that compile them again
 (resume after a kill, sharding, several hosts, fault injection). JAX's persistent cache lets every later
@@ -7,13 +8,55 @@ changed program is compiled afresh. The folder is ignored by git.
 """
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
 # The tests' programs are small and compile far longer than they run: LLVM's cheapest optimisation level makes a
-# cold run of the suite about a third faster on the CPU (the results stay deterministic, run for run; they are
-# compared with each other or with hand-computed values, never with numbers compiled at another level).
+# cold run of the suite about a third faster on the CPU, and XLA's older CPU fusion emitters (instead of its MLIR
+# ones) compile a program in about half the time, for a run of the suite about a quarter shorter again. The
+# results stay deterministic, run for run; they are compared with each other or with hand-computed values, never
+# with numbers compiled under other flags. tests/test_api.py runs the README's example without them, as a user does.
+# Set here, before any worker starts: the workers and every process the tests start inherit them.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+
+
+def xla_knows(flag: str) -> bool:
+    """Whether this jaxlib's XLA takes ``flag``: an unknown flag in XLA_FLAGS aborts any process that starts JAX."""
+    probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], capture_output=True, timeout=300,
+                           env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flag})
+    return probe.returncode == 0
+
+
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+    chosen = [TEST_XLA_FLAGS[0], *(f for f in TEST_XLA_FLAGS[1:] if xla_knows(f))]
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *chosen]).strip()
+
+
+# The slowest modules first. `--dist loadfile` runs each module wholly on one worker, and xdist hands the modules
+# out in order as workers free up; by default it orders them by their number of tests, which left modules of one
+# or two slow tests (test_montezuma_resume.py, test_multi_gpu_scaling.py) for the end, run by one worker while
+# the other idled. Longest first, the last modules are short ones and both workers finish close together.
+# Ordered by their seconds in a cold run on the 2-core CPU machine; modules not named run after these.
+SLOWEST_FIRST = (
+    "test_faults.py", "test_runner.py", "test_api.py", "test_pool_path.py", "test_maze_torso.py",
+    "test_baselines.py", "test_program_processes.py", "test_montezuma.py", "test_precision.py", "test_trainer.py",
+    "test_montezuma_resume.py", "test_values.py", "test_sweep.py", "test_gymnax.py", "test_multi_gpu_scaling.py",
+    "test_maze_network_variants.py", "test_tabular.py", "test_joint_programs.py", "test_bench.py",
+    "test_maze_value_maps.py", "test_pieces.py", "test_program_identity.py", "test_program_overlap.py",
+    "test_mutation_sample.py", "test_regression_illustration.py",
+)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's reordering by number of tests
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable: a module's order is kept

@@ -36,8 +36,12 @@ def readme_example() -> str:
 def test_the_readmes_python_example_runs_verbatim_and_is_short(tmp_path):
     code = readme_example()
     assert len(code.strip().splitlines()) <= 15
+    # As a user runs it: without the test session's XLA flags (tests/conftest.py), which save compile time on the
+    # tests' small programs but slow this one's 2 x 3,000 steps of 256-unit networks.
+    session = ("--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters")
+    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(session))
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                         env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags})
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| opiq |" in run.stdout and "| dqn_pc |" in run.stdout
     assert (tmp_path / "results/api-example/metrics.csv").exists()

@@ -16,7 +16,7 @@ from opiq_jax.parts.dora import dora_bonus, dora_sarsa_target
 from opiq_jax.parts.rnd import rnd_bonus, rnd_loss
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for, split_by_program
 from opiq_jax.trainer import majority_vote, make_optimiser
-from tests.training import train_chunks
+from tests.training import compiled_targets, train_chunks
 
 BASE = dict(chain_length=10, hidden=(32, 32), buffer_size=600, batch_size=16, total_steps=400, log_every=200)
 
@@ -124,9 +124,9 @@ def test_dora_intrinsic_reward_recomputed_from_the_e_network(dora):
     run, env = first_run(final.runs), trainer.path.env
     e_net = make_network("mlp", env.num_actions, trainer.static.hidden)
     windows = jax.tree.map(lambda x: x[:4, None], run.memory.items)  # four stored steps, n = 1
-    _, intrinsic = trainer.targets(run, trainer.batch_of(run, windows, jnp.ones((4, 1), bool)))
-    obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(windows.compact[:, 0], run.env.params)
-    logits = e_net.apply(run.parts["dora"].params, obs)[jnp.arange(4), windows.action[:, 0]]
+    _, intrinsic = compiled_targets(trainer)(run, windows, jnp.ones((4, 1), bool))
+    obs = jax.jit(jax.vmap(env.obs_from_compact, in_axes=(0, None)))(windows.compact[:, 0], run.env.params)
+    logits = jax.jit(e_net.apply)(run.parts["dora"].params, obs)[jnp.arange(4), windows.action[:, 0]]
     e_values = 1 / (1 + np.exp(-np.asarray(logits, np.float64)))
     np.testing.assert_allclose(intrinsic[:, 0], 0.01 / np.sqrt(-np.log(e_values)), rtol=1e-4)  # beta_dora 0.01, no PC
 
@@ -155,19 +155,27 @@ def test_rnd_predictor_takes_one_step_on_the_most_recent_states_per_update():
     net = make_network("mlp", trainer.static.rnd_outputs, trainer.static.hidden)
     buffer = run1.memory
     newest = (np.asarray(buffer.position) - 1 - np.arange(8)) % buffer.capacity
-    obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(buffer.items.next_compact[newest], run1.env.params)
-    target = net.apply(rnd0.target_params, obs)
-    # the mean squared error by hand (all eight stored), not the module's own loss function
-    grads = jax.grad(lambda p: jnp.mean(jnp.sum((net.apply(p, obs) - target) ** 2, axis=-1)))(rnd0.params)
-    optimiser = make_optimiser(trainer.static)
-    updates, _ = optimiser.update(grads, optimiser.init(rnd0.params), rnd0.params)
-    expected = jax.tree.map(lambda p, u: p - 5e-4 * u, rnd0.params, updates)
+    # The computations by hand are compiled whole (op by op, each of their operations would compile on its own).
+    observations = jax.jit(jax.vmap(env.obs_from_compact, in_axes=(0, None)))
+
+    @jax.jit
+    def one_step(rnd, obs):
+        """One RMSProp step from ``rnd``'s predictor on the mean squared error (all eight stored), by hand, not
+        the module's own loss function."""
+        target = net.apply(rnd.target_params, obs)
+        grads = jax.grad(lambda p: jnp.mean(jnp.sum((net.apply(p, obs) - target) ** 2, axis=-1)))(rnd.params)
+        optimiser = make_optimiser(trainer.static)
+        updates, _ = optimiser.update(grads, optimiser.init(rnd.params), rnd.params)
+        return jax.tree.map(lambda p, u: p - 5e-4 * u, rnd.params, updates)
+
+    expected = one_step(rnd0, observations(buffer.items.next_compact[newest], run1.env.params))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), rnd1.params, expected)
     # the intrinsic reward is the squared error at the reached state, scaled by beta_rnd = 10
     windows = jax.tree.map(lambda x: x[newest[:3], None], buffer.items)
-    _, intrinsic = trainer.targets(run1, trainer.batch_of(run1, windows, jnp.ones((3, 1), bool)))
-    reached = jax.vmap(env.obs_from_compact, in_axes=(0, None))(windows.next_compact[:, 0], run1.env.params)
-    by_hand = 10.0 * np.sum((net.apply(rnd1.params, reached) - net.apply(rnd1.target_params, reached)) ** 2, axis=1)
+    _, intrinsic = compiled_targets(trainer)(run1, windows, jnp.ones((3, 1), bool))
+    reached = observations(windows.next_compact[:, 0], run1.env.params)
+    outputs = jax.jit(net.apply)
+    by_hand = 10.0 * np.sum((outputs(rnd1.params, reached) - outputs(rnd1.target_params, reached)) ** 2, axis=1)
     np.testing.assert_allclose(intrinsic[:, 0], by_hand, rtol=1e-4)
 
 

@@ -1,6 +1,11 @@
 """Several programs in one scan (``trainer.joint_train_chunk``) train each program's runs exactly as a program of
 their own does: every state leaf and every metric bit-identical, chunk after chunk."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
@@ -26,7 +31,20 @@ def initial_state(experiment):
     return init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
 
 
-def test_joint_chunks_equal_each_programs_own_chunks(programs):
+def test_joint_chunks_equal_each_programs_own_chunks():
+    """In a Python process of its own, with XLA's default CPU fusion emitters: the test session's older emitters
+    (tests/conftest.py) fuse the joint program and the separate ones differently, one float32 unit apart."""
+    session = ("--xla_cpu_use_fusion_emitters",)
+    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(session))
+    code = "from tests.test_joint_programs import check_joint_chunks_equal_separate as c; c()"
+    run = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True,
+                         timeout=900, env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "joint chunks equal" in run.stdout
+
+
+def check_joint_chunks_equal_separate():
+    programs = split_by_program(plan_experiment("chain", ("opiq", "bsp"), 2, options=OPTIONS))
     assert list(programs) == ["plain", "bsp"]  # OPIQ's counts and optimism; BSP's heads, prior and part state
     separate = {name: initial_state(e) for name, e in programs.items()}
     joint = tuple(initial_state(e) for e in programs.values())
@@ -47,6 +65,7 @@ def test_joint_chunks_equal_each_programs_own_chunks(programs):
             for a, b in zip(own, together):
                 np.testing.assert_array_equal(a, b, err_msg=name)
     assert all(float(np.min(m["loss"])) > 0 for m in joint_metrics)  # the runs trained in the last chunk
+    print("joint chunks equal")
 
 
 def test_programs_with_different_schedules_are_refused(programs):

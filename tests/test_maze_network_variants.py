@@ -8,18 +8,26 @@ import pytest
 from experiments.maze_network_variants import VARIANTS, inputs, main, variant
 
 
-@pytest.mark.parametrize("name", [v for v in VARIANTS if v != "patches"])  # patches is the reference
-def test_each_variant_is_the_trainers_maze_network(name):
-    params, obs, _ = inputs(jax.random.key(1), runs=2, batch=3)
+def summed_q_grad(apply, params, obs):
+    return jax.jit(jax.grad(lambda p: jnp.sum(apply(p, obs[0]))))(jax.tree.map(lambda x: x[0], params))
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The inputs, and the trainer's network's (patches') values and gradients on them: computed once, every
+    variant is compared with them."""
+    params, obs, _ = jax.jit(inputs, static_argnums=(1, 2))(jax.random.key(1), 2, 3)
     expected = jax.jit(jax.vmap(variant("patches", jnp.float32)))(params, obs)
+    return params, obs, expected, summed_q_grad(variant("patches", jnp.float32), params, obs)
+
+
+@pytest.mark.parametrize("name", [v for v in VARIANTS if v != "patches"])  # patches is the reference
+def test_each_variant_is_the_trainers_maze_network(name, reference):
+    params, obs, expected, expected_grads = reference
     q = jax.jit(jax.vmap(variant(name, jnp.float32)))(params, obs)
     assert q.shape == (2, 3, 4)
     np.testing.assert_allclose(q, expected, rtol=1e-5, atol=1e-5)
-
-    def summed_q_grad(apply):
-        return jax.jit(jax.grad(lambda p: jnp.sum(apply(p, obs[0]))))(jax.tree.map(lambda x: x[0], params))
-
-    grads, expected_grads = summed_q_grad(variant(name, jnp.float32)), summed_q_grad(variant("patches", jnp.float32))
+    grads = summed_q_grad(variant(name, jnp.float32), params, obs)
     for g, e in zip(jax.tree.leaves(grads), jax.tree.leaves(expected_grads)):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
 

@@ -111,10 +111,10 @@ def test_default_log_every_and_titles():
 
 # ------------------------------------------------------------------------------------ end to end
 
-# 750 steps: learning starts at step 65 and the target network (copied every 1000 steps) is still
+# 300 steps: learning starts at step 65 and the target network (copied every 1000 steps) is still
 # the initial one, so Q_target and Q differ. Exact counts make the count checks exact.
-STEPS = 750
-ARGV = ["--steps", str(STEPS), "--log-every", "250", "--buffer-size", "1000", "--count-features", "exact", "--seed", "3",
+STEPS = 300
+ARGV = ["--steps", str(STEPS), "--log-every", "100", "--buffer-size", "1000", "--count-features", "exact", "--seed", "3",
         "--no-progress"]
 
 

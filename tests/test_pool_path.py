@@ -19,7 +19,7 @@ from opiq_jax.trainer import Agent, make_train
 from tests.fake_pool import FakePool
 
 PAPER_MONTEZUMA = ("opiq", "opiq_no_ob", "opiq_no_pc", "dqn_pc", "dqn_rnd", "bsp")
-SMALL = dict(total_steps=64, log_every=32, buffer_size=256, batch_size=8, train_every=4, target_update=32,
+SMALL = dict(total_steps=32, log_every=16, buffer_size=256, batch_size=8, train_every=4, target_update=32,
              sketch_width=512, bsp_heads=3, rnd_batch=8)
 
 

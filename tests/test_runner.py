@@ -151,7 +151,9 @@ SHARD_EXPERIMENT = Experiment(SHARD_STATIC, tuple(RunSpec("opiq", "paper", s, me
 
 
 def test_runs_sharded_over_four_host_devices_match_one_device(tmp_path):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    # the session's XLA flags (tests/conftest.py: the cheapest LLVM level, as the one-device run below) and 4 devices
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
     result = subprocess.run([sys.executable, "-c", SHARDED_CHILD, str(tmp_path / "sharded")], cwd=Path(__file__).parents[1],
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -15,7 +15,7 @@ from opiq_jax.methods import program_parts
 from opiq_jax.paths.compact import Transition
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
 from opiq_jax.trainer import make_path, uses_target_table
-from tests.training import train_chunks
+from tests.training import compiled_targets, train_chunks
 
 CHAIN = 20  # horizon 29: a random walk almost never reaches the right end
 SEEDS = 12
@@ -114,19 +114,21 @@ def test_n_step_q_plus_target_by_hand():
     state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
     run = jax.tree.map(lambda x: x[0], state.runs)
     # counts: N(1, right) = 4, N(2, right) = 1, N(3, left) = 9 ; N(4, .) = (0, 3)
+    count_columns, update = jax.jit(trainer.agent.count_columns), jax.jit(counts.update)  # not op by op
     for cell, action, times in [(1, 1, 4), (2, 1, 1), (3, 0, 9), (4, 1, 3)]:
-        cols = trainer.agent.count_columns(run, jnp.array([cell], jnp.int32))
+        cols = count_columns(run, jnp.array([cell], jnp.int32))
         for _ in range(times):
-            run = run.replace(counts=run.counts.replace(sketch=counts.update(run.counts.sketch, cols, action)))
+            run = run.replace(counts=run.counts.replace(sketch=update(run.counts.sketch, cols, action)))
     window = Transition(
         compact=jnp.array([[[1], [2], [3]]], jnp.int32), action=jnp.array([[1, 1, 0]], jnp.int32),
         reward=jnp.array([[0.0, 1.0, 2.0]]), terminated=jnp.zeros((1, 3), bool), done=jnp.zeros((1, 3), bool),
         next_compact=jnp.array([[[2], [3], [4]]], jnp.int32),
     )
-    target, _ = trainer.targets(run, trainer.batch_of(run, window, jnp.ones((1, 3), bool)))
+    targets = compiled_targets(trainer)
+    target, _ = targets(run, window, jnp.ones((1, 3), bool))
     assert target.shape == (1, 1)  # [batch, heads]
     env = trainer.path.env
-    q_next = trainer.network.apply(run.target_params, env.obs_from_compact(jnp.array([4]), run.env.params)[None])[0]
+    q_next = jax.jit(trainer.network.apply)(run.target_params, env.obs_from_compact(jnp.array([4]), run.env.params)[None])[0]
     g = 0.99
     rewards = [0.0 + 0.5 / 2, 1.0 + 0.5 / 1, 2.0 + 0.5 / 3]
     boot = max(float(q_next[0]) + 3.0 / 1**2, float(q_next[1]) + 3.0 / 4**2)
@@ -134,7 +136,7 @@ def test_n_step_q_plus_target_by_hand():
     assert float(target[0, 0]) == pytest.approx(expected, rel=1e-5)
     # the same window cut by a terminal on its second step: no bootstrap, third step ignored
     window = window.replace(terminated=jnp.array([[False, True, False]]), done=jnp.array([[False, True, False]]))
-    target, _ = trainer.targets(run, trainer.batch_of(run, window, jnp.ones((1, 3), bool)))
+    target, _ = targets(run, window, jnp.ones((1, 3), bool))
     assert float(target[0, 0]) == pytest.approx(rewards[0] + g * rewards[1], rel=1e-5)
 
 
@@ -154,13 +156,16 @@ def test_target_table_holds_the_target_networks_values_and_follows_its_copies():
         reward=jnp.zeros((2, 2)), terminated=jnp.zeros((2, 2), bool), done=jnp.zeros((2, 2), bool),
         next_compact=jnp.array([[[2], [3]], [[4], [5]]], jnp.int32),
     )
+    env = trainer.path.env
+    # compiled whole, not op by op (each operation would compile on its own)
+    network_values = jax.jit(lambda run: trainer.network.apply(run.target_params, jax.vmap(
+        env.obs_from_compact, in_axes=(0, None))(env.all_compacts(), run.env.params)))
+    table_targets, network_targets = compiled_targets(trainer), compiled_targets(network_trainer)
     for chunk in range(3):  # at init, then after 30 and 60 steps (learning from step 9, a copy every 10)
-        run, env = jax.tree.map(lambda x: x[1], state.runs), trainer.path.env
-        all_obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(env.all_compacts(), run.env.params)
-        np.testing.assert_allclose(run.target_table[:, 0], trainer.network.apply(run.target_params, all_obs), rtol=1e-6)
+        run = jax.tree.map(lambda x: x[1], state.runs)
+        np.testing.assert_allclose(run.target_table[:, 0], network_values(run), rtol=1e-6)
         exists = jnp.ones((2, 2), bool)
-        np.testing.assert_allclose(trainer.targets(run, trainer.batch_of(run, window, exists))[0],
-                                   network_trainer.targets(run, network_trainer.batch_of(run, window, exists))[0],
+        np.testing.assert_allclose(table_targets(run, window, exists)[0], network_targets(run, window, exists)[0],
                                    rtol=1e-6)
         if chunk < 2:
             before = np.asarray(state.runs.target_table)

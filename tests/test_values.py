@@ -36,7 +36,8 @@ def init_one(trainer, hp: dict, seed: int = 0, start=None):
     ``start``: what a pool's reset returned)."""
     run_keys, env_keys = jax.random.split(jax.random.key(seed), 2)[:, None]
     hparams = stack_hparams([{k: jnp.float32(v) for k, v in hp.items()}])
-    return trainer.init(run_keys, env_keys, hparams, *(() if start is None else (start,)))
+    # compiled whole, as the runner does (op by op, each of its many operations would compile on its own)
+    return jax.jit(trainer.init)(run_keys, env_keys, hparams, *(() if start is None else (start,)))
 
 
 def first_run(tree):
@@ -102,18 +103,18 @@ def test_greedy_action_is_argmax_of_q_plus_c_action_bonus_on_a_hand_made_count_t
     hp = method_hparams("chain", "opiq", **ACT)
     run = first_run(init_one(trainer, hp).runs)
     obs = trainer.path.observations(run.env)  # the start state, cell 1
-    q = np.asarray(trainer.network.apply(run.params, obs))[0]
+    q = np.asarray(jax.jit(trainer.network.apply)(run.params, obs))[0]  # each call compiled whole, not op by op
     # the action Q prefers has been tried 3 times, the other never
     preferred = int(np.argmax(q))
     sketch = run.counts.sketch
-    cols = trainer.agent.count_columns(run, jnp.array([1], jnp.int32))
+    cols = jax.jit(trainer.agent.count_columns)(run, jnp.array([1], jnp.int32))
     for _ in range(3):
-        sketch = counts.update(sketch, cols, preferred)
+        sketch = jax.jit(counts.update)(sketch, cols, preferred)
     run = run.replace(counts=run.counts.replace(sketch=sketch))
     visits = np.zeros(2)
     visits[preferred] = 3
     expected = q + 2.0 / (visits + 1.0) ** 2  # C_action / (N + 1)^M: 2 for the untried action, 2/16 for the other
-    values = np.asarray(trainer.action_values(run, obs))[0]
+    values = np.asarray(jax.jit(trainer.action_values)(run, obs))[0]
     np.testing.assert_allclose(values, expected, rtol=1e-6)
     assert int(np.argmax(values)) == int(np.argmax(expected))
 
@@ -235,10 +236,10 @@ def test_frame_replay_windows_stop_at_a_restart_that_no_episode_end_precedes():
     """After a resume the pool path starts fresh episodes: a ``first`` slot follows a step that ended nothing. No
     window may run into it, and no transition leads to it."""
     ring = frame_replay.init(16, (2, 2))
+    add = jax.jit(frame_replay.add)  # compiled whole, not op by op
     for value, first in [(10, True), (11, False), (12, False), (20, True), (21, False), (22, False), (23, False)]:
-        ring = frame_replay.add(ring, jnp.full((2, 2), value, jnp.uint8), jnp.int32(1), jnp.float32(value), False, False,
-                                first)
-    batch = jax.device_get(frame_replay.sample(ring, jax.random.key(0), 256, 3))
+        ring = add(ring, jnp.full((2, 2), value, jnp.uint8), jnp.int32(1), jnp.float32(value), False, False, first)
+    batch = jax.device_get(jax.jit(frame_replay.sample, static_argnums=(2, 3))(ring, jax.random.key(0), 256, 3))
     expected = {0: [True, True, False], 1: [True, False, False], 3: [True, True, True], 4: [True, True, False],
                 5: [True, False, False]}  # start slot -> included steps; slot 2 leads to the restart, 6 to nothing
     assert set(batch.slots.tolist()) == set(expected) and batch.valid.all()

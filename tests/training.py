@@ -18,3 +18,9 @@ def train_chunks(experiment: Experiment, chunks: int | None = None):
         state, metrics = train_chunk(state)
         history.append(jax.device_get(metrics))
     return initial, jax.device_get(state), history
+
+
+def compiled_targets(trainer):
+    """``(run, windows, exists) -> trainer.targets(run, trainer.batch_of(run, windows, exists))`` compiled as one
+    program: called op by op, each of its many operations would compile on its own."""
+    return jax.jit(lambda run, windows, exists: trainer.targets(run, trainer.batch_of(run, windows, exists)))
