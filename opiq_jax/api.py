@@ -45,7 +45,7 @@ class FinalState:
     runs: tuple[dict, ...]
     """Each run's ``method``, ``setting``, ``seed`` and ``hparams``, from ``config.json``."""
     params: Any
-    """The Q-network's parameters (a Flax parameter tree)."""
+    """The Q-network's parameters in float32 (a Flax parameter tree; packed storage unpacked)."""
     counts: Any
     """The visit counts: ``counts.sketch`` is the count-min sketch ``int32[runs, actions, rows, width]`` (None when
     no part of the program counts)."""
@@ -151,6 +151,7 @@ def read_final_state(folder: Path, name: str) -> FinalState:
     """The state in ``folder``'s newest sound checkpoint, with the arrays' shapes from its ``config.json``."""
     from .config import stack_hparams
     from .runner import restore_state, run_keys_for
+    from .trainer import master_params
 
     experiment = experiment_from_configs(folder)
     hparams = stack_hparams(experiment.hparams())
@@ -161,8 +162,8 @@ def read_final_state(folder: Path, name: str) -> FinalState:
     state, chunk = restored
     runs = tuple({"method": r.method, "setting": r.setting, "seed": r.seed, "hparams": dict(r.hparams)}
                  for r in experiment.runs)
-    return FinalState(program=name, step=chunk * experiment.static.log_every, runs=runs, params=state.runs.params,
-                      counts=state.runs.counts, state=state.runs)
+    return FinalState(program=name, step=chunk * experiment.static.log_every, runs=runs,
+                      params=master_params(state.runs), counts=state.runs.counts, state=state.runs)
 
 
 def load(folder: str | Path) -> Results:

@@ -160,6 +160,10 @@ class StaticConfig:
     precision: str = option("float32", "The Q-network's precision: float32 (the paper) or bfloat16 (float32 weights "
                             "and optimiser, bfloat16 forward and backward passes and target network).",
                             choices=("float32", "bfloat16"))
+    weight_storage: str = option("float32", "What an update of the bfloat16 Q-network reads and writes: float32 "
+                                 "weights and RMSProp accumulator, or packed (each weight as its bfloat16 copy plus 8 "
+                                 "bits, a bfloat16 accumulator, both rounded stochastically: 10 bytes of state per "
+                                 "weight instead of 18). precision=bfloat16 only.", choices=("float32", "packed"))
     maze_torso: str = option("auto", "The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto "
                              "(Pallas on GPUs in bfloat16).", choices=("auto", "xla", "pallas"))
     target_values: str = option("auto", "The target network's values for bootstrapping: a table of every cell filled "
@@ -188,6 +192,9 @@ class StaticConfig:
             (self.train_every % e == 0 or e % self.train_every == 0,
              f"{name['train_every']} ({self.train_every}) and {name['envs_per_run']} ({e}) must divide one another"),
             (all(w >= 1 for w in self.hidden), f"{name['hidden']} widths must be >= 1, got {self.hidden}"),
+            (self.weight_storage == "float32" or self.precision == "bfloat16",
+             f"{name['weight_storage']} packed needs {name['precision']} bfloat16 (float32 networks keep float32 "
+             f"weights), got {self.precision}"),
         ]
         return found + [message for ok, message in relations if not ok]
 

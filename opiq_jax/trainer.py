@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from . import counts
+from . import counts, packed_state
 from .config import HParams, StaticConfig, hparam_options
 from .environments import environment_spec
 from .networks import in_compute_precision, init_params, make_bootstrapped_network, make_network
@@ -67,6 +67,8 @@ METRIC_DOCS = {
 INIT_STREAMS = ("prior", "e_network", "predictor", "rnd_target", "head")
 """Named keys drawn from a run's key for the parts' initial states (``Agent.init_key``), in a fixed order so that a
 part's initial state does not depend on which other parts the program has."""
+PACKING_STREAM = 0x9AC4
+"""``fold_in`` of an update's sampling key giving packed storage's rounding key (the parts' keys fold in 1, 2, ...)."""
 
 
 def chunk_mean(total: jax.Array, count: jax.Array) -> jax.Array:
@@ -129,16 +131,17 @@ class Counts:
 class RunState:
     key: jax.Array
     hparams: HParams
-    params: Any
+    params: Any  # float32 weights; None under weight_storage=packed (compute_params and params_low hold them)
     target_params: Any
-    opt_state: Any
+    opt_state: Any  # optax's state; under weight_storage=packed, RMSProp's bfloat16 accumulator
     env: Any  # the path's per-run environment data
     memory: Any  # the path's replay
     counts: Counts | None  # None when no part of the program counts
     stats: RunStats
     active_head: jax.Array  # int32[E]: the head acting in each environment's episode (0 with one head)
     parts: dict  # part name -> its state (parts without state are absent)
-    compute_params: Any = None  # precision=bfloat16: the bfloat16 copy of params the forward passes read; else None
+    compute_params: Any = None  # precision=bfloat16: the weights' bfloat16 copy the forward passes read; else None
+    params_low: Any = None  # weight_storage=packed: the weights' low bytes below compute_params (packed_state)
     target_table: jax.Array | None = None  # float32[num_cells, K, A]: the target network at every cell, or None
 
 
@@ -213,6 +216,7 @@ class Agent:
         self.network_name = network_name(static, path.obs_shape)
         self.compute_dtype = jnp.dtype(static.precision)
         self.mixed_precision = self.compute_dtype != jnp.float32
+        self.packed = static.weight_storage == "packed"
         if self.num_heads > 1:
             self.q_network = make_bootstrapped_network(self.network_name, self.num_actions, self.num_heads,
                                                        static.hidden, self.compute_dtype)
@@ -287,6 +291,36 @@ def summed(values: list[jax.Array | None]) -> jax.Array | None:
 # ---------------------------------------------------------------------------------- init
 
 
+def master_params(run: RunState):
+    """``run``'s weights in float32 (any number of leading runs axes): ``params``, or under packed storage the
+    compute copy and the low bytes unpacked (:mod:`packed_state`)."""
+    return run.params if run.params is not None else packed_state.unpack_tree(run.compute_params, run.params_low)
+
+
+def with_initial_weights(agent: Agent, run: RunState, params, key: jax.Array) -> RunState:
+    """``run`` with the float32 weights ``params`` and a fresh optimiser, stored as the configuration says."""
+    if agent.packed:
+        compute, lows = packed_state.pack_tree(params, jax.random.bits(key, (), jnp.uint32))
+        return run.replace(params=None, compute_params=compute, params_low=lows,
+                           opt_state=packed_state.init_accumulator(params))
+    compute = in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None
+    return run.replace(params=params, compute_params=compute, opt_state=agent.optimiser.init(params))
+
+
+def learning_step(agent: Agent, run: RunState, grads, key: jax.Array) -> RunState:
+    """``run`` after one clipped RMSProp step of its Q-network on ``grads`` (``key``: packed storage's
+    rounding)."""
+    lr = run.hparams["lr"]
+    if agent.packed:
+        compute, lows, accumulator = packed_state.rmsprop_step(
+            agent.static, run.compute_params, run.params_low, run.opt_state, grads, lr,
+            jax.random.bits(key, (), jnp.uint32))
+        return run.replace(compute_params=compute, params_low=lows, opt_state=accumulator)
+    params, opt_state = agent.sgd_step(run.params, run.opt_state, grads, lr)
+    compute = in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None
+    return run.replace(params=params, opt_state=opt_state, compute_params=compute)
+
+
 def with_target(agent: Agent, run: RunState, params) -> RunState:
     """``run`` with ``params`` as its target network (and that network's values at every cell)."""
     run = run.replace(target_params=params)
@@ -311,14 +345,14 @@ def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, 
                      nonfinite=jnp.bool_(False))
     head = jax.random.randint(agent.init_key(run_key, "head"), (agent.envs_per_run,), 0, agent.num_heads)
     run = RunState(
-        key=k_loop, hparams=hp, params=params, target_params=None, opt_state=agent.optimiser.init(params), env=env,
+        key=k_loop, hparams=hp, params=None, target_params=None, opt_state=None, env=env,
         memory=path.init_memory(env, start), counts=run_counts, stats=stats, active_head=head, parts={},
-        compute_params=in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None,
     )
+    run = with_initial_weights(agent, run, params, agent.init_key(run_key, "packing"))
     example = Example(obs=obs, item=path.example_item(env))
     states = {part.name: part.init(agent, run_key, example) for part in agent.parts}
     run = run.replace(parts={name: state for name, state in states.items() if state is not None})
-    return with_target(agent, run, in_compute_precision(params, agent.compute_dtype))
+    return with_target(agent, run, agent.forward_params(run))
 
 
 def init(agent: Agent, run_keys: jax.Array, env_keys: jax.Array, hparams: HParams, start: Any = None) -> TrainState:
@@ -469,14 +503,13 @@ def update(agent: Agent, run: RunState) -> RunState:
         for part in agent.parts:
             grads = part.scale_gradients(agent, grads)
     with jax.named_scope("optimiser"):
-        params, opt_state = agent.sgd_step(run.params, run.opt_state, grads, run.hparams["lr"])
-        compute = in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None
+        learned = learning_step(agent, run, grads, jax.random.fold_in(k_q, PACKING_STREAM))
     stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / agent.num_heads, jnp.mean(intrinsic[:, 0])))
     parts, updating = dict(run.parts), [p for p in agent.parts if type(p).update is not Part.update]
     for j, part in enumerate(updating):  # each part learns from the run as it was sampled, with a key of its own
         with jax.named_scope(part.name):
             parts[part.name] = part.update(agent, run, batch, jax.random.fold_in(k_q, 1 + j))
-    return run.replace(key=key, params=params, opt_state=opt_state, compute_params=compute, stats=stats, parts=parts)
+    return learned.replace(key=key, stats=stats, parts=parts)
 
 
 def copy_target(agent: Agent, run: RunState) -> RunState:
@@ -624,7 +657,8 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
     if agent.uses_counts:
         n0 = counts.query_all_actions(run.counts.sketch, agent.count_columns(run, start_key))[None]
     bonus = summed([part.action_bonus(agent, run, start_obs[None], n0) for part in agent.parts])
-    nonfinite = stats.nonfinite | ~jnp.isfinite(stats.chunk.loss_sum) | ~jnp.all(jnp.isfinite(q0)) | ~all_finite(run.params)
+    nonfinite = (stats.nonfinite | ~jnp.isfinite(stats.chunk.loss_sum) | ~jnp.all(jnp.isfinite(q0))
+                 | ~all_finite(master_params(run)))
     metrics.update({
         "max_return": jnp.where(jnp.isfinite(stats.max_return), stats.max_return, jnp.nan),
         **{name: jnp.sum(seen).astype(jnp.float32) for name, seen in stats.visited.items()},

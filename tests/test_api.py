@@ -95,6 +95,7 @@ def test_bad_api_input_is_one_line_naming_the_option_as_written_in_python(tmp_pa
         (dict(env="nowhere"), "unknown env 'nowhere'"),
         (dict(parts=("dora",)), "the parts come from the methods"),
         (dict(precision="float16"), "precision must be one of float32, bfloat16"),
+        (dict(weight_storage="packed"), "weight_storage packed needs precision bfloat16"),
     ]
     for kwargs, message in cases:
         with pytest.raises(UsageError) as caught:
@@ -109,8 +110,10 @@ STRUCTURAL = dict(
     n_step=2, train_every=2, target_update=100, gamma=0.9, count_features="exact", simhash_bits=16, sketch_rows=2,
     sketch_width=1024, shared_action_mask=True, grad_clip=1.0, rms_decay=0.95, rms_eps=1e-6, bsp_heads=5,
     rnd_outputs=64, rnd_batch=16, dora_buffer_factor=2, dora_gamma=0.9, precision="bfloat16", maze_torso="xla",
-    target_values="network", envs_per_run=2, overlap=False, env_kwargs=(("size", 8),),
+    target_values="network", envs_per_run=2, overlap=False, env_kwargs=(("size", 8),), weight_storage="packed",
 )
+# Options valid only beside another's non-default value: that value is set with them.
+NEEDS = {"weight_storage": {"precision": "bfloat16"}}
 
 
 def test_every_static_option_has_a_structural_case():
@@ -123,9 +126,11 @@ def test_a_structural_option_in_a_preset_or_the_api_reaches_every_program(name):
     value = STRUCTURAL[name]
     assert value != STATIC_OPTIONS[name].default
     written = STATIC_OPTIONS[name].public_name
-    preset = load_preset({"env": env, "seeds": 1, "static": {name: value},
+    needed = NEEDS.get(name, {})
+    preset = load_preset({"env": env, "seeds": 1, "static": {name: value, **needed},
                           "grids": [{"method": "opiq"}, {"method": "bsp"}, {"method": "dqn_rnd"}]})
-    api = plan_experiment(env, ("opiq", "bsp", "dqn_rnd", "dqn_dora"), 1, options={written: value})
+    options = {written: value, **{STATIC_OPTIONS[k].public_name: v for k, v in needed.items()}}
+    api = plan_experiment(env, ("opiq", "bsp", "dqn_rnd", "dqn_dora"), 1, options=options)
     for static in (plan_static(preset), api.static):
         programs = split_by_program(dataclasses.replace(api, static=static))
         assert len(programs) == 4

@@ -50,7 +50,7 @@ from ..runner import (
     state_bytes_per_run,
     tree_bytes,
 )
-from ..trainer import make_optimiser, make_path, make_train, uses_pallas_torso, uses_target_table
+from ..trainer import make_path, make_train, uses_pallas_torso, uses_target_table
 from .options import Bench, runs_schedule
 from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run, run_plain
 
@@ -138,10 +138,11 @@ def work_model(static: StaticConfig) -> WorkModel:
     * ``acting params``: the online network read once per step to act on one observation;
     * ``update params``: the forward and the backward pass on the batch each read the weights
       the forward passes use, the update reads and writes the float32 weights, and under mixed
-      precision writes their bfloat16 copy;
+      precision writes their bfloat16 copy; with ``weight_storage="packed"`` it reads and writes the
+      bfloat16 copy and the low bytes instead (3 bytes a weight), and the copy needs no write of its own;
     * ``gradients``: written by the backward pass, read by the clip's norm and by the optimiser
       (in the forward passes' precision);
-    * ``optimiser``: the RMSProp state read and written;
+    * ``optimiser``: the RMSProp state read and written (float32, or bfloat16 when packed);
     * ``target``: the target network (in the forward passes' precision) read once for the
       bootstrap forward, plus its copy (read + write) every ``target_update`` steps; with the target
       table (``StaticConfig.target_values``, the chain and the maze) the network is read once per copy
@@ -163,7 +164,6 @@ def work_model(static: StaticConfig) -> WorkModel:
     env = trainer.path.env
     example_obs = env.obs_from_compact(env.start_compact(env.default_params), env.default_params)
     params = jax.eval_shape(lambda: trainer.network.init(jax.random.key(0), example_obs[None]))
-    opt_state = jax.eval_shape(make_optimiser(static).init, params)
     keys = jax.random.split(jax.random.key(0), 1)
     shapes = jax.eval_shape(trainer.init, keys, keys, stack_hparams(bench_experiment(static, 1).hparams()))
     item_bytes = tree_bytes(shapes.runs.memory.items) // static.buffer_size
@@ -171,8 +171,12 @@ def work_model(static: StaticConfig) -> WorkModel:
     num_params = count_params(params)
     param_bytes = float(tree_bytes(params))
     compute_bytes = param_bytes * jnp.dtype(static.precision).itemsize / 4  # what the forward passes read
-    copy_bytes = compute_bytes if static.precision != "float32" else 0.0  # the update's bfloat16 copy
-    opt_bytes = float(tree_bytes(opt_state))
+    if trainer.agent.packed:  # the update reads and writes the copy and the low bytes; the copy is no extra write
+        stored = float(tree_bytes(shapes.runs.compute_params) + tree_bytes(shapes.runs.params_low))
+        weight_bytes = 2 * stored
+    else:  # float32 read and write, then the bfloat16 copy written under mixed precision
+        weight_bytes = 2 * param_bytes + (compute_bytes if static.precision != "float32" else 0.0)
+    opt_bytes = float(tree_bytes(shapes.runs.opt_state))  # one run's (the shapes have one run)
     obs_bytes = float(example_obs.size * example_obs.dtype.itemsize)
     fwd = forward_flops(trainer.network, example_obs)
     b, n, a, rows = static.batch_size, static.n_step, env.num_actions, static.sketch_rows
@@ -189,7 +193,7 @@ def work_model(static: StaticConfig) -> WorkModel:
         target_obs, target_forwards = 2 * b * obs_bytes * per_update, b * per_update
     nbytes = {
         "acting params": compute_bytes,
-        "update params": (2 * compute_bytes + 2 * param_bytes + copy_bytes) * per_update,
+        "update params": (2 * compute_bytes + weight_bytes) * per_update,
         "gradients": 3 * compute_bytes * per_update,
         "optimiser": 2 * opt_bytes * per_update,
         "target": target_bytes,

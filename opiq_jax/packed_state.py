@@ -1,0 +1,128 @@
+"""``weight_storage="packed"``: what an update of a bfloat16 network reads and writes, in fewer bytes.
+
+Under ``precision="bfloat16"`` with the default ``weight_storage="float32"``, an update reads and writes each
+weight's float32 value (8 bytes), writes its bfloat16 copy for the forward passes (2) and reads and writes RMSProp's
+float32 accumulator (8): 18 bytes per weight, beside the gradient. On the chain these passes are most of a
+training step, which moves memory at the card's copy rate. Packed storage keeps:
+
+* each weight as its bfloat16 copy, which the forward passes read, plus 8 more bits (``uint8``): a float with 16
+  bits of significand, about 1.5e-5 of the weight, rather than float32's 24;
+* RMSProp's accumulator in bfloat16.
+
+An update reads and writes 2 + 1 + 2 bytes of state per weight, 10 in all. It computes as before, in float32: the
+weight is unpacked exactly, the clipped RMSProp step is taken in float32, and only the results are rounded for
+storage, *stochastically*: up or down with the probabilities that make the stored value's expectation the exact
+result. Rounding to nearest would bias both: a step of the chain's learning rate is about a hundredth of a
+bfloat16 weight's spacing, and the accumulator's decay of 0.99 changes it by about 2.6 bfloat16 units, so
+nearest rounding would drop or distort most steps. Stochastic rounding keeps every step on average; its noise
+for the weights is about 1.5e-5 of their size per step.
+
+The random bits come from a hash of each element's index and a per-run, per-update salt (taken from the run's
+learning key), so a run is reproducible, runs differ, and no random numbers are stored. The output layers, which
+compute in float32 (:func:`networks.in_compute_precision`), keep float32 weights; their accumulators are
+bfloat16 as the others'.
+
+Learning with packed storage was checked against float32 storage (``docs/performance.md``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from .envs.hashing import mix32
+from .networks import in_compute_precision
+
+HALF = 0x7FFF  # added before dropping 16 bits: rounds to nearest, ties toward zero (sign and magnitude)
+LOW_FILL = 0xFF  # the 8 bits below the stored ones: always 0xFF after HALF is added (see pack_weight)
+GOLDEN = 0x9E3779B9  # spreads the leaves' salts apart
+
+
+def element_noise(shape: tuple[int, ...], salt: jax.Array) -> jax.Array:
+    """uint32 random bits for each element of an array of ``shape``, from its flat index and ``salt``."""
+    index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
+    return mix32(index ^ salt)
+
+
+def round_bits(x: jax.Array, noise: jax.Array, dropped: int) -> jax.Array:
+    """float32 ``x``'s bit pattern with its lowest ``dropped`` bits rounded away stochastically by ``noise``."""
+    mask = jnp.uint32((1 << dropped) - 1)
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    return (bits + (noise & mask)) & ~mask
+
+
+def to_bfloat16(x: jax.Array, noise: jax.Array) -> jax.Array:
+    """float32 -> bfloat16, rounded stochastically (``noise``'s low 16 bits)."""
+    chex.assert_type(x, jnp.float32)
+    rounded = round_bits(x, noise, 16)
+    return jax.lax.bitcast_convert_type((rounded >> 16).astype(jnp.uint16), jnp.bfloat16)
+
+
+def pack_weight(w: jax.Array, noise: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """float32 -> (bfloat16 copy, uint8 low bits): ``w`` rounded stochastically to 24 bits (``noise`` bits 16-23),
+    then split exactly. The copy is the 24-bit value rounded to nearest (ties toward zero), as a forward pass
+    wants it; the low byte is what that rounding left over."""
+    chex.assert_type(w, jnp.float32)
+    bits = round_bits(w, noise >> 16, 8)
+    high = (bits + jnp.uint32(HALF)) >> 16
+    # bits - high * 2^16 lies in [-HALF, HALF + 1] and ends in 8 zero bits, so + HALF ends in LOW_FILL
+    low = ((bits - (high << 16) + jnp.uint32(HALF)) >> 8).astype(jnp.uint8)
+    return jax.lax.bitcast_convert_type(high.astype(jnp.uint16), jnp.bfloat16), low
+
+
+def unpack_weight(high: jax.Array, low: jax.Array) -> jax.Array:
+    """The float32 value :func:`pack_weight` stored as ``high`` and ``low`` (exact)."""
+    chex.assert_type([high, low], [jnp.bfloat16, jnp.uint8])
+    high_bits = jax.lax.bitcast_convert_type(high, jnp.uint16).astype(jnp.uint32)
+    bits = (high_bits << 16) + ((low.astype(jnp.uint32) << 8) | jnp.uint32(LOW_FILL)) - jnp.uint32(HALF)
+    return jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def _no_low() -> jax.Array:
+    return jnp.zeros((0,), jnp.uint8)
+
+
+def pack_tree(params: chex.ArrayTree, salt: jax.Array) -> tuple[chex.ArrayTree, chex.ArrayTree]:
+    """float32 weights -> (the compute copy the forward passes read, the low bytes). Leaves the compute precision
+    keeps in float32 stay float32 (their low byte is an empty array)."""
+    cast = in_compute_precision(params, jnp.bfloat16)  # which leaves compute in bfloat16 (the casts are dead code)
+    leaves, treedef = jax.tree.flatten(params)
+    pairs = [pack_weight(w, element_noise(w.shape, leaf_salt(salt, i))) if c.dtype == jnp.bfloat16 else (w, _no_low())
+             for i, (w, c) in enumerate(zip(leaves, jax.tree.leaves(cast)))]
+    return treedef.unflatten([p[0] for p in pairs]), treedef.unflatten([p[1] for p in pairs])
+
+
+def unpack_tree(compute: chex.ArrayTree, lows: chex.ArrayTree) -> chex.ArrayTree:
+    """The float32 weights from the compute copy and the low bytes (:func:`pack_tree`'s inverse)."""
+    return jax.tree.map(lambda c, low: unpack_weight(c, low) if c.dtype == jnp.bfloat16 else c, compute, lows)
+
+
+def leaf_salt(salt: jax.Array, index: int) -> jax.Array:
+    return mix32(salt + jnp.uint32((index * GOLDEN) % 2**32))
+
+
+def init_accumulator(params: chex.ArrayTree) -> chex.ArrayTree:
+    """RMSProp's accumulator at the start: zeros in bfloat16."""
+    return jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.bfloat16), params)
+
+
+def rmsprop_step(static, compute, lows, accumulator, grads, lr: jax.Array, salt: jax.Array):
+    """One clipped RMSProp step (``trainer.make_optimiser``'s arithmetic, in float32) on packed storage.
+
+    Returns the new ``(compute, lows, accumulator)``; ``salt`` (uint32) seeds the stochastic rounding."""
+    grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
+    grads, _ = optax.clip_by_global_norm(static.grad_clip).update(grads, optax.EmptyState())
+    leaves, treedef = jax.tree.flatten(unpack_tree(compute, lows))
+    out = []
+    for i, (w, nu, g, c) in enumerate(zip(leaves, jax.tree.leaves(accumulator), jax.tree.leaves(grads),
+                                          jax.tree.leaves(compute))):
+        nu = static.rms_decay * nu.astype(jnp.float32) + (1.0 - static.rms_decay) * jnp.square(g)
+        w = w - lr * (g / (jnp.sqrt(nu) + static.rms_eps))
+        noise = element_noise(w.shape, leaf_salt(salt, i))
+        stored = pack_weight(w, noise) if c.dtype == jnp.bfloat16 else (w, _no_low())
+        out.append((*stored, to_bfloat16(nu, noise)))
+    return tuple(treedef.unflatten([o[k] for o in out]) for k in range(3))
