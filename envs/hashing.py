@@ -6,10 +6,17 @@ import jax
 import jax.numpy as jnp
 
 
-def mix32(x: jax.Array) -> jax.Array:
-    """The murmur3 32-bit finaliser: a bijective avalanche mix of ``uint32`` values."""
+MURMUR3 = (0x85EBCA6B, 13, 0xC2B2AE35)
+"""The murmur3 32-bit finaliser's multipliers and middle shift (the counts' and the environments' hash)."""
+LOWBIAS32 = (0x7FEB352D, 15, 0x846CA68B)
+"""Wellons's "lowbias32" constants: the same two rounds with a lower bias (packed storage's rounding bits)."""
+
+
+def mix32(x: jax.Array, constants: tuple[int, int, int] = MURMUR3) -> jax.Array:
+    """A bijective avalanche mix of ``uint32`` values: xorshift, multiply, xorshift, multiply, xorshift."""
+    first, shift, second = constants
     x = x ^ (x >> 16)
-    x = x * jnp.uint32(0x85EBCA6B)
-    x = x ^ (x >> 13)
-    x = x * jnp.uint32(0xC2B2AE35)
+    x = x * jnp.uint32(first)
+    x = x ^ (x >> shift)
+    x = x * jnp.uint32(second)
     return x ^ (x >> 16)

@@ -34,22 +34,24 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from .envs.hashing import mix32
+from .envs.hashing import LOWBIAS32, mix32
 from .networks import in_compute_precision
 
 HALF = 0x7FFF  # added before dropping 16 bits: rounds to nearest, ties toward zero (sign and magnitude)
 LOW_FILL = 0xFF  # the 8 bits below the stored ones: always 0xFF after HALF is added (see pack_weight)
+NONFINITE_LOW = HALF >> 8  # unpacks to the bfloat16 copy's own bits: (LOW << 8 | LOW_FILL) - HALF == 0
 GOLDEN = 0x9E3779B9  # spreads the leaves' salts apart
 
 
 def element_noise(shape: tuple[int, ...], salt: jax.Array) -> jax.Array:
     """uint32 random bits for each element of an array of ``shape``, from its flat index and ``salt``."""
     index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
-    return mix32(index ^ salt)
+    return mix32(index ^ salt, LOWBIAS32)
 
 
 def round_bits(x: jax.Array, noise: jax.Array, dropped: int) -> jax.Array:
-    """float32 ``x``'s bit pattern with its lowest ``dropped`` bits rounded away stochastically by ``noise``."""
+    """Finite float32 ``x``'s bit pattern with its lowest ``dropped`` bits rounded away stochastically by
+    ``noise``. (A carry out of a NaN's significand would make it a zero: callers keep non-finite values apart.)"""
     mask = jnp.uint32((1 << dropped) - 1)
     bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
     return (bits + (noise & mask)) & ~mask
@@ -59,7 +61,8 @@ def to_bfloat16(x: jax.Array, noise: jax.Array) -> jax.Array:
     """float32 -> bfloat16, rounded stochastically (``noise``'s low 16 bits)."""
     chex.assert_type(x, jnp.float32)
     rounded = round_bits(x, noise, 16)
-    return jax.lax.bitcast_convert_type((rounded >> 16).astype(jnp.uint16), jnp.bfloat16)
+    stochastic = jax.lax.bitcast_convert_type((rounded >> 16).astype(jnp.uint16), jnp.bfloat16)
+    return jnp.where(jnp.isfinite(x), stochastic, x.astype(jnp.bfloat16))  # NaN stays NaN, infinity infinity
 
 
 def pack_weight(w: jax.Array, noise: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -70,7 +73,12 @@ def pack_weight(w: jax.Array, noise: jax.Array) -> tuple[jax.Array, jax.Array]:
     bits = round_bits(w, noise >> 16, 8)
     high = (bits + jnp.uint32(HALF)) >> 16
     # bits - high * 2^16 lies in [-HALF, HALF + 1] and ends in 8 zero bits, so + HALF ends in LOW_FILL
-    low = ((bits - (high << 16) + jnp.uint32(HALF)) >> 8).astype(jnp.uint8)
+    low = (bits - (high << 16) + jnp.uint32(HALF)) >> 8
+    # NaN and infinity: the bfloat16 conversion's own (NaN stays NaN), and the low byte unpack turns back into it
+    finite = jnp.isfinite(w)
+    converted = jax.lax.bitcast_convert_type(w.astype(jnp.bfloat16), jnp.uint16).astype(jnp.uint32)
+    high = jnp.where(finite, high, converted)
+    low = jnp.where(finite, low, jnp.uint32(NONFINITE_LOW)).astype(jnp.uint8)
     return jax.lax.bitcast_convert_type(high.astype(jnp.uint16), jnp.bfloat16), low
 
 
@@ -102,7 +110,7 @@ def unpack_tree(compute: chex.ArrayTree, lows: chex.ArrayTree) -> chex.ArrayTree
 
 
 def leaf_salt(salt: jax.Array, index: int) -> jax.Array:
-    return mix32(salt + jnp.uint32((index * GOLDEN) % 2**32))
+    return mix32(salt + jnp.uint32((index * GOLDEN) % 2**32), LOWBIAS32)
 
 
 def init_accumulator(params: chex.ArrayTree) -> chex.ArrayTree:
@@ -111,7 +119,8 @@ def init_accumulator(params: chex.ArrayTree) -> chex.ArrayTree:
 
 
 def rmsprop_step(static, compute, lows, accumulator, grads, lr: jax.Array, salt: jax.Array):
-    """One clipped RMSProp step (``trainer.make_optimiser``'s arithmetic, in float32) on packed storage.
+    """One clipped RMSProp step on packed storage: ``trainer.make_optimiser``'s operations in float32 (the step
+    is one division where optax multiplies by a reciprocal, which can differ in the last bit).
 
     Returns the new ``(compute, lows, accumulator)``; ``salt`` (uint32) seeds the stochastic rounding."""
     grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)

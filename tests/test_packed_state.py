@@ -1,6 +1,8 @@
 """``weight_storage="packed"``: weights as a bfloat16 copy plus 8 bits and a bfloat16 RMSProp accumulator, both
 rounded stochastically (opiq_jax/packed_state.py), and the trainer and results folder with it."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,8 +12,12 @@ from opiq_jax import packed_state
 from opiq_jax.api import read_final_state
 from opiq_jax.benchmark.throughput import work_model
 from opiq_jax.environments import method_hparams, static_for_env
-from opiq_jax.runner import CHECKPOINT_FILE, METRICS_FILE, Experiment, RunSpec, run_experiment
-from opiq_jax.trainer import make_optimiser, master_params
+from opiq_jax.networks import in_compute_precision
+from opiq_jax.config import stack_hparams
+from opiq_jax.runner import (
+    CHECKPOINT_FILE, METRICS_FILE, Experiment, RunSpec, compiled_trainer, run_experiment, run_keys_for,
+)
+from opiq_jax.trainer import learning_step, make_optimiser, master_params
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=300, log_every=50, buffer_size=300, hidden=(16,),
                         precision="bfloat16", weight_storage="packed")
@@ -47,16 +53,32 @@ def test_pack_keeps_24_bits_and_unpack_is_exact():
     np.testing.assert_array_equal(np.asarray(high, np.float32)[not_tie], nearest[not_tie])
 
 
-def test_stochastic_rounding_is_unbiased():
-    """Averaged over salts, the stored values equal the exact ones: a step far below bfloat16's spacing survives."""
-    x = jnp.full((20_000,), 1.0 + 0.3 * 2**-7, jnp.float32)  # 0.3 of a bfloat16 unit above 1
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_stochastic_rounding_is_unbiased(sign):
+    """Averaged over elements, the stored values equal the exact ones: a step far below bfloat16's spacing
+    survives (to_bfloat16: 0.3 of a unit; the weights: 0.7 of a 24-bit unit), for either sign."""
+    x = jnp.full((20_000,), sign * (1.0 + 0.3 * 2**-7), jnp.float32)
     rounded = np.asarray(packed_state.to_bfloat16(x, packed_state.element_noise(x.shape, jnp.uint32(1))), np.float64)
-    assert set(np.unique(rounded)) == {1.0, 1.0 + 2**-7}
-    assert abs(rounded.mean() - float(x[0])) < 3e-3 * 2**-7 * 10
-    w = jnp.full((20_000,), 0.05 + 0.7 * 2**-20, jnp.float32)  # between two 24-bit values
+    assert set(np.abs(np.unique(rounded))) == {1.0, 1.0 + 2**-7}
+    assert abs(rounded.mean() - float(x[0])) < 0.03 * 2**-7  # the mean of 20,000 coin flips: within 3 %
+    w = jnp.full((20_000,), sign * (0.05 + 0.7 * 2**-20), jnp.float32)  # between two 24-bit values
     kept = np.asarray(packed_state.unpack_weight(*packed_state.pack_weight(w, packed_state.element_noise(
         w.shape, jnp.uint32(2)))), np.float64)
-    assert len(np.unique(kept)) == 2 and abs(kept.mean() - float(w[0])) < 0.02 * float(np.ptp(kept))
+    assert len(np.unique(kept)) == 2 and abs(kept.mean() - float(w[0])) < 0.03 * float(np.ptp(kept))
+
+
+def test_nan_and_infinity_survive_packing_and_rounding():
+    """A diverged run stays visibly non-finite: no carry may turn NaN into zero or infinity into a number."""
+    nan_bits = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000, 0x7F800001], np.uint32).view(np.float32)
+    x = jnp.asarray(np.concatenate([nan_bits, np.array([np.inf, -np.inf, 3.4e38, -0.0], np.float32)]))
+    for salt in range(8):
+        noise = packed_state.element_noise(x.shape, jnp.uint32(salt))
+        back = np.asarray(packed_state.unpack_weight(*packed_state.pack_weight(x, noise)))
+        copy = np.asarray(packed_state.to_bfloat16(x, noise), np.float32)
+        for got in (back, copy):
+            assert np.all(np.isnan(got[:4])) and list(got[4:6]) == [np.inf, -np.inf]
+            assert np.isfinite(got[6]) or got[6] == np.inf  # the largest finite may round up, never to NaN
+            assert got[7] == 0 and np.signbit(got[7])
 
 
 def test_noise_differs_between_salts_and_elements():
@@ -95,13 +117,25 @@ def test_rmsprop_step_is_the_optimisers_step_up_to_storage_rounding():
                                        rms_state.nu[name]["kernel"], rtol=2**-7, atol=0)
 
 
+def test_float32_storage_starts_from_the_weights_rounded_as_before():
+    """The default storage's initial copies (forward passes and target network) are the float32 weights cast to
+    bfloat16, as in the revisions before packed storage."""
+    static = dataclasses.replace(STATIC, weight_storage="float32")
+    experiment = Experiment(static, EXPERIMENT.runs)
+    runs = compiled_trainer(static)[1](*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs
+    assert runs.params_low is None
+    cast = in_compute_precision(runs.params, jnp.bfloat16)
+    for copy in (runs.compute_params, runs.target_params):
+        jax.tree.map(np.testing.assert_array_equal, copy, cast)
+
+
 def test_packed_storage_needs_bfloat16():
     with pytest.raises(ValueError, match="--weight-storage packed needs --precision bfloat16"):
         static_for_env("chain", weight_storage="packed").validate()
 
 
 def test_work_model_counts_the_packed_bytes():
-    float32 = work_model(STATIC.__class__(**{**STATIC.__dict__, "weight_storage": "float32"}))
+    float32 = work_model(dataclasses.replace(STATIC, weight_storage="float32"))
     packed = work_model(STATIC)
     assert packed.bytes["optimiser"] == pytest.approx(float32.bytes["optimiser"] / 2)  # a bfloat16 accumulator
     # each hidden weight: read and written as 2 + 1 bytes, not 4 (+ its copy's 2-byte write); the output layer's
@@ -127,8 +161,32 @@ def test_packed_runs_train_and_store_packed_state(straight):
     weights = master_params(runs)
     assert {x.dtype for x in jax.tree.leaves(weights)} == {np.dtype(np.float32)}
     kernel = np.asarray(weights["params"]["Dense_0"]["kernel"])
-    assert np.all(np.isfinite(kernel)) and not np.array_equal(kernel[0], kernel[1])  # runs apart
-    assert np.all((as_bits(kernel) & 0xFF) == 0)  # 24 bits kept
+    assert np.all(np.isfinite(kernel))
+    _, init, _ = compiled_trainer(STATIC)
+    start = master_params(init(*run_keys_for(EXPERIMENT), stack_hparams(EXPERIMENT.hparams())).runs)
+    assert not np.array_equal(np.asarray(start["params"]["Dense_0"]["kernel"]), kernel)  # it learned
+
+
+def test_learning_step_on_packed_storage_follows_float32_storage():
+    """The trainer's step on packed storage is the float32 storage's step from the same weights and accumulator,
+    rounded for storage; it moves the weights."""
+    packed_agent = compiled_trainer(STATIC)[0].agent
+    float32_agent = compiled_trainer(dataclasses.replace(STATIC, weight_storage="float32"))[0].agent
+    _, init, _ = compiled_trainer(STATIC)
+    run = jax.tree.map(lambda x: x[0], init(*run_keys_for(EXPERIMENT), stack_hparams(EXPERIMENT.hparams())).runs)
+    accumulator = jax.tree.map(lambda c: jnp.full(c.shape, 1e-4, jnp.bfloat16), run.compute_params)
+    run = run.replace(opt_state=accumulator)
+    grads = jax.tree.map(lambda c: (0.01 * jax.random.normal(jax.random.key(4), c.shape)).astype(c.dtype),
+                         run.compute_params)
+    packed = jax.jit(lambda r: learning_step(packed_agent, r, grads, jax.random.key(5)))(run)
+    clip_state, rms_state = float32_agent.optimiser.init(master_params(run))
+    float32_run = run.replace(params=master_params(run), params_low=None, opt_state=(clip_state, rms_state._replace(
+        nu=jax.tree.map(lambda n: n.astype(jnp.float32), accumulator))))
+    expected = jax.jit(lambda r: learning_step(float32_agent, r, grads, jax.random.key(5)))(float32_run)
+    for got, want, before in zip(jax.tree.leaves(master_params(packed)), jax.tree.leaves(expected.params),
+                                 jax.tree.leaves(float32_run.params)):
+        np.testing.assert_allclose(got, want, rtol=2**-15, atol=0)
+        assert not np.array_equal(np.asarray(want), np.asarray(before))  # the step moved every leaf
 
 
 def test_packed_resume_is_bit_identical_and_the_api_unpacks(straight, tmp_path):
