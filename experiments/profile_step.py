@@ -65,6 +65,8 @@ class Args:
     """Counting features (as opiq-jax bench)."""
     precision: Literal["float32", "bfloat16"] = "float32"
     """The Q-network's precision (as opiq-jax bench)."""
+    weight_storage: Literal["float32", "packed"] = "float32"
+    """What an update reads and writes (as opiq-jax bench; packed needs bfloat16)."""
     top: int = 15
     """Heaviest single ops listed."""
     out: Path = Path("results/profile")
@@ -166,7 +168,8 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
         per_op = op_times(str(traces[-1]), "train_chunk")
     phases, per_phase = phase_totals(per_op, names)
     steps = num_runs * static.log_every * chunks
-    return dict(env=static.env, precision=static.precision, runs=num_runs, chunks=chunks, steps=steps, wall_s=seconds,
+    return dict(env=static.env, precision=static.precision, weight_storage=static.weight_storage, runs=num_runs,
+                chunks=chunks, steps=steps, wall_s=seconds,
                 env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind, hlo=hlo,
                 command_buffers=command_buffers_enabled() if jax.default_backend() == "gpu" else None,
                 op_seconds=sum(per_op.values()), per_phase=per_phase,
@@ -176,8 +179,9 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
 
 def markdown(result: dict, top: int) -> str:
     total = result["op_seconds"] or 1.0
-    lines = [f"### {result['env']}, {result['runs']} runs, {result.get('precision', 'float32')}, {result['chunks']} chunks "
-             f"on {result['device']}", "",
+    storage = ", packed storage" if result.get("weight_storage") == "packed" else ""
+    lines = [f"### {result['env']}, {result['runs']} runs, {result.get('precision', 'float32')}{storage}, "
+             f"{result['chunks']} chunks on {result['device']}", "",
              f"Traced wall-clock {result['wall_s']:.2f} s for {result['steps']:,} environment steps "
              f"({result['env_steps_per_s_traced']:,.0f} steps/s under the profiler, GPU command buffers "
              f"{ {True: 'on', False: 'off', None: 'n/a'}[result.get('command_buffers')] }); op time {total:.3f} s.", "",
@@ -195,12 +199,13 @@ def main(argv: list[str] | None = None) -> dict:
     args = tyro.cli(Args, args=argv)
     args.validate()
     static = Bench(count_features=args.count_features, steps_per_measure=args.steps_per_chunk, precision=args.precision,
-                   method=args.method).static_for(args.env)
+                   weight_storage=args.weight_storage, method=args.method).static_for(args.env)
     result = profile_trainer(static, args.runs, args.chunks, args.method)
     text = markdown(result, args.top)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = "" if args.precision == "float32" else f"_{args.precision}"
+    suffix = ("" if args.precision == "float32" else f"_{args.precision}") + (
+        "_packed" if args.weight_storage == "packed" else "")
     stem = args.out / f"profile_{args.env}_{args.runs}{suffix}"
     stem.with_suffix(".md").write_text(text + "\n")
     stem.with_suffix(".hlo.txt").write_text(result["hlo"])  # the compiled program, to read the ops' fusions

@@ -1,5 +1,7 @@
 """experiments/profile_step.py: the device time of the compiled trainer, split by the trainer's named scopes."""
 
+import pytest
+
 from experiments.profile_step import (
     markdown,
     op_names_of,
@@ -37,9 +39,11 @@ def test_phase_totals_of_ops_with_known_times():
     assert per_phase == {"act": 0.25, "update/loss_and_grad": 0.625, "other": 1.0}
 
 
-def test_profile_of_a_small_chain_covers_every_phase_of_a_learning_step():
+@pytest.mark.parametrize("storage", [{}, {"precision": "bfloat16", "weight_storage": "packed"}])
+def test_profile_of_a_small_chain_covers_every_phase_of_a_learning_step(storage):
+    """(Packed storage's unpacking, step and rounding all count as the optimiser's.)"""
     static = static_for_env("chain", chain_length=8, total_steps=200, log_every=100, buffer_size=300, hidden=(16,),
-                            count_features="exact")
+                            count_features="exact", **storage)
     result = profile_trainer(static, num_runs=2, chunks=1)
     phases = result["per_phase"]
     for phase in ("act", "update/sample", "update/targets", "update/loss_and_grad", "update/optimiser"):
