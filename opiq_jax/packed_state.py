@@ -6,16 +6,16 @@ float32 accumulator (8): 18 bytes per weight, beside the gradient. On the chain 
 training step, which moves memory at the card's copy rate. Packed storage keeps:
 
 * each weight as its bfloat16 copy, which the forward passes read, plus 8 more bits (``uint8``): a float with 16
-  bits of significand, about 1.5e-5 of the weight, rather than float32's 24;
+  bits of significand (a spacing of 2^-16 to 2^-15 of the weight) rather than float32's 24;
 * RMSProp's accumulator in bfloat16.
 
 An update reads and writes 2 + 1 + 2 bytes of state per weight, 10 in all. It computes as before, in float32: the
 weight is unpacked exactly, the clipped RMSProp step is taken in float32, and only the results are rounded for
 storage, *stochastically*: up or down with the probabilities that make the stored value's expectation the exact
-result. Rounding to nearest would bias both: a step of the chain's learning rate is about a hundredth of a
-bfloat16 weight's spacing, and the accumulator's decay of 0.99 changes it by about 2.6 bfloat16 units, so
-nearest rounding would drop or distort most steps. Stochastic rounding keeps every step on average; its noise
-for the weights is about 1.5e-5 of their size per step.
+result. The accumulator needs it: its decay of 0.99 moves it by only one to three bfloat16 units a step, so
+rounding to nearest would distort most of its updates. For the weights, a step at the paper's learning rate is
+many units of their 16-bit spacing; stochastic rounding keeps even the smallest steps unbiased there, at a noise
+of at most one spacing per step.
 
 The random bits come from a hash of each element's index and a per-run, per-update salt (taken from the run's
 learning key), so a run is reproducible, runs differ, and no random numbers are stored. The output layers, which
