@@ -163,7 +163,8 @@ class StaticConfig:
     weight_storage: str = option("float32", "What an update of the bfloat16 Q-network reads and writes: float32 "
                                  "weights and RMSProp accumulator, or packed (each weight as its bfloat16 copy plus 8 "
                                  "bits, a bfloat16 accumulator, both rounded stochastically: an update reads and "
-                                 "writes 10 bytes of state per weight instead of 18). precision=bfloat16 only.", choices=("float32", "packed"))
+                                 "writes 10 bytes of state per weight instead of 18). precision=bfloat16 only.",
+                                 choices=("float32", "packed"))
     maze_torso: str = option("auto", "The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto "
                              "(Pallas on GPUs in bfloat16).", choices=("auto", "xla", "pallas"))
     target_values: str = option("auto", "The target network's values for bootstrapping: a table of every cell filled "

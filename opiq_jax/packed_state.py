@@ -90,8 +90,10 @@ def unpack_weight(high: jax.Array, low: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
-def _no_low() -> jax.Array:
-    return jnp.zeros((0,), jnp.uint8)
+def store_weight(w: jax.Array, in_bfloat16: bool, noise: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(compute copy, low byte) of float32 ``w``: packed if the network computes with it in bfloat16, else ``w``
+    itself (it is its own copy) and an empty low byte."""
+    return pack_weight(w, noise) if in_bfloat16 else (w, jnp.zeros((0,), jnp.uint8))
 
 
 def pack_tree(params: chex.ArrayTree, salt: jax.Array) -> tuple[chex.ArrayTree, chex.ArrayTree]:
@@ -99,7 +101,7 @@ def pack_tree(params: chex.ArrayTree, salt: jax.Array) -> tuple[chex.ArrayTree, 
     keeps in float32 stay float32 (their low byte is an empty array)."""
     cast = in_compute_precision(params, jnp.bfloat16)  # which leaves compute in bfloat16 (the casts are dead code)
     leaves, treedef = jax.tree.flatten(params)
-    pairs = [pack_weight(w, element_noise(w.shape, leaf_salt(salt, i))) if c.dtype == jnp.bfloat16 else (w, _no_low())
+    pairs = [store_weight(w, c.dtype == jnp.bfloat16, element_noise(w.shape, leaf_salt(salt, i)))
              for i, (w, c) in enumerate(zip(leaves, jax.tree.leaves(cast)))]
     return treedef.unflatten([p[0] for p in pairs]), treedef.unflatten([p[1] for p in pairs])
 
@@ -132,6 +134,5 @@ def rmsprop_step(static, compute, lows, accumulator, grads, lr: jax.Array, salt:
         nu = static.rms_decay * nu.astype(jnp.float32) + (1.0 - static.rms_decay) * jnp.square(g)
         w = w - lr * (g / (jnp.sqrt(nu) + static.rms_eps))
         noise = element_noise(w.shape, leaf_salt(salt, i))
-        stored = pack_weight(w, noise) if c.dtype == jnp.bfloat16 else (w, _no_low())
-        out.append((*stored, to_bfloat16(nu, noise)))
+        out.append((*store_weight(w, c.dtype == jnp.bfloat16, noise), to_bfloat16(nu, noise)))
     return tuple(treedef.unflatten([o[k] for o in out]) for k in range(3))

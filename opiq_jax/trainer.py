@@ -297,14 +297,20 @@ def master_params(run: RunState):
     return run.params if run.params is not None else packed_state.unpack_tree(run.compute_params, run.params_low)
 
 
+def compute_copy(agent: Agent, params):
+    """What the forward passes read of float32 weights ``params``: their bfloat16 copy under mixed precision
+    (float32 storage), else None (``params`` itself)."""
+    return in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None
+
+
 def with_initial_weights(agent: Agent, run: RunState, params, key: jax.Array) -> RunState:
     """``run`` with the float32 weights ``params`` and a fresh optimiser, stored as the configuration says."""
     if agent.packed:
         compute, lows = packed_state.pack_tree(params, jax.random.bits(key, (), jnp.uint32))
         return run.replace(params=None, compute_params=compute, params_low=lows,
                            opt_state=packed_state.init_accumulator(params))
-    compute = in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None
-    return run.replace(params=params, compute_params=compute, opt_state=agent.optimiser.init(params))
+    return run.replace(params=params, compute_params=compute_copy(agent, params),
+                       opt_state=agent.optimiser.init(params))
 
 
 def learning_step(agent: Agent, run: RunState, grads, key: jax.Array) -> RunState:
@@ -317,8 +323,7 @@ def learning_step(agent: Agent, run: RunState, grads, key: jax.Array) -> RunStat
             jax.random.bits(key, (), jnp.uint32))
         return run.replace(compute_params=compute, params_low=lows, opt_state=accumulator)
     params, opt_state = agent.sgd_step(run.params, run.opt_state, grads, lr)
-    compute = in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None
-    return run.replace(params=params, opt_state=opt_state, compute_params=compute)
+    return run.replace(params=params, opt_state=opt_state, compute_params=compute_copy(agent, params))
 
 
 def with_target(agent: Agent, run: RunState, params) -> RunState:

@@ -32,6 +32,13 @@ def xla_knows(flag: str) -> bool:
     return probe.returncode == 0
 
 
+def xla_flags_without(flags: tuple[str, ...]) -> str:
+    """The session's XLA_FLAGS less ``flags`` (whatever their values): for a process that must compile as a
+    user's does."""
+    names = {f.split("=")[0] for f in flags}
+    return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f.split("=")[0] not in names)
+
+
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     chosen = [TEST_XLA_FLAGS[0], *(f for f in TEST_XLA_FLAGS[1:] if xla_knows(f))]
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *chosen]).strip()

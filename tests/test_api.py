@@ -20,6 +20,7 @@ from opiq_jax.errors import UsageError
 from opiq_jax.plan import plan_experiment
 from opiq_jax.runner import split_by_program
 from opiq_jax.sweeping import load_preset, plan_static
+from tests.conftest import TEST_XLA_FLAGS, xla_flags_without
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = r"<!-- api-example:[^>]*-->"
@@ -38,8 +39,7 @@ def test_the_readmes_python_example_runs_verbatim_and_is_short(tmp_path):
     assert len(code.strip().splitlines()) <= 15
     # As a user runs it: without the test session's XLA flags (tests/conftest.py), which save compile time on the
     # tests' small programs but slow this one's 2 x 3,000 steps of 256-unit networks.
-    session = ("--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters")
-    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(session))
+    flags = xla_flags_without(TEST_XLA_FLAGS)
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=900,
                          env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags})
     assert run.returncode == 0, run.stderr[-3000:]

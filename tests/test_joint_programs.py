@@ -14,6 +14,7 @@ from opiq_jax.config import stack_hparams
 from opiq_jax.plan import plan_experiment
 from opiq_jax.runner import compiled_trainer, run_keys_for, split_by_program
 from opiq_jax.trainer import joint_train_chunk
+from tests.conftest import xla_flags_without
 
 # The chain with small networks; 40 steps per chunk, so the first chunk fills the replay past one batch
 # (batch 16) and the second trains at every step and copies the target (every 40 steps).
@@ -34,8 +35,7 @@ def initial_state(experiment):
 def test_joint_chunks_equal_each_programs_own_chunks():
     """In a Python process of its own, with XLA's default CPU fusion emitters: the test session's older emitters
     (tests/conftest.py) fuse the joint program and the separate ones differently, one float32 unit apart."""
-    session = ("--xla_cpu_use_fusion_emitters",)
-    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(session))
+    flags = xla_flags_without(("--xla_cpu_use_fusion_emitters",))
     code = "from tests.test_joint_programs import check_joint_chunks_equal_separate as c; c()"
     run = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True,
                          timeout=900, env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags})

@@ -94,7 +94,8 @@ class Bench:
         """The static configuration measured on ``env``: the paper's, with this bench's overrides."""
         overrides: dict[str, Any] = dict(
             log_every=self.steps_per_measure, total_steps=self.steps_per_measure, count_features=self.count_features,
-            precision=self.precision, weight_storage=self.weight_storage, maze_torso=self.maze_torso, target_values=self.target_values,
+            precision=self.precision, weight_storage=self.weight_storage, maze_torso=self.maze_torso,
+            target_values=self.target_values,
             parts=program_parts([self.method]),
         )
         if env == "chain":
