@@ -165,6 +165,11 @@ class StaticConfig:
                                  "bits, a bfloat16 accumulator, both rounded stochastically: an update reads and "
                                  "writes 10 bytes of state per weight instead of 18). precision=bfloat16 only.",
                                  choices=("float32", "packed"))
+    mlp_backward: str = option("auto", "The MLP's backward pass under packed storage: XLA's, or pallas (each hidden "
+                               "weight gradient written by a Pallas kernel with its sum of squares, so the clip's "
+                               "norm does not read it again; the output layer's input gradient as outer products), "
+                               "or auto (pallas on GPUs). The one-headed MLP only: BSP and the conv nets keep XLA's.",
+                               choices=("auto", "xla", "pallas"))
     maze_torso: str = option("auto", "The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto "
                              "(Pallas on GPUs in bfloat16).", choices=("auto", "xla", "pallas"))
     target_values: str = option("auto", "The target network's values for bootstrapping: a table of every cell filled "
@@ -196,6 +201,9 @@ class StaticConfig:
             (self.weight_storage == "float32" or self.precision == "bfloat16",
              f"{name['weight_storage']} packed needs {name['precision']} bfloat16 (float32 networks keep float32 "
              f"weights), got {self.precision}"),
+            (self.mlp_backward != "pallas" or self.weight_storage == "packed",
+             f"{name['mlp_backward']} pallas needs {name['weight_storage']} packed (its optimiser takes the clip's "
+             f"norm from the kernels), got {self.weight_storage}"),
         ]
         return found + [message for ok, message in relations if not ok]
 

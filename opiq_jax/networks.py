@@ -27,12 +27,16 @@ import jax
 import jax.numpy as jnp
 
 from opiq_jax.maze_torso import maze_torso
+from opiq_jax.mlp_backward import ProbedDense, few_outputs_dot_general
 
 HEAD = "head"
 
 
-def output_layer(num_outputs: int) -> nn.Dense:
-    """The network's last layer, ``head``: float32 whatever the hidden layers' precision."""
+def output_layer(num_outputs: int, lean_backward: bool = False) -> nn.Dense:
+    """The network's last layer, ``head``: float32 whatever the hidden layers' precision (``lean_backward``: its
+    input gradient as outer products, :mod:`opiq_jax.mlp_backward`)."""
+    if lean_backward:
+        return nn.Dense(num_outputs, name=HEAD, dtype=jnp.float32, dot_general=few_outputs_dot_general)
     return nn.Dense(num_outputs, name=HEAD, dtype=jnp.float32)
 
 
@@ -52,10 +56,15 @@ class MLP(nn.Module):
     num_outputs: int
     hidden: Sequence[int] = (256, 256)
     dtype: jnp.dtype = jnp.float32
+    lean_backward: bool = False  # the backward pass of opiq_jax.mlp_backward (the same parameters and forward)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = jnp.reshape(obs, (obs.shape[0], -1)).astype(self.dtype)
+        if self.lean_backward:  # each layer applies the ReLU before it, so its kernel sees the pre-activation
+            for i, width in enumerate(self.hidden):
+                x = ProbedDense(width, dtype=self.dtype, relu_input=i > 0, name=f"Dense_{i}")(x)
+            return output_layer(self.num_outputs, lean_backward=True)(nn.relu(x) if self.hidden else x)
         for width in self.hidden:
             x = nn.relu(nn.Dense(width, dtype=self.dtype)(x))
         return output_layer(self.num_outputs)(x)
@@ -300,11 +309,14 @@ def zero_final_layer(params: chex.ArrayTree) -> chex.ArrayTree:
 
 
 def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256),
-                 dtype: jnp.dtype = jnp.float32, pallas_torso: bool = False) -> nn.Module:
+                 dtype: jnp.dtype = jnp.float32, pallas_torso: bool = False, lean_backward: bool = False) -> nn.Module:
     """Builds a network by name: ``mlp``, ``maze_conv`` or ``nature``, its hidden layers computing in ``dtype``
-    (``pallas_torso``: the maze network's convolutions as Pallas kernels, :class:`MazeConv`)."""
+    (``pallas_torso``: the maze network's convolutions as Pallas kernels, :class:`MazeConv`; ``lean_backward``:
+    the MLP's backward pass of :mod:`opiq_jax.mlp_backward`)."""
+    if lean_backward and name != "mlp":
+        raise ValueError(f"the lean backward pass is the MLP's, not {name!r}'s")
     if name == "mlp":
-        return MLP(num_outputs=num_outputs, hidden=tuple(hidden), dtype=dtype)
+        return MLP(num_outputs=num_outputs, hidden=tuple(hidden), dtype=dtype, lean_backward=lean_backward)
     if name == "maze_conv":
         return MazeConv(num_outputs=num_outputs, dtype=dtype, pallas_torso=pallas_torso)
     if name == "nature":
@@ -325,6 +337,7 @@ def set_final_bias(params: chex.ArrayTree, bias: jax.Array) -> chex.ArrayTree:
 
 
 def init_params(network: nn.Module, key: chex.PRNGKey, example_obs: jax.Array, final_bias: jax.Array) -> chex.ArrayTree:
-    """Initialises ``network`` on one example observation and sets its output bias."""
-    params = network.init(key, example_obs[None])
+    """Initialises ``network`` on one example observation and sets its output bias (the parameters only: the
+    lean backward pass's probes are not state)."""
+    params = {"params": network.init(key, example_obs[None])["params"]}
     return set_final_bias(params, final_bias)

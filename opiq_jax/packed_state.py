@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import optax
 
 from .envs.hashing import LOWBIAS32, mix32
+from .mlp_backward import square_sum_total
 from .networks import in_compute_precision
 
 HALF = 0x7FFF  # added before dropping 16 bits: rounds to nearest, ties toward zero (sign and magnitude)
@@ -120,13 +121,25 @@ def init_accumulator(params: chex.ArrayTree) -> chex.ArrayTree:
     return jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.bfloat16), params)
 
 
-def rmsprop_step(static, compute, lows, accumulator, grads, lr: jax.Array, salt: jax.Array):
+def clipped(grads: chex.ArrayTree, square_sum: jax.Array, max_norm: float) -> chex.ArrayTree:
+    """``optax.clip_by_global_norm``'s operations for gradients whose squared global norm is ``square_sum``."""
+    norm = jnp.sqrt(square_sum)
+    return jax.tree.map(lambda g: jax.lax.select(norm < max_norm, g, (g / norm) * max_norm), grads)
+
+
+def rmsprop_step(static, compute, lows, accumulator, grads, lr: jax.Array, salt: jax.Array, square_sums=None):
     """One clipped RMSProp step on packed storage: ``trainer.make_optimiser``'s operations in float32 (the step
     is one division where optax multiplies by a reciprocal, which can differ in the last bit).
 
-    Returns the new ``(compute, lows, accumulator)``; ``salt`` (uint32) seeds the stochastic rounding."""
-    grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
-    grads, _ = optax.clip_by_global_norm(static.grad_clip).update(grads, optax.EmptyState())
+    Returns the new ``(compute, lows, accumulator)``; ``salt`` (uint32) seeds the stochastic rounding.
+    ``square_sums``: the sums of squares of some kernels' gradients, from the lean backward pass
+    (:mod:`mlp_backward`), so the clip's norm reads only the other leaves."""
+    if square_sums is not None:
+        grads = clipped(jax.tree.map(lambda g: g.astype(jnp.float32), grads),
+                        square_sum_total(grads, square_sums), static.grad_clip)
+    else:
+        grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
+        grads, _ = optax.clip_by_global_norm(static.grad_clip).update(grads, optax.EmptyState())
     leaves, treedef = jax.tree.flatten(unpack_tree(compute, lows))
     out = []
     for i, (w, nu, g, c) in enumerate(zip(leaves, jax.tree.leaves(accumulator), jax.tree.leaves(grads),

@@ -41,6 +41,7 @@ from flax import struct
 from . import counts, packed_state
 from .config import HParams, StaticConfig, hparam_options
 from .environments import environment_spec
+from .mlp_backward import SQUARE_SUMS
 from .networks import in_compute_precision, init_params, make_bootstrapped_network, make_network
 from .parts import Example, Part, get_part
 from .paths import Batch, Decision, Outcome, StepRecord
@@ -174,6 +175,25 @@ def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:
     return static.maze_torso == "pallas" or (static.precision == "bfloat16" and jax.default_backend() == "gpu")
 
 
+def uses_lean_backward(static: StaticConfig, net_name: str, parts: tuple) -> bool:
+    """Whether the Q-network's backward pass is :mod:`mlp_backward`'s (``StaticConfig.mlp_backward``): under packed
+    storage, for the one-headed MLP with no part rescaling its gradients (the kernels' square sums are of the
+    gradients as the backward pass writes them); ``auto`` on GPUs only. Other programs keep XLA's, as
+    ``maze_torso`` leaves networks without the maze's convolutions alone."""
+    if static.mlp_backward == "xla" or static.weight_storage != "packed":
+        return False
+    rescaled = any(type(p).scale_gradients is not Part.scale_gradients for p in parts)
+    applies = (net_name == "mlp" and len(static.hidden) > 0 and not rescaled  # no hidden layer: nothing to probe
+               and all(p.heads(static) <= 1 for p in parts))
+    return applies and (static.mlp_backward == "pallas" or jax.default_backend() == "gpu")
+
+
+def square_sum_probes(network, obs_shape: tuple[int, ...]) -> chex.ArrayTree:
+    """Zeros for the probes of :mod:`mlp_backward`'s layers (the ``square_sums`` collection ``network`` makes)."""
+    shapes = jax.eval_shape(network.init, jax.random.key(0), jnp.zeros((1, *obs_shape)))[SQUARE_SUMS]
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
 def uses_target_table(static: StaticConfig, path: Any) -> bool:
     """Whether the targets look the target network's values up per cell (``StaticConfig.target_values``)."""
     has_cell_table = getattr(path, "has_cell_table", False)
@@ -217,12 +237,14 @@ class Agent:
         self.compute_dtype = jnp.dtype(static.precision)
         self.mixed_precision = self.compute_dtype != jnp.float32
         self.packed = static.weight_storage == "packed"
+        self.lean_backward = uses_lean_backward(static, self.network_name, self.parts)
         if self.num_heads > 1:
             self.q_network = make_bootstrapped_network(self.network_name, self.num_actions, self.num_heads,
                                                        static.hidden, self.compute_dtype)
         else:
             self.q_network = make_network(self.network_name, self.num_actions, static.hidden, self.compute_dtype,
-                                          uses_pallas_torso(static, self.network_name))
+                                          uses_pallas_torso(static, self.network_name), self.lean_backward)
+        self.square_sum_probes = square_sum_probes(self.q_network, path.obs_shape) if self.lean_backward else None
         self.optimiser = make_optimiser(static)
         self.uses_counts = any(part.uses_counts for part in self.parts)
         self.table = uses_target_table(static, path)
@@ -313,14 +335,14 @@ def with_initial_weights(agent: Agent, run: RunState, params, key: jax.Array) ->
                        opt_state=agent.optimiser.init(params))
 
 
-def learning_step(agent: Agent, run: RunState, grads, key: jax.Array) -> RunState:
+def learning_step(agent: Agent, run: RunState, grads, key: jax.Array, square_sums=None) -> RunState:
     """``run`` after one clipped RMSProp step of its Q-network on ``grads`` (``key``: packed storage's
-    rounding)."""
+    rounding; ``square_sums``: the lean backward pass's sums of squares of some of them)."""
     lr = run.hparams["lr"]
     if agent.packed:
         compute, lows, accumulator = packed_state.rmsprop_step(
             agent.static, run.compute_params, run.params_low, run.opt_state, grads, lr,
-            jax.random.bits(key, (), jnp.uint32))
+            jax.random.bits(key, (), jnp.uint32), square_sums)
         return run.replace(compute_params=compute, params_low=lows, opt_state=accumulator)
     params, opt_state = agent.sgd_step(run.params, run.opt_state, grads, lr)
     return run.replace(params=params, opt_state=opt_state, compute_params=compute_copy(agent, params))
@@ -496,6 +518,17 @@ def td_loss_per_head(params, agent: Agent, run: RunState, batch: Batch, targets:
     return jnp.sum(errors) / jnp.maximum(jnp.sum(batch.weights), 1.0)
 
 
+def loss_and_gradients(agent: Agent, run: RunState, batch: Batch, targets: jax.Array):
+    """``(loss, grads, square_sums)``: the TD loss and its gradients in the forward passes' weights; with the
+    lean backward pass also the square sums of the kernels' gradients (:mod:`mlp_backward`), else None."""
+    params = agent.forward_params(run)
+    if not agent.lean_backward:
+        return *jax.value_and_grad(td_loss_per_head)(params, agent, run, batch, targets), None
+    probed = {**params, SQUARE_SUMS: agent.square_sum_probes}
+    loss, grads = jax.value_and_grad(td_loss_per_head)(probed, agent, run, batch, targets)
+    return loss, {k: v for k, v in grads.items() if k != SQUARE_SUMS}, grads[SQUARE_SUMS]
+
+
 def update(agent: Agent, run: RunState) -> RunState:
     """One learning step: the Q-network on a sampled minibatch, then every part on the same minibatch."""
     key, k_q = jax.random.split(run.key)
@@ -504,11 +537,11 @@ def update(agent: Agent, run: RunState) -> RunState:
     with jax.named_scope("targets"):
         targets, intrinsic = targets_for(agent, run, batch)
     with jax.named_scope("loss_and_grad"):
-        loss, grads = jax.value_and_grad(td_loss_per_head)(agent.forward_params(run), agent, run, batch, targets)
+        loss, grads, square_sums = loss_and_gradients(agent, run, batch, targets)
         for part in agent.parts:
             grads = part.scale_gradients(agent, grads)
     with jax.named_scope("optimiser"):
-        learned = learning_step(agent, run, grads, jax.random.fold_in(k_q, PACKING_STREAM))
+        learned = learning_step(agent, run, grads, jax.random.fold_in(k_q, PACKING_STREAM), square_sums)
     stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / agent.num_heads, jnp.mean(intrinsic[:, 0])))
     parts, updating = dict(run.parts), [p for p in agent.parts if type(p).update is not Part.update]
     for j, part in enumerate(updating):  # each part learns from the run as it was sampled, with a key of its own

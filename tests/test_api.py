@@ -96,6 +96,7 @@ def test_bad_api_input_is_one_line_naming_the_option_as_written_in_python(tmp_pa
         (dict(parts=("dora",)), "the parts come from the methods"),
         (dict(precision="float16"), "precision must be one of float32, bfloat16"),
         (dict(weight_storage="packed"), "weight_storage packed needs precision bfloat16"),
+        (dict(mlp_backward="pallas"), "mlp_backward pallas needs weight_storage packed"),
     ]
     for kwargs, message in cases:
         with pytest.raises(UsageError) as caught:
@@ -111,9 +112,11 @@ STRUCTURAL = dict(
     sketch_width=1024, shared_action_mask=True, grad_clip=1.0, rms_decay=0.95, rms_eps=1e-6, bsp_heads=5,
     rnd_outputs=64, rnd_batch=16, dora_buffer_factor=2, dora_gamma=0.9, precision="bfloat16", maze_torso="xla",
     target_values="network", envs_per_run=2, overlap=False, env_kwargs=(("size", 8),), weight_storage="packed",
+    mlp_backward="pallas",
 )
 # Options valid only beside another's non-default value: that value is set with them.
-NEEDS = {"weight_storage": {"precision": "bfloat16"}}
+NEEDS = {"weight_storage": {"precision": "bfloat16"},
+         "mlp_backward": {"precision": "bfloat16", "weight_storage": "packed"}}
 
 
 def test_every_static_option_has_a_structural_case():

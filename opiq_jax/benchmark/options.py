@@ -57,6 +57,7 @@ class Bench:
     precision: Annotated[Literal["float32", "bfloat16"], tyro.conf.arg(help=_doc(
         "precision", "float32; the plain baseline is always float32"))] = "float32"
     weight_storage: Annotated[Literal["float32", "packed"], tyro.conf.arg(help=_doc("weight_storage"))] = "float32"
+    mlp_backward: Annotated[Literal["auto", "xla", "pallas"], tyro.conf.arg(help=_doc("mlp_backward"))] = "auto"
     maze_torso: Annotated[Literal["auto", "xla", "pallas"], tyro.conf.arg(help=_doc("maze_torso"))] = "auto"
     target_values: Annotated[Literal["auto", "table", "network"], tyro.conf.arg(help=_doc("target_values"))] = "auto"
     buffer_size: Annotated[int | None, tyro.conf.arg(help=_doc("buffer_size", "the environment's"))] = None
@@ -94,7 +95,8 @@ class Bench:
         """The static configuration measured on ``env``: the paper's, with this bench's overrides."""
         overrides: dict[str, Any] = dict(
             log_every=self.steps_per_measure, total_steps=self.steps_per_measure, count_features=self.count_features,
-            precision=self.precision, weight_storage=self.weight_storage, maze_torso=self.maze_torso,
+            precision=self.precision, weight_storage=self.weight_storage, mlp_backward=self.mlp_backward,
+            maze_torso=self.maze_torso,
             target_values=self.target_values,
             parts=program_parts([self.method]),
         )

@@ -50,7 +50,10 @@ from ..runner import (
     state_bytes_per_run,
     tree_bytes,
 )
-from ..trainer import make_path, make_train, uses_pallas_torso, uses_target_table
+from ..mlp_backward import kernel_fits
+from ..networks import HEAD
+from ..parts import get_part
+from ..trainer import make_path, make_train, network_name, uses_lean_backward, uses_pallas_torso, uses_target_table
 from .options import Bench, runs_schedule
 from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run, run_plain
 
@@ -130,6 +133,16 @@ class WorkModel:
         return {**dataclasses.asdict(self), "total_bytes": self.total_bytes, "total_flops": self.total_flops}
 
 
+def lean_gradient_bytes(agent, params, batch: int) -> float:
+    """Bytes of the weight gradients the lean backward pass writes with their square sums (not read again for
+    the clip's norm): the hidden kernels :func:`mlp_backward.kernel_fits` takes; 0 without it."""
+    if not agent.lean_backward:
+        return 0.0
+    kernels = [leaf for name, layer in params["params"].items() if name != HEAD for key, leaf in layer.items()
+               if key == "kernel" and kernel_fits(batch, *leaf.shape)]
+    return float(sum(k.size for k in kernels) * agent.compute_dtype.itemsize)
+
+
 def work_model(static: StaticConfig) -> WorkModel:
     """The trainer's work per environment step per run for ``static`` (from shapes only).
 
@@ -141,7 +154,8 @@ def work_model(static: StaticConfig) -> WorkModel:
       precision writes their bfloat16 copy; with ``weight_storage="packed"`` it reads and writes the
       bfloat16 copy and the low bytes instead (3 bytes a weight), and the copy needs no write of its own;
     * ``gradients``: written by the backward pass, read by the clip's norm and by the optimiser
-      (in the forward passes' precision);
+      (in the forward passes' precision); with the lean backward pass (``StaticConfig.mlp_backward``) the
+      kernels its Pallas kernel writes are not read for the norm;
     * ``optimiser``: the RMSProp state read and written (float32, or bfloat16 when packed);
     * ``target``: the target network (in the forward passes' precision) read once for the
       bootstrap forward, plus its copy (read + write) every ``target_update`` steps; with the target
@@ -163,7 +177,7 @@ def work_model(static: StaticConfig) -> WorkModel:
     trainer = make_train(static)
     env = trainer.path.env
     example_obs = env.obs_from_compact(env.start_compact(env.default_params), env.default_params)
-    params = jax.eval_shape(lambda: trainer.network.init(jax.random.key(0), example_obs[None]))
+    params = jax.eval_shape(lambda: {"params": trainer.network.init(jax.random.key(0), example_obs[None])["params"]})
     keys = jax.random.split(jax.random.key(0), 1)
     shapes = jax.eval_shape(trainer.init, keys, keys, stack_hparams(bench_experiment(static, 1).hparams()))
     item_bytes = tree_bytes(shapes.runs.memory.items) // static.buffer_size
@@ -194,7 +208,7 @@ def work_model(static: StaticConfig) -> WorkModel:
     nbytes = {
         "acting params": compute_bytes,
         "update params": (2 * compute_bytes + weight_bytes) * per_update,
-        "gradients": 3 * compute_bytes * per_update,
+        "gradients": (3 * compute_bytes - lean_gradient_bytes(trainer.agent, params, static.batch_size)) * per_update,
         "optimiser": 2 * opt_bytes * per_update,
         "target": target_bytes,
         "replay": b * n * item_bytes * per_update + item_bytes,
@@ -525,10 +539,14 @@ TABLE_COLUMNS = (
 
 
 def form_note(static: StaticConfig, env: str) -> str:
-    """How the targets were computed (``StaticConfig.target_values``) and, for the maze, which form its
-    network's convolutions took (``StaticConfig.maze_torso``)."""
-    table = uses_target_table(static, make_path(static))
+    """How the targets were computed (``StaticConfig.target_values``), whether the MLP's backward pass was
+    the lean one (``StaticConfig.mlp_backward``) and, for the maze, which form its network's convolutions took
+    (``StaticConfig.maze_torso``)."""
+    path = make_path(static)
+    table = uses_target_table(static, path)
     note = ", targets: " + ("the target network's values per cell" if table else "the target network on every batch")
+    if uses_lean_backward(static, network_name(static, path.obs_shape), tuple(get_part(n) for n in static.parts)):
+        note += ", backward: the Pallas weight-gradient kernels (mlp_backward)"
     if env == "maze":
         note += ", convolutions: " + ("Pallas kernels" if uses_pallas_torso(static, "maze_conv") else "XLA patch GEMMs")
     return note
