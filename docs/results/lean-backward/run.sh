@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The lean backward pass (mlp_backward) on the chain under packed storage: throughput (bench/) and learning
-# (learning/) and where a step's time goes (profile/), 2026-11-27. Calls 0, 1 and 3 ran on H200s (three
+# (learning/) and where a step's time goes (profile/), 2026-11-27. Calls 0, 1, 3 and 4 ran on H200s (four
 # machines), call 2 on one H100; the commands of one call one after another.
 # Needs a GPU. From the repository root, with the revision before in old_rev2:
 #   mkdir old_rev2 && git archive 4402642 opiq_jax experiments envs pyproject.toml | tar -x -C old_rev2
@@ -17,6 +17,11 @@ if [ "$call" = 0 ]; then  # profile/before: the revision before (it ran from the
 fi
 if [ "$call" = 3 ]; then  # profile/after: this revision (the lean backward pass)
   $P --out $OUT/profile/after; exit
+fi
+if [ "$call" = 4 ]; then  # bench/h200-final: the committed code (f75ff30), the lean pass then XLA's
+  $B --weight-storage packed --out $OUT/h200-final/packed
+  $B --weight-storage packed --mlp-backward xla --out $OUT/h200-final/packed-xla-backward
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/h200-final/gpu.csv; exit
 fi
 card=$([ "$call" = 1 ] && echo h200 || echo h100)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu-$card.csv
