@@ -4,7 +4,9 @@
 
 checks out ``--against`` into a temporary git worktree and, there and in this working tree (each in its
 own Python process, on the CPU), lowers ``train_chunk`` of every program of the chain and the maze figures
-(the methods that differ only in numbers, DORA, DQN + RND, BSP) in float32 and bfloat16 to StableHLO
+(the methods that differ only in numbers, DORA, DQN + RND, BSP; with ``--envs ... montezuma`` also
+Montezuma's, each around a small pool of its emulators, which needs EnvPool; the text names the emulators
+by their addresses, which are replaced before hashing) in float32 and bfloat16 to StableHLO
 without source locations, and hashes the text. Equal hashes mean the same program: a refactor that keeps
 them equal cannot change a single-device result or its speed. (On the CPU ``auto`` picks XLA's form of the
 maze's convolutions, so the GPU-only Pallas kernels are not compared.) It prints a table and writes it to
@@ -29,21 +31,38 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Run inside a revision's tree: one line of JSON, {"env precision program": sha256 of the lowered text}.
 LOWER_PROGRAMS = """
-import hashlib, json, sys
+import hashlib, json, re, sys
 import jax
 from opiq_jax.config import stack_hparams
 from opiq_jax.plan import plan_experiment
-from opiq_jax.runner import compiled_trainer, run_keys_for, split_by_program
+from opiq_jax.runner import compiled_trainer, is_pool, run_keys_for, split_by_program
+
+
+def lowerable(program):
+    # (init, train_chunk, init's arguments after the hyperparameters): a pool's trainer is built around a
+    # small pool of its emulators, as the runner builds it
+    if not is_pool(program.static):
+        return (*compiled_trainer(program.static)[1:], ())
+    from opiq_jax.runner import _start_shapes, start_pool, trainer_for
+    return (*trainer_for(program.static, start_pool(program, 0))[1:], _start_shapes(program))
+
 
 envs, precisions, methods = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3].split(",")
 hashes = {}
 for env in envs:
     for precision in precisions:
-        experiment = plan_experiment(env, methods, 2, options=dict(steps=200, log_every=100, precision=precision))
+        if env == "montezuma":  # 16 emulators a run, a small replay; DORA works on in-program environments only
+            options = dict(steps=1024, log_every=512, buffer_size=8192)
+            chosen = [m for m in methods if m != "dqn_dora"]
+        else:
+            options, chosen = dict(steps=200, log_every=100), methods
+        experiment = plan_experiment(env, chosen, 2, options=dict(options, precision=precision))
         for name, program in split_by_program(experiment).items():
-            _, init, train_chunk = compiled_trainer(program.static)
-            state = jax.eval_shape(init, *run_keys_for(program), stack_hparams(program.hparams()))
-            text = train_chunk.lower(state).as_text()
+            init, train_chunk, start = lowerable(program)
+            state = jax.eval_shape(init, *run_keys_for(program), stack_hparams(program.hparams()), *start)
+            # a pool's emulators are named by their addresses in this process: the same program in another
+            text = re.sub(r"EnvPool_[0-9]+_", "EnvPool_", train_chunk.lower(state).as_text())
+            text = re.sub(r"handle = [0-9]+ : i64", "handle", text)
             hashes[f"{env} {precision} {name}"] = hashlib.sha256(text.encode()).hexdigest()
 print(json.dumps(hashes))
 """

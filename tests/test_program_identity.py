@@ -25,3 +25,12 @@ def test_a_revision_lowers_to_the_same_programs_in_two_worktrees(tmp_path):
 def test_a_revision_that_is_not_there_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="cannot check out 'no-such-revision'"):
         main(["--against", "no-such-revision", "--envs", "chain", "--precisions", "float32", "--out", str(tmp_path)])
+
+
+def test_montezumas_programs_compare_across_processes(tmp_path):
+    """A pool's emulators are named by their addresses in the lowered text, which differ from process to process;
+    the comparison sees through them."""
+    status = main(["--against", "HEAD", "--after", "HEAD", "--envs", "montezuma", "--precisions", "float32",
+                   "--methods", "opiq", "--out", str(tmp_path)])
+    table = (tmp_path / "program_identity.md").read_text()
+    assert status == 0 and "| montezuma float32 plain |" in table and "1 of 1 programs the same." in table, table

@@ -36,7 +36,9 @@ if [ "$call" = 1 ]; then  # learning/packed-lean: 4 methods x 100 seeds x 100k s
   $C --weight-storage packed --out $OUT/learning/packed-lean
 fi
 # The profiles' .hlo.txt files are not kept. Then, on any machine (a CPU is enough for the first):
-#   python -m experiments.program_identity --against 4402642 --out program_identity (metrics.csv gzipped to metrics.csv.gz, as committed):
+#   python -m experiments.program_identity --against 4402642 --out program_identity
+#   python -m experiments.program_identity --against 7e2f95e --envs chain maze montezuma \
+#     --out program_identity_7e2f95e (metrics.csv gzipped to metrics.csv.gz, as committed):
 #   python -m experiments.before_after --before ../packed-storage/learning/float32 --after learning/packed-lean \
 #     --out learning/before-after-float32
 #   python -m experiments.before_after --before ../packed-storage/learning/packed --after learning/packed-lean \
