@@ -98,12 +98,17 @@ def _activated(x: jax.Array, relu: bool) -> jax.Array:
     return jax.nn.relu(x) if relu else x
 
 
+def _product(x: jax.Array, kernel: jax.Array, relu: bool) -> jax.Array:
+    """The layer's forward product, as flax's Dense computes it, with or without the probe."""
+    return jax.lax.dot_general(_activated(x, relu), kernel, DIMENSIONS)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def probed_product(x: jax.Array, kernel: jax.Array, probe: jax.Array, relu: bool) -> jax.Array:
     """``relu(x) @ kernel`` (or ``x @ kernel``) as flax's Dense computes it; differentiated, ``probe``'s
     cotangent is the square sum of ``kernel``'s gradient."""
     del probe
-    return jax.lax.dot_general(_activated(x, relu), kernel, DIMENSIONS)
+    return _product(x, kernel, relu)
 
 
 def _probed_forward(x, kernel, probe, relu):
@@ -174,7 +179,7 @@ class ProbedDense(nn.Module):
             probe = self.variable(SQUARE_SUMS, "kernel", lambda: jnp.zeros((), jnp.float32)).value
             y = probed_product(x, kernel, probe, self.relu_input)
         else:
-            y = jax.lax.dot_general(_activated(x, self.relu_input), kernel, DIMENSIONS)
+            y = _product(x, kernel, self.relu_input)
         return y + jnp.reshape(bias, (1, -1))
 
 

@@ -134,12 +134,11 @@ def rmsprop_step(static, compute, lows, accumulator, grads, lr: jax.Array, salt:
     Returns the new ``(compute, lows, accumulator)``; ``salt`` (uint32) seeds the stochastic rounding.
     ``square_sums``: the sums of squares of some kernels' gradients, from the lean backward pass
     (:mod:`mlp_backward`), so the clip's norm reads only the other leaves."""
+    as_float32 = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
     if square_sums is not None:
-        grads = clipped(jax.tree.map(lambda g: g.astype(jnp.float32), grads),
-                        square_sum_total(grads, square_sums), static.grad_clip)
+        grads = clipped(as_float32, square_sum_total(grads, square_sums), static.grad_clip)
     else:
-        grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
-        grads, _ = optax.clip_by_global_norm(static.grad_clip).update(grads, optax.EmptyState())
+        grads, _ = optax.clip_by_global_norm(static.grad_clip).update(as_float32, optax.EmptyState())
     leaves, treedef = jax.tree.flatten(unpack_tree(compute, lows))
     out = []
     for i, (w, nu, g, c) in enumerate(zip(leaves, jax.tree.leaves(accumulator), jax.tree.leaves(grads),

@@ -51,7 +51,6 @@ from ..runner import (
     tree_bytes,
 )
 from ..mlp_backward import kernel_fits
-from ..networks import HEAD
 from ..parts import get_part
 from ..trainer import make_path, make_train, network_name, uses_lean_backward, uses_pallas_torso, uses_target_table
 from .options import Bench, runs_schedule
@@ -135,12 +134,12 @@ class WorkModel:
 
 def lean_gradient_bytes(agent, params, batch: int) -> float:
     """Bytes of the weight gradients the lean backward pass writes with their square sums (not read again for
-    the clip's norm): the hidden kernels :func:`mlp_backward.kernel_fits` takes; 0 without it."""
+    the clip's norm): the probed layers' kernels that :func:`mlp_backward.kernel_fits` takes; 0 without it."""
     if not agent.lean_backward:
         return 0.0
-    kernels = [leaf for name, layer in params["params"].items() if name != HEAD for key, leaf in layer.items()
-               if key == "kernel" and kernel_fits(batch, *leaf.shape)]
-    return float(sum(k.size for k in kernels) * agent.compute_dtype.itemsize)
+    kernels = [params["params"][layer]["kernel"] for layer in agent.square_sum_probes]
+    fitting = [k for k in kernels if kernel_fits(batch, *k.shape, agent.compute_dtype)]
+    return float(sum(k.size for k in fitting) * agent.compute_dtype.itemsize)
 
 
 def work_model(static: StaticConfig) -> WorkModel:
