@@ -38,6 +38,9 @@ ACTING = V + "test_trainer_acts_greedily_on_q_plus_with_c_action_not_c_bootstrap
 ACTING_TABLE = V + "test_greedy_action_is_argmax_of_q_plus_c_action_bonus_on_a_hand_made_count_table"
 RESUME = V + "test_resume_drops_the_rows_of_a_chunk_written_after_the_checkpoint_and_matches_an_uninterrupted_run"
 CHECKPOINTS = V + "test_checkpoints_read_back_the_newest_values_and_fall_back_past_a_damaged_one"
+METRICS_RESTORED = ("tests/test_faults.py::test_a_damaged_metrics_file_is_restored_from_the_checkpoints_copy_and_the_"
+                    "resume_leaves_no_gap")
+METRICS_KEPT = "tests/test_faults.py::test_rows_no_checkpoint_covers_are_kept_aside_never_deleted"
 N_STEP_CHAIN = "tests/test_trainer.py::test_n_step_q_plus_target_by_hand"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -202,9 +205,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "next_compact = windows.next_compact[:, 0]",
            "n-step target bootstraps from the first step's next state", (N_STEP_CHAIN,)),
     # ------------------------------------------------------------------ results and resume
-    Mutant("results-truncate-drops-checkpointed-chunk", "opiq_jax/results.py",
-           "if int(r[4]) <= last_step]", "if int(r[4]) < last_step]",
-           "resume drops the checkpointed chunk's rows", (RESUME,)),
+    Mutant("metrics-damaged-file-not-restored", "opiq_jax/metrics_file.py",
+           "    if data is not None and record.covers(data):", "    if data is not None:",
+           "a resume trains on after a metrics file that is short or changed (a gap)", (METRICS_RESTORED,)),
     Mutant("results-no-checksum", "opiq_jax/results.py",
            "if hashlib.sha256(data[:-32]).digest() != data[-32:]:", "if False:",
            "a damaged checkpoint is read as sound", (CHECKPOINTS,)),
@@ -214,10 +217,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("results-arrays-same-offset", "opiq_jax/results.py",
            "        offset += size\n", "",
            "every checkpoint array read from the first one's bytes", (CHECKPOINTS,)),
-    Mutant("runner-keeps-stale-rows", "opiq_jax/runner.py",
-           "truncate_metrics(out / METRICS_FILE, chunk * static.log_every)",
-           "truncate_metrics(out / METRICS_FILE, static.total_steps)",
+    Mutant("metrics-keeps-stale-rows", "opiq_jax/metrics_file.py",
+           "            atomic_write_bytes(path, data[: record.size])", "            pass",
            "resume keeps the rows of a chunk written after the checkpoint", (RESUME,)),
+    Mutant("runner-deletes-uncovered-metrics", "opiq_jax/runner.py",
+           "            set_aside_uncovered(path, say)", "            pass",
+           "a run whose checkpoints are gone deletes its metrics", (METRICS_KEPT,)),
 )
 
 CHEAP: tuple[str, ...] = (

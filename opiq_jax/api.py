@@ -27,8 +27,17 @@ from typing import Any
 from .config import STATIC_OPTIONS, Option
 from .errors import ResultsError, UsageError
 from .plan import (
-    default_out, every_hparam, experiment_from_configs, plan_experiment, settable_static,
+    check_count, check_flag, check_interval, check_out, default_out, every_hparam, experiment_from_configs,
+    plan_experiment, settable_static,
 )
+
+
+def check_path(name: str, value: Any) -> Path:
+    """A path argument (str or pathlib.Path, not empty), or a one-line error."""
+    path = check_out(value, "api", name)
+    if path is None:
+        raise UsageError(f"{name} must be a path (str or pathlib.Path), got None")
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +141,11 @@ class Results:
 
         return list(plot_folder(self.folder, *(() if metrics is None else (tuple(metrics),)), **kwargs))
 
+    def nonfinite_runs(self) -> list[dict]:
+        """The runs whose loss, Q-values or parameters became NaN or infinite (``run, method, setting, seed``)."""
+        flagged = {r["run"]: r for r in self.metrics if r["metric"] == "nonfinite" and r["value"] > 0}
+        return [{k: flagged[run][k] for k in ("run", "method", "setting", "seed")} for run in sorted(flagged)]
+
     def ranking(self) -> list[dict]:
         """A sweep's settings per method, best first, by the area under the median curve (``settings.csv``)."""
         path = self.folder / "settings.csv"
@@ -150,16 +164,16 @@ def require_metric(rows: list[dict], metric: str, folder: Path) -> None:
 def read_final_state(folder: Path, name: str) -> FinalState:
     """The state in ``folder``'s newest sound checkpoint, with the arrays' shapes from its ``config.json``."""
     from .config import stack_hparams
-    from .runner import restore_state, run_keys_for
+    from .runner import restore_checkpoint, run_keys_for
     from .trainer import master_params
 
     experiment = experiment_from_configs(folder)
     hparams = stack_hparams(experiment.hparams())
     run_keys, env_keys = run_keys_for(experiment)
-    _, restored = restore_state(folder, experiment, hparams, run_keys, env_keys, say=print)
+    restored = restore_checkpoint(folder, experiment, hparams, run_keys, env_keys, say=print)
     if restored is None:
-        raise ResultsError(f"{folder} holds no checkpoint yet")
-    state, chunk = restored
+        raise ResultsError(f"{folder} holds no checkpoint (none written yet, or deleted): its metrics are all it has")
+    state, chunk = restored.state, restored.chunk
     runs = tuple({"method": r.method, "setting": r.setting, "seed": r.seed, "hparams": dict(r.hparams)}
                  for r in experiment.runs)
     return FinalState(program=name, step=chunk * experiment.static.log_every, runs=runs,
@@ -170,7 +184,7 @@ def load(folder: str | Path) -> Results:
     """The results folder ``folder`` (written by :func:`train`, :func:`sweep` or the command line)."""
     from .runner import experiment_folders
 
-    folder = Path(folder)
+    folder = check_path("folder", folder)
     if not folder.exists():
         raise ResultsError(f"{folder} does not exist")
     if not experiment_folders(folder):
@@ -186,14 +200,21 @@ def run_planned(experiment, out: Path, *, progress: bool = True, checkpoint_ever
     :func:`train`)."""
     from .runner import run_methods
 
-    if checkpoint_every < 0:
-        raise UsageError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
-    if max_minutes is not None and not max_minutes > 0:
-        raise UsageError(f"max_minutes must be > 0, got {max_minutes}")
+    check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,
+                       verbose=verbose, max_minutes=max_minutes)
     run_methods(experiment, out, progress=progress, checkpoint_seconds=checkpoint_every,
                 stop_on_nonfinite=stop_on_nonfinite, track=track, verbose=verbose, should_stop=should_stop,
                 max_seconds=None if max_minutes is None else 60.0 * max_minutes, programs=programs)
     return Results(Path(out))
+
+
+def check_loop_options(*, checkpoint_every: float, max_minutes: float | None = None, **flags: Any) -> None:
+    """One-line errors for the loop's options: intervals finite and not negative, flags True or False."""
+    check_interval("checkpoint_every", checkpoint_every, "api")
+    if max_minutes is not None:
+        check_interval("max_minutes", max_minutes, "api", positive=True)
+    for name, value in flags.items():
+        check_flag(name, value, "api")
 
 
 def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
@@ -229,6 +250,9 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
     Returns the :class:`Results` of ``out``. Raises :class:`~opiq_jax.errors.UsageError` for a bad input
     (nothing is written), :class:`~opiq_jax.errors.Stopped` after SIGINT or SIGTERM (progress kept).
     """
+    out = check_out(out, "api")
+    check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,
+                       verbose=verbose, max_minutes=max_minutes)
     if steps is not None:
         options = {"steps": steps, **options}
     experiment = plan_experiment(env, methods, seeds, seed=seed, grid=grid, options=options, style="api")
@@ -246,10 +270,10 @@ def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool =
     (default: ``<folder>-rerun`` beside the original). Same inputs on a CPU: the same numbers. On a GPU some
     programs are not bit-reproducible run to run (the maze's bfloat16 ones differed from the first chunk on,
     ``docs/results/figure-programs``): compare their reruns statistically (``experiments/before_after.py``)."""
-    source = Path(config)
+    source = check_path("config", config)
     experiment = experiment_from_configs(source)
     folder = source.parent if source.is_file() else source
-    out = Path(out) if out is not None else folder.with_name(folder.name + "-rerun")
+    out = check_out(out, "api") or folder.with_name(folder.name + "-rerun")
     return run_planned(experiment, out, progress=progress, checkpoint_every=checkpoint_every, track=track,
                        verbose=verbose)
 
@@ -263,8 +287,10 @@ def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None,
     from .sweeping import load_preset, run_sweep
 
     loaded = load_preset(preset, style="api")
-    if max_batch_runs is not None and (isinstance(max_batch_runs, bool) or max_batch_runs < 1):
-        raise UsageError(f"max_batch_runs must be >= 1, got {max_batch_runs}")
+    out = check_out(out, "api")
+    if max_batch_runs is not None:
+        check_count("max_batch_runs", max_batch_runs, "api")
+    check_loop_options(progress=progress, checkpoint_every=checkpoint_every)
     if precision is not None:
         STATIC_OPTIONS["precision"].check(precision, "api")
         loaded = dataclasses.replace(loaded, static={**loaded.static, "precision": precision})

@@ -10,6 +10,8 @@ A run stopped by SIGINT or SIGTERM prints one line and exits with 128 + the sign
 from __future__ import annotations
 
 import dataclasses
+import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -35,8 +37,9 @@ TRAIN_DOC = (
 
 LOOP_FIELDS: list[tuple[str, Any, Any, str]] = [
     ("seeds", int, 4, "Independent runs per method (and grid setting)."),
-    ("out", Path | None, None, "Results folder (default results/<env>-<methods>-seeds<N>-steps<S>). An existing folder "
-     "of the same experiment is resumed from its newest checkpoint; one of another experiment is refused."),
+    ("out", str | None, None, "Results folder (default results/<env>-<methods>-seeds<N>-steps<S>). An existing folder "
+     "of the same experiment is resumed from its newest checkpoint; one of another experiment, or one holding files "
+     "opiq-jax did not write, is refused."),
     ("grid", tuple[str, ...], (), "Hyperparameters to sweep side by side in the same program, as NAME=V1,V2 pairs "
      "(--grid m=0.5,2 c_action=1,10): every combination runs for every method that has them."),
     ("config", Path | None, None, "Re-run the experiment a saved config.json (or results folder) describes, exactly; "
@@ -46,12 +49,17 @@ LOOP_FIELDS: list[tuple[str, Any, Any, str]] = [
      "always write one."),
     ("stop_on_nonfinite", bool, False, "Stop the whole experiment when a run's loss, Q-values or parameters become "
      "NaN or infinite (default: flag that run in the metrics, say so, and go on)."),
+    ("allow_nonfinite", bool, False, "Exit with 0 even when some runs became NaN or infinite (default: the command "
+     "finishes, writes everything, then exits with 1)."),
     ("track", Literal["none", "tensorboard"], "none", "Stream each method's aggregates per chunk (median, IQM, "
      "quartiles) and the configuration to TensorBoard event files in <out>/tensorboard (pip install -e "
      "'.[tracking]')."),
     ("programs", Literal["sequential", "parallel"], "sequential", "When the methods make several programs (DORA, RND "
      "and BSP add one each): train them one after another, or at once, each in a process of its own (on one GPU "
      "faster only under NVIDIA MPS: start it with nvidia-cuda-mps-control -d)."),
+    ("plugin", tuple[str, ...], (), "Modules to import first (MODULE.PATH, importable from the working directory): "
+     "they register methods, parts or environments of your own (opiq_jax.register_method, register_environment), "
+     "which --method and --env then accept."),
     ("progress", bool, True, "Show a progress bar (its fields: see above)."),
     ("plot", bool, True, "Draw the plots into the results folder at the end."),
     ("distributed", bool, False, "Several hosts: join them with jax.distributed.initialize() (detected on SLURM, Open "
@@ -108,8 +116,13 @@ def train_fields() -> list[tuple[str, Any, Any]]:
     return fields
 
 
-Train = dataclasses.make_dataclass("Train", train_fields())
-Train.__doc__ = TRAIN_DOC
+def train_command() -> type:
+    """``train``'s options as a dataclass, built from the registries as they are now (plugins loaded)."""
+    command = dataclasses.make_dataclass("Train", train_fields())
+    command.__doc__ = TRAIN_DOC
+    return command
+
+
 LOOP_NAMES = {name for name, *_ in LOOP_FIELDS}
 
 
@@ -137,8 +150,9 @@ class Sweep:
     preset: tyro.conf.Positional[str]
     """A shipped preset (chain_opiq, chain_baselines, maze_opiq, maze_baselines) or the path of a JSON file
     written like them (see opiq_jax/presets/)."""
-    out: Path | None = None
-    """Results folder (default results/sweep-<preset>); an interrupted sweep resumes where it stopped."""
+    out: str | None = None
+    """Results folder (default results/sweep-<preset>); an interrupted sweep resumes where it stopped, with the
+    batches it planned first (its plan.json)."""
     max_batch_runs: int | None = None
     """Cap on runs per compiled batch (default: as many as fit in device memory)."""
     precision: Annotated[Literal["float32", "bfloat16"] | None, tyro.conf.arg(help=STATIC_OPTIONS["precision"].help(
@@ -147,6 +161,10 @@ class Sweep:
     """Seconds between checkpoints of a batch (0: after every chunk); a stop always writes one."""
     track: Literal["none", "tensorboard"] = "none"
     """Stream each setting's aggregates per chunk to TensorBoard event files (pip install -e '.[tracking]')."""
+    allow_nonfinite: bool = False
+    """Exit with 0 even when some runs became NaN or infinite (default: exit with 1 after writing everything)."""
+    plugin: tuple[str, ...] = ()
+    """Modules to import first, which register methods, parts or environments of your own."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -182,20 +200,22 @@ def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
 
 def plan_from_args(args: Any):
     """``(experiment, out)`` for ``train``'s arguments: a planned experiment, or a saved one (``--config``)."""
-    from .plan import default_out, experiment_from_configs, parse_grid, plan_experiment
+    from .plan import check_interval, check_out, default_out, experiment_from_configs, parse_grid, plan_experiment
 
+    out = check_out(args.out, "cli")
+    check_interval("checkpoint_every", args.checkpoint_every, "cli")
     if args.config is not None:
-        defaults = Train()
+        defaults = type(args)()
         changed = [n for n, *_ in train_fields() if n not in LOOP_NAMES and getattr(args, n) != getattr(defaults, n)]
         if changed:
             raise UsageError(f"--config re-runs the saved experiment as it is: drop --{changed[0].replace('_', '-')} "
                              "(or edit the config.json)")
         experiment = experiment_from_configs(args.config)
         folder = args.config.parent if args.config.is_file() else args.config
-        return experiment, args.out or folder.with_name(folder.name + "-rerun")
+        return experiment, out or folder.with_name(folder.name + "-rerun")
     experiment = plan_experiment(args.env, args.method, args.seeds, seed=args.seed, grid=parse_grid(args.grid),
                                  options=options_given(args), style="cli")
-    return experiment, args.out or default_out(args.env, args.method, args.seeds, experiment.static.total_steps)
+    return experiment, out or default_out(args.env, args.method, args.seeds, experiment.static.total_steps)
 
 
 def join_processes(args: Any) -> tuple[int, int]:
@@ -262,30 +282,58 @@ def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> 
     headline = "test_return" if any(r["metric"] == "test_return" for r in results.metrics[:50]) else "train_return"
     print(results.summary(headline))
     figures = results.plot() if args.plot else []
-    say_where(out, figures)
+    say_where(out, figures, results.programs(), args.plugin)
+    end_on_nonfinite(results.nonfinite_runs(), args.allow_nonfinite)
     return out
 
 
-def say_where(out: Path, figures: list[Path]) -> None:
-    """The closing lines: where the figures are, and how to extend or resume the run."""
+def shell_path(path: Path | str) -> str:
+    """A path as a shell reads it back (quoted where it holds spaces, quotes, ...)."""
+    return shlex.quote(str(path))
+
+
+def say_where(out: Path, figures: list[Path], programs: list[str], plugins: tuple[str, ...] = ()) -> None:
+    """The closing lines: where the figures and the metrics are, and how to plot, resume or reproduce the run."""
     for path in figures:
         print(f"opiq-jax: wrote {path}")
-    print(f"opiq-jax: results in {out}/ (metrics.csv, config.json, checkpoints); plot again with "
-          f"opiq-jax plot {out} [--statistic iqm]; the same command resumes an interrupted run; to reproduce it: "
-          f"opiq-jax train --config {out}/config.json; more steps or seeds make a new experiment: pass a new --out",
-          flush=True)
+    metrics = [Path(out) / program / "metrics.csv" if program != "." else Path(out) / "metrics.csv"
+               for program in programs]
+    where = " and ".join(map(str, metrics)) + (" (config.json and checkpoints beside them)" if len(metrics) > 1
+                                               else " (config.json and checkpoints beside it)")
+    plugin = "".join(f" --plugin {shlex.quote(p)}" for p in plugins)
+    print(f"opiq-jax: metrics in {where}; plot again with: opiq-jax plot {shell_path(out)} [--statistic iqm]; the "
+          "same command resumes an interrupted run; to reproduce it: "
+          f"opiq-jax train{plugin} --config {shell_path(out)}; more steps or seeds make a new experiment: pass a new "
+          "--out", flush=True)
+
+
+def end_on_nonfinite(runs: list[dict], allowed: bool) -> None:
+    """Exits with 1 (:class:`NonFiniteRuns`) when ``runs`` became NaN or infinite, unless ``allowed``: a run
+    everything was written for, but whose numbers the user must not mistake for a success."""
+    if not runs:
+        return
+    first = runs[0]
+    what = (f"{len(runs)} run(s) became NaN or infinite (the first: {first['method']}, {first['setting']}, seed "
+            f"{first['seed']}); they are flagged in the metrics (nonfinite = 1)")
+    if allowed:
+        print(f"opiq-jax: {what}", flush=True)
+        return
+    raise NonFiniteRuns(f"{what}; exit code 1 (--allow-nonfinite exits with 0)")
 
 
 def sweep(args: Sweep) -> None:
     from .api import sweep as run
+    from .plan import check_interval, check_out
 
     if args.max_batch_runs is not None and args.max_batch_runs < 1:
         raise UsageError(f"--max-batch-runs must be >= 1, got {args.max_batch_runs}")
-    if args.checkpoint_every < 0:
-        raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
-    results = run(args.preset, args.out, max_batch_runs=args.max_batch_runs, precision=args.precision,
-                  progress=args.progress, checkpoint_every=args.checkpoint_every, track=args.track)
-    print(f"opiq-jax: sweep results in {results.folder}/ (settings.csv, best.md); the same command resumes it")
+    check_interval("checkpoint_every", args.checkpoint_every, "cli")
+    results = run(args.preset, check_out(args.out, "cli"), max_batch_runs=args.max_batch_runs,
+                  precision=args.precision, progress=args.progress, checkpoint_every=args.checkpoint_every,
+                  track=args.track)
+    print(f"opiq-jax: sweep results in {shell_path(results.folder)}/ (settings.csv, best.md; metrics in its batch_* "
+          "folders); the same command resumes it")
+    end_on_nonfinite(results.nonfinite_runs(), args.allow_nonfinite)
 
 
 def plot(args: Plot) -> None:
@@ -322,14 +370,50 @@ def run_command(command: Any) -> None:
         train(command)
 
 
+def plugins_named(argv: list[str]) -> list[str]:
+    """The modules that ``--plugin`` names in ``argv`` (``--plugin A B`` and ``--plugin=A``), before tyro parses it:
+    they must be imported first, as they add methods and options that the parser then knows."""
+    found, taking = [], False
+    for arg in argv:
+        if arg.startswith("--plugin="):
+            found.append(arg.split("=", 1)[1])
+            taking = False
+        elif arg == "--plugin":
+            taking = True
+        elif taking and not arg.startswith("-"):
+            found.append(arg)
+        else:
+            taking = False
+    return found
+
+
+def load_plugins(modules: list[str]) -> None:
+    """Imports each module (found from the working directory too, as ``python -m`` would); one line if one fails."""
+    import importlib
+
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001: whatever the module raises, the user gets one line naming it
+            first = (str(e).splitlines() or [""])[0]
+            raise UsageError(f"--plugin {name}: importing it failed ({type(e).__name__}: {first})") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """``opiq-jax``: every way a run ends early is one line, with the conventional exit code."""
     from .benchmark.options import Bench
     from .program_processes import share_device_memory
 
-    share_device_memory(sys.argv[1:] if argv is None else list(argv))
+    argv_list = sys.argv[1:] if argv is None else list(argv)
+    share_device_memory(argv_list)
+    try:
+        load_plugins(plugins_named(argv_list))
+    except UsageError as e:
+        fail(f"error: {e}", 2)
     command = tyro.extras.subcommand_cli_from_dict(
-        {"train": Train, "sweep": Sweep, "plot": Plot, "bench": Bench}, args=argv, prog="opiq-jax")
+        {"train": train_command(), "sweep": Sweep, "plot": Plot, "bench": Bench}, args=argv, prog="opiq-jax")
     try:
         run_command(command)
     except UsageError as e:  # ResultsError included

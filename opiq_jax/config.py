@@ -71,8 +71,8 @@ class Option:
                 f"{label} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             return None
-        if isinstance(value, float) and math.isnan(value):
-            return f"{label} must be a number, got nan"
+        if isinstance(value, (float, np.floating)) and not math.isfinite(value):  # nan, or inf (an lr of inf: NaNs)
+            return f"{label} must be a finite number, got {value}"
         if self.minimum is not None and (value <= self.minimum if self.open_minimum else value < self.minimum):
             return f"{label} must be {'>' if self.open_minimum else '>='} {self.minimum:g}, got {value:g}"
         if self.maximum is not None and value > self.maximum:

@@ -17,6 +17,7 @@ chain's).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -44,15 +45,25 @@ class EnvironmentSpec:
 ENVIRONMENTS: dict[str, EnvironmentSpec] = {}
 """Every registered environment by name (``gymnax:NAME`` is resolved by :func:`environment_spec`)."""
 
+ENVIRONMENT_ORIGINS: dict[str, str] = {}
+"""The module that registered each environment that is not the paper's (see ``methods.ORIGINS``)."""
 
-def register_environment(spec: EnvironmentSpec) -> EnvironmentSpec:
-    """Adds ``spec`` to :data:`ENVIRONMENTS` (replacing an earlier one of that name)."""
+PAPER_ENVIRONMENTS = ("chain", "maze", "montezuma")
+
+
+def register_environment(spec: EnvironmentSpec, origin: str | None = None) -> EnvironmentSpec:
+    """Adds ``spec`` to :data:`ENVIRONMENTS` (replacing an earlier one of that name, but not the paper's); ``origin``:
+    the module registering it (default: the caller's)."""
     if not spec.name or ":" in spec.name:
         raise ValueError(f"an environment's name must be non-empty without ':', got {spec.name!r}")
     unknown = sorted(set(spec.defaults) - {f.name for f in dataclasses.fields(StaticConfig)})
     if unknown:
         raise ValueError(f"environment {spec.name}: unknown static settings {', '.join(unknown)}")
+    if spec.name in PAPER_ENVIRONMENTS and ENVIRONMENTS.get(spec.name) not in (None, spec):
+        raise ValueError(f"{spec.name} is one of the paper's environments and cannot be replaced: choose another name")
     ENVIRONMENTS[spec.name] = spec
+    if spec.name not in PAPER_ENVIRONMENTS:
+        ENVIRONMENT_ORIGINS[spec.name] = origin or sys._getframe(1).f_globals.get("__name__", "__main__")
     return spec
 
 

@@ -13,6 +13,11 @@ class ResultsError(UsageError):
     holding another experiment, or an unreadable ``config.json`` (exit code 2)."""
 
 
+class PartError(UsageError):
+    """An exploration part's hook returned something of the wrong shape or structure: one line naming the part
+    and the hook, raised when the program is traced."""
+
+
 class Stopped(KeyboardInterrupt):
     """A run stopped on request (SIGINT or SIGTERM) at a safe point, its progress checkpointed."""
 
@@ -38,4 +43,4 @@ class PeerFailed(RuntimeError):
     """Another process of a run over several hosts failed; this one stopped at a safe point with its checkpoint."""
 
 
-__all__ = ["NonFiniteRuns", "PeerFailed", "ProgramFailed", "ResultsError", "Stopped", "UsageError"]
+__all__ = ["NonFiniteRuns", "PartError", "PeerFailed", "ProgramFailed", "ResultsError", "Stopped", "UsageError"]

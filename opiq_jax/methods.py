@@ -14,10 +14,11 @@ program of its own (:func:`program_name`).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Iterable, Mapping
 
 from .config import Option, hparam_options
-from .parts import PARTS, Part, canonical_order, get_part, register_part
+from .parts import BUILTIN_PARTS, PARTS, Part, canonical_order, check_part, get_part, register_part, switched_off
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,24 +47,61 @@ class Method:
 METHODS: dict[str, Method] = {}
 """Every registered method by name, in registration order."""
 
+ORIGINS: dict[str, str] = {}
+"""The module that registered each method that is not the paper's (``__main__`` for a script or notebook): a
+results folder names it, so that whoever loads the folder in another process knows what to import."""
 
-def register_method(method: Method) -> Method:
-    """Adds ``method`` (and any part objects it holds) to the registries; its settings are checked now."""
-    if not method.name.isidentifier():
-        raise ValueError(f"a method needs a name that is a Python identifier, got {method.name!r}")
+
+def register_method(method: Method, origin: str | None = None) -> Method:
+    """Adds ``method`` and any part objects it holds to the registries, all or nothing: every check runs before
+    anything is registered, so a failed call leaves the registries as they were and the corrected call can follow.
+    Registering a method again (a notebook cell run twice) replaces it; the paper's methods cannot be replaced.
+    ``origin``: the module registering it (default: the caller's)."""
+    check_method(method)
     for part in method.parts:
         if isinstance(part, Part):
             register_part(part)
-    options = method.options()
+    METHODS[method.name] = method
+    if method.name not in PAPER_METHODS:
+        ORIGINS[method.name] = origin or sys._getframe(1).f_globals.get("__name__", "__main__")
+    return method
+
+
+def check_method(method: Method) -> None:
+    """:func:`register_method`'s checks, registering nothing: a one-line ``ValueError`` for the first problem."""
+    if not isinstance(method, Method):
+        raise ValueError(f"register_method takes a Method, got {method!r}")
+    if not method.name.isidentifier():
+        raise ValueError(f"a method needs a name that is a Python identifier, got {method.name!r}")
+    if method.name in PAPER_METHODS and METHODS.get(method.name) not in (None, method):
+        raise ValueError(f"{method.name} is one of the paper's methods and cannot be replaced: choose another name")
+    parts = []
+    for part in method.parts:
+        if isinstance(part, Part):
+            check_part(part)
+            parts.append(part)
+        else:
+            parts.append(get_part(part))
+    options = hparam_options(parts)
     for family, values in method.settings.items():
         unknown = sorted(set(values) - set(options))
         if unknown:
             raise ValueError(f"method {method.name} sets {', '.join(unknown)} on {family}, which none of its parts "
-                             f"({', '.join(method.part_names) or 'none'}) declares")
+                             f"({', '.join(p.name for p in parts) or 'none'}) declares")
         for name, value in values.items():
-            options[name].check(value)
-    METHODS[method.name] = method
-    return method
+            options[name].check(value, "api", f"method {method.name}: {family} {name}")
+
+
+def origins(methods: Iterable[str]) -> list[str]:
+    """The modules that registered ``methods`` (none for the paper's), for a results folder's ``plugins``."""
+    return sorted({ORIGINS[m] for m in methods if m in ORIGINS})
+
+
+def run_hparams_off(program: tuple[str, ...], method: str) -> dict[str, float]:
+    """What a run of ``method`` in a program of the parts ``program`` takes for the parts it does not name:
+    their ``off`` values, so that a part's defaults never switch it on for another method. A run labelled with a
+    name that is no registered method (an experiment built by hand, its hyperparameters given) takes none."""
+    return switched_off(program, get_method(method).part_names) if method in METHODS else {}
 
 
 def get_method(name: str) -> Method:
@@ -86,14 +124,15 @@ def program_name(part_names: Iterable[str]) -> str:
 
 
 def program_parts(methods: Iterable[str]) -> tuple[str, ...]:
-    """The parts of a program training ``methods``, in registry order: the union of theirs, and every part that
-    shares programs (pseudocounts, optimism: no state, switched off by their defaults).
+    """The parts of a program training ``methods``, in registry order: the union of theirs, and the paper's parts
+    that share programs (pseudocounts, optimism: no state, switched off by their ``off`` values).
 
     Keeping the count-based parts in every program makes every program count, so any method's runs can be read
     against their counts, and keeps every program on one arithmetic: without them XLA fuses the target's
-    ``partial + discount * max(q)`` differently, which moves it by one ulp, and training amplifies that.
+    ``partial + discount * max(q)`` differently, which moves it by one ulp, and training amplifies that. A part of
+    your own joins only the programs of methods that name it, so registering one changes no other experiment.
     """
-    shared = {name for name, part in PARTS.items() if part.shares_program}
+    shared = {name for name, part in PARTS.items() if part.shares_program and name in BUILTIN_PARTS}
     return canonical_order(shared | {part for m in methods for part in get_method(m).part_names})
 
 
@@ -149,6 +188,9 @@ _PAPER_METHODS = (
         "montezuma": dict(m=2.0, c_action=0.1, c_bootstrap=0.01, beta_mmc=0.01),
     }, notes={"montezuma": "the paper gives no best setting for OPIQ w/o PC there; it uses OPIQ's without beta."}),
 )
+
+PAPER_METHODS = frozenset(m.name for m in _PAPER_METHODS)
+"""The paper's methods: they cannot be replaced by a registration."""
 
 for _method in _PAPER_METHODS:
     register_method(_method)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,8 @@ def checked_static(option: Option, value: Any, style: Style, written: str | None
 
 def check_environment(env: str, style: Style) -> None:
     """A one-line error for an unknown environment, or for Montezuma without EnvPool."""
+    if not isinstance(env, str):
+        raise UsageError(f"{label('env', style)} must be an environment's name ({environment_names()}), got {env!r}")
     try:
         spec = environment_spec(env)
     except ValueError:
@@ -120,10 +124,12 @@ def check_environment(env: str, style: Style) -> None:
 
 def check_methods(methods: Sequence[str], style: Style) -> tuple[str, ...]:
     """The methods as a tuple, each registered and named once, or a one-line error naming the registry's."""
+    what = label("method" if style == "cli" else "methods", style)
     if isinstance(methods, str):
         methods = (methods,)
+    if not isinstance(methods, Sequence) or not all(isinstance(m, str) for m in methods):
+        raise UsageError(f"{what} must be a method's name or a list of them ({', '.join(METHODS)}), got {methods!r}")
     methods = tuple(methods)
-    what = label("method" if style == "cli" else "methods", style)
     if not methods:
         raise UsageError(f"{what} needs at least one of {', '.join(METHODS)}")
     unknown = [m for m in methods if m not in METHODS]
@@ -134,6 +140,33 @@ def check_methods(methods: Sequence[str], style: Style) -> tuple[str, ...]:
     return methods
 
 
+def check_out(out: Any, style: Style, name: str = "out") -> Path | None:
+    """A folder's path (None: the default), or a one-line error: not a path, or empty (an empty ``out`` would
+    write into the working directory)."""
+    if out is None:
+        return None
+    if isinstance(out, bool) or not isinstance(out, (str, os.PathLike)):
+        raise UsageError(f"{label(name, style)} must be a path (str or pathlib.Path), got {out!r}")
+    if not os.fspath(out).strip():
+        raise UsageError(f"{label(name, style)} is empty: name a folder (write . for the working directory)")
+    return Path(out)
+
+
+def check_interval(name: str, value: Any, style: Style, positive: bool = False) -> float:
+    """A finite number of seconds or minutes, >= 0 (> 0 with ``positive``), or a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (
+            positive and value == 0):
+        raise UsageError(f"{label(name, style)} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
+    return float(value)
+
+
+def check_flag(name: str, value: Any, style: Style) -> bool:
+    """True or False, or a one-line error."""
+    if not isinstance(value, bool):
+        raise UsageError(f"{label(name, style)} must be True or False, got {value!r}")
+    return value
+
+
 def check_count(name: str, value: Any, style: Style, minimum: int = 1) -> int:
     """A whole number of at least ``minimum`` (seeds, ...), or a one-line error."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -141,14 +174,27 @@ def check_count(name: str, value: Any, style: Style, minimum: int = 1) -> int:
     return value
 
 
+SEED_LIMIT = 2**32
+"""Seeds are folded into JAX's keys as unsigned 32-bit numbers: a larger one would wrap onto a smaller one's runs."""
+
+
+def check_seed(name: str, value: Any, style: Style) -> int:
+    """A seed in [0, 2**32 - 1] (what a JAX key holds), or a one-line error."""
+    check_count(name, value, style, minimum=0)
+    if value >= SEED_LIMIT:
+        raise UsageError(f"{label(name, style)} must be below 2**32 = {SEED_LIMIT:,} (JAX's keys hold 32-bit seeds: "
+                         f"a larger one trains as a smaller one), got {value}")
+    return value
+
+
 def check_seeds(seeds: int | Sequence[int], style: Style) -> tuple[int, ...]:
-    """The runs' seeds: ``n`` means seeds 0 to n - 1; a list names them (each a whole number >= 0, once)."""
+    """The runs' seeds: ``n`` means seeds 0 to n - 1; a list names them (each in [0, 2**32 - 1], once)."""
     if isinstance(seeds, int) and not isinstance(seeds, bool):
-        return tuple(range(check_count("seeds", seeds, style)))
+        return tuple(range(check_seed("seeds", check_count("seeds", seeds, style), style)))
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
         raise UsageError(f"{label('seeds', style)} must be a number of seeds or a non-empty list of seeds, got {seeds!r}")
     for s in seeds:
-        check_count("seeds", s, style, minimum=0)
+        check_seed("seeds", s, style)
     if len(set(seeds)) != len(seeds):
         raise UsageError(f"{label('seeds', style)} names a seed twice: {list(seeds)}")
     return tuple(seeds)
@@ -187,6 +233,9 @@ def checked_grid(grid: Mapping[str, Sequence[float]] | None, style: Style, writt
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise UsageError(f"{what} {name}: give a non-empty list of values, got {values!r}")
         checked[name] = [checked_number(numbers[name], v, style, f"{what} {name}" if written else None) for v in values]
+        twice = sorted({v for v in checked[name] if checked[name].count(v) > 1})
+        if twice:  # 1 and 1.0 are one setting: it would train twice under one label
+            raise UsageError(f"{what} {name} names the value {twice[0]:g} twice: give each value once")
     return checked
 
 
@@ -222,6 +271,7 @@ def plan_experiment(env: str = "chain", methods: Sequence[str] = ("opiq",), seed
     check_environment(env, style)
     methods = check_methods(methods, style)
     seeds = check_seeds(seeds, style)
+    check_seed("seed", seed, style)
     static_overrides, fixed = split_options(dict(options or {}), style)
     grid = checked_grid(grid, style)
     require_used([*fixed, *grid], methods, style)
@@ -331,9 +381,31 @@ def experiment_from_configs(path: str | Path):
                      for s in saved for r in s["runs"])
     except (KeyError, TypeError, ValueError) as e:
         raise ResultsError(f"{config_files(path)[0]} is not an opiq-jax config.json ({e})") from None
-    check_methods(tuple(dict.fromkeys(r.method for r in runs)), "api")
+    require_registered(config_files(path)[0], static.env, [r.method for r in runs], saved[0].get("plugins", []))
+    for value in [saved[0].get("seed", 0), *(r.seed for r in runs)]:
+        check_seed("seed", value, "api")
     return Experiment(static=static, runs=runs, seed=int(saved[0].get("seed", 0)),
                       shared_mask_seed=int(saved[0].get("shared_mask_seed", 12345)))
+
+
+def require_registered(path: Path, env: str, methods: list[str], plugins: list[str]) -> None:
+    """A one-line :class:`ResultsError` when a saved experiment's methods or environment are not registered in this
+    process, saying what to import (the config's ``plugins``: the modules that registered them when it trained)."""
+    missing = [f"method {m!r}" for m in dict.fromkeys(methods) if m not in METHODS]
+    try:
+        environment_spec(env)
+    except ValueError:
+        missing.append(f"environment {env!r}")
+    if not missing:
+        return
+    modules = [p for p in plugins if p != "__main__"]
+    if modules:
+        how = (f"import {', '.join(modules)} first (on the command line: "
+               + " ".join(f"--plugin {m}" for m in modules) + ")")
+    else:
+        how = ("run the code that registered it (opiq_jax.register_method or register_environment, in a script or "
+               "notebook when it trained) first, or move it into a module and pass --plugin MODULE")
+    raise ResultsError(f"{path} was trained with {' and '.join(missing)}, which this process has not registered: {how}")
 
 
 def describe(experiment) -> str:

@@ -91,6 +91,19 @@ def area_under_median(curve: dict[str, np.ndarray]) -> float:
     return float(np.mean(np.nan_to_num(curve["median"], nan=0.0)))
 
 
+def area_under_median_ci(values: np.ndarray, reps: int = 2000, seed: int = 0,
+                         confidence: float = 0.95) -> tuple[float, float]:
+    """The percentile bootstrap interval of :func:`area_under_median` over seeds (``values[seed, step]``): the seeds
+    resampled with replacement ``reps`` times (RNG ``seed``), the median curve's area taken each time."""
+    n = values.shape[0]
+    samples = values[np.random.default_rng(seed).integers(0, n, size=(reps, n))]  # [reps, seeds, steps]
+    with warnings.catch_warnings():  # a step where no resampled seed has a value: NaN, counted as 0
+        warnings.simplefilter("ignore", RuntimeWarning)
+        areas = np.mean(np.nan_to_num(np.nanmedian(samples, axis=1), nan=0.0), axis=1)
+    low, high = np.quantile(areas, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(low), float(high)
+
+
 def seed_areas(values: np.ndarray) -> np.ndarray:
     """Each seed's area under its own curve (``values[seed, step]``), normalised by the number of points and
     counting a missing point as 0, as :func:`area_under_median` does for the median."""

@@ -213,9 +213,9 @@ def start_programs(todo: dict, folders: dict[str, Path], options: dict, signals:
 def run_programs_at_once(todo: dict, out: Path, *, progress: bool = True, say=print, **options) -> None:
     """Trains every program of ``todo`` (the unfinished ones of ``runner.split_by_program``) at once, each in a
     process of its own writing ``out/<program>``; ``options``: :func:`opiq_jax.runner.run_experiment`'s loop options
-    (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track). The processes rebuild their programs
-    from ``config.json``: methods, parts and environments registered at run time in this process are not
-    theirs (they refuse them, exit code 2).
+    (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track) and ``plugins``, the modules each process
+    imports first (they register the methods, parts and environments not of the paper). The processes rebuild
+    their programs from ``config.json``.
 
     Raises :class:`Stopped` after SIGINT or SIGTERM (each program checkpointed), :class:`NonFiniteRuns`,
     :class:`UsageError` or :class:`ProgramFailed`; the others' progress is kept either way.
@@ -263,9 +263,13 @@ def program_main(argv: list[str]) -> int:
     ``config.json`` is in FOLDER; the exit code says how it ended (0: done or time-boxed)."""
     folder, options, parent_pid = Path(argv[0]), json.loads(argv[1]), int(argv[2])
     end_with_parent(parent_pid)
+    import importlib
+
     from .plan import experiment_from_configs
     from .runner import run_experiment
 
+    for module in options.pop("plugins", []):  # the parent's: they register the program's own methods
+        importlib.import_module(module)
     try:
         run_experiment(experiment_from_configs(folder / CONFIG_FILE), folder, progress=False, **options)
     except Stopped as e:

@@ -4,23 +4,22 @@
   over the old one (a kill mid-write leaves the old file; a full disk leaves it too, and the temporary file
   is removed).
 * ``metrics.csv`` only grows by appending one chunk's rows in one write; a failed append is cut back to
-  the file's previous length. Rewriting it on resume (rows past the checkpoint go) keeps the CSV quoting of
-  every field (setting labels hold commas, quotes, any unicode) and its single line ending.
+  the file's previous length (:mod:`opiq_jax.metrics_file` keeps it in step with the checkpoints).
 * Checkpoints are checksummed and the last two are kept: a truncated or corrupt newest checkpoint is
   reported by name, moved aside, and the run resumes from the one before. A checkpoint streams one array at
-  a time (a Montezuma replay holds gigabytes), so it never needs a second copy of the state in memory.
+  a time (a Montezuma replay holds gigabytes), so it never needs a second copy of the state in memory. It also
+  records how much of ``metrics.csv`` it covers and keeps a compressed copy of those rows.
+* A folder is written only when it is new, empty or already an opiq-jax experiment of the same kind: a
+  user's own files are never overwritten (:func:`prepare_folder`).
 * A lock file: two processes cannot write one folder; a lock left by a killed process is detected (the
   operating system releases a dead process's lock) and taken over.
 """
 
 from __future__ import annotations
 
-import csv
 import errno
 import fcntl
-import gzip
 import hashlib
-import io
 import json
 import os
 import socket
@@ -28,6 +27,7 @@ import struct
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -42,7 +42,7 @@ CHECKPOINT_FILE = "checkpoint.msgpack"
 PREVIOUS_CHECKPOINT_FILE = "checkpoint.previous.msgpack"
 RUN_INFO_FILE = "run_info.json"
 LOCK_FILE = ".lock"
-METRICS_HEADER = ("run", "method", "setting", "seed", "step", "metric", "value")
+PRESET_FILE = "preset.json"
 
 CHECKPOINT_MAGIC = b"OPIQCKP2"  # the streamed, checksummed format (tests/ and experiments/ read it too)
 
@@ -111,58 +111,6 @@ def append_bytes(path: Path, data: bytes) -> None:
             raise
 
 
-# ------------------------------------------------------------------------------------ metrics.csv
-
-
-def csv_text(rows: Iterable[Iterable[Any]]) -> str:
-    """``rows`` as CSV (quoted where a field needs it, CRLF line endings): the one way metrics are written."""
-    buffer = io.StringIO(newline="")
-    csv.writer(buffer).writerows(rows)
-    return buffer.getvalue()
-
-
-def append_metric_rows(path: Path, rows: list[tuple]) -> None:
-    """Appends one chunk's rows (the header first, for a new file) in a single write."""
-    header = [] if path.exists() else [METRICS_HEADER]
-    append_bytes(path, csv_text(header + rows).encode("utf-8"))
-
-
-def parse_metric_rows(text: str) -> list[list[str]]:
-    """The well-formed rows of a metrics file's text (header included); a torn last row is left out."""
-    if not text.endswith("\n"):  # a torn append: its unterminated last line goes
-        text = text[: text.rfind("\n") + 1]
-    rows = []
-    try:
-        for row in csv.reader(io.StringIO(text, newline="")):
-            rows.append(row)
-    except csv.Error:  # an unterminated quote at the end of a torn write
-        pass
-    good = [r for r in rows[1:] if len(r) == len(METRICS_HEADER) and r[4].isdigit()]
-    return rows[:1] + good
-
-
-def truncate_metrics(path: Path, last_step: int) -> None:
-    """Keeps the header and the rows up to ``last_step``: the rows of chunks after the checkpoint go."""
-    if not path.exists():
-        return
-    rows = parse_metric_rows(path.read_bytes().decode("utf-8", errors="replace"))
-    if not rows:
-        path.unlink()
-        return
-    kept = rows[:1] + [r for r in rows[1:] if int(r[4]) <= last_step]
-    atomic_write_text(path, csv_text(kept))
-
-
-def read_metric_dicts(folder: Path) -> list[dict]:
-    """The raw rows of one folder's ``metrics.csv`` (or ``metrics.csv.gz``, as results are committed)."""
-    for path, opener in ((folder / METRICS_FILE, open), (folder / f"{METRICS_FILE}.gz", gzip.open)):
-        if path.exists():
-            with opener(path, "rt", newline="", encoding="utf-8", errors="replace") as f:
-                rows = parse_metric_rows(f.read())
-            return [dict(zip(rows[0], r)) for r in rows[1:]] if rows else []
-    return []
-
-
 # ------------------------------------------------------------------------------------ config.json
 
 
@@ -183,14 +131,18 @@ def _leaf_header(path: str, x: Any) -> dict:
     return {"path": path, "shape": list(np.shape(x)), "dtype": jnp.dtype(x.dtype).name}
 
 
-def checkpoint_chunks(state: Any, chunk: int) -> Iterator[bytes]:
+def checkpoint_chunks(state: Any, chunk: int, metrics: tuple[dict, bytes] | None = None) -> Iterator[bytes]:
     """The checkpoint of ``state`` (arrays only: typed PRNG keys as their data) after ``chunk`` chunks, as a
-    stream: magic, header, each array, SHA-256.
+    stream: magic, header, each array, the metrics' compressed copy, SHA-256. ``metrics``: the record of the
+    ``metrics.csv`` rows the checkpoint covers and their copy (:meth:`MetricsLedger.checkpoint_part`).
 
     Arrays are fetched from the device one at a time, so the host never holds a copy of the whole state.
     """
     leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-    header = json.dumps({"chunk": chunk, "leaves": [_leaf_header(jax.tree_util.keystr(p), x) for p, x in leaves]})
+    fields = {"chunk": chunk, "leaves": [_leaf_header(jax.tree_util.keystr(p), x) for p, x in leaves]}
+    if metrics is not None:
+        fields["metrics"] = {**metrics[0], "copy": len(metrics[1])}
+    header = json.dumps(fields)
     digest = hashlib.sha256()
 
     def emit(data: bytes) -> bytes:
@@ -200,18 +152,33 @@ def checkpoint_chunks(state: Any, chunk: int) -> Iterator[bytes]:
     yield emit(CHECKPOINT_MAGIC + struct.pack("<Q", len(header)) + header.encode())
     for _, leaf in leaves:
         yield emit(np.ascontiguousarray(jax.device_get(leaf)).tobytes())
+    if metrics is not None:
+        yield emit(metrics[1])
     yield digest.digest()
 
 
-def write_checkpoint(folder: Path, state: Any, chunk: int) -> None:
+def write_checkpoint(folder: Path, state: Any, chunk: int, metrics: tuple[dict, bytes] | None = None) -> None:
     """Writes the checkpoint atomically, keeping the one before it as ``checkpoint.previous.msgpack``."""
     folder = Path(folder)
     tmp = folder / f".{CHECKPOINT_FILE}.new"
-    atomic_write_chunks(tmp, checkpoint_chunks(state, chunk))
+    atomic_write_chunks(tmp, checkpoint_chunks(state, chunk, metrics))
     if (folder / CHECKPOINT_FILE).exists():
         os.replace(folder / CHECKPOINT_FILE, folder / PREVIOUS_CHECKPOINT_FILE)
     os.replace(tmp, folder / CHECKPOINT_FILE)
     fsync_folder(folder)
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """A sound checkpoint file's contents."""
+
+    chunk: int
+    arrays: dict[str, np.ndarray]
+    metrics: dict | None = None
+    """The record of the ``metrics.csv`` rows it covers (``rows``, ``bytes``, ``sha256``); None in a checkpoint
+    written before checkpoints kept them."""
+    metrics_copy: bytes | None = None
+    """Those rows' bytes, zlib-compressed."""
 
 
 class CorruptCheckpoint(ResultsError):
@@ -235,8 +202,8 @@ def checkpoint_chunk(path: Path) -> int | None:
         return None
 
 
-def read_checkpoint_arrays(path: Path) -> tuple[int, dict[str, np.ndarray]]:
-    """``(chunk, {tree path: array})`` of a checkpoint file, its checksum verified."""
+def read_checkpoint_file(path: Path) -> CheckpointFile:
+    """A checkpoint file's chunk, arrays and metrics record, its checksum verified."""
     data = Path(path).read_bytes()
     magic = len(CHECKPOINT_MAGIC)
     if len(data) < magic + 8 + 32 or not data.startswith(CHECKPOINT_MAGIC):
@@ -252,7 +219,15 @@ def read_checkpoint_arrays(path: Path) -> tuple[int, dict[str, np.ndarray]]:
         size = int(np.prod(leaf["shape"], dtype=np.int64)) * dtype.itemsize
         arrays[leaf["path"]] = np.frombuffer(data, dtype, size // dtype.itemsize, offset).reshape(leaf["shape"])
         offset += size
-    return int(header["chunk"]), arrays
+    metrics = header.get("metrics")
+    copy = None if metrics is None else data[offset : offset + int(metrics["copy"])]
+    return CheckpointFile(int(header["chunk"]), arrays, metrics, copy)
+
+
+def read_checkpoint_arrays(path: Path) -> tuple[int, dict[str, np.ndarray]]:
+    """``(chunk, {tree path: array})`` of a checkpoint file, its checksum verified."""
+    file = read_checkpoint_file(path)
+    return file.chunk, file.arrays
 
 
 def restore_into(template: Any, arrays: dict[str, np.ndarray], path: Path) -> Any:
@@ -268,15 +243,28 @@ def restore_into(template: Any, arrays: dict[str, np.ndarray], path: Path) -> An
     return jax.tree_util.tree_unflatten(treedef, [arrays[jax.tree_util.keystr(p)] for p, _ in leaves])
 
 
-def aside(path: Path) -> Path:
-    """Moves a bad file out of the way (``NAME.corrupt-<time>``) and returns where it went."""
-    target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+def aside(path: Path, why: str = "corrupt") -> Path:
+    """Moves a file out of the way (``NAME.<why>-<time>``, never over another) and returns where it went."""
+    stem = f"{path.name}.{why}-{time.strftime('%Y%m%d-%H%M%S')}"
+    target, n = path.with_name(stem), 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{stem}-{n}")
     os.replace(path, target)
     return target
 
 
-def read_checkpoint(folder: Path, template: Any, warn=print) -> tuple[Any, int] | None:
-    """The newest sound checkpoint of ``folder`` restored into ``template``, with its chunk; None if there is none.
+@dataclass(frozen=True)
+class Restored:
+    """The newest sound checkpoint of a folder, restored into the state's template."""
+
+    state: Any
+    chunk: int
+    file: CheckpointFile
+
+
+def newest_checkpoint(folder: Path, template: Any, warn=print) -> Restored | None:
+    """The newest sound checkpoint of ``folder`` restored into ``template``; None if there is none.
 
     A corrupt newest checkpoint is reported through ``warn``, moved aside, and the previous one is used.
     """
@@ -285,23 +273,96 @@ def read_checkpoint(folder: Path, template: Any, warn=print) -> tuple[Any, int] 
         if not path.exists():
             continue
         try:
-            chunk, arrays = read_checkpoint_arrays(path)
+            file = read_checkpoint_file(path)
         except CorruptCheckpoint as e:
             moved = aside(path)
             warn(f"opiq-jax: {e}; moved it to {moved.name} and looking for the checkpoint before it")
             continue
-        return restore_into(template, arrays, path), chunk
+        return Restored(restore_into(template, file.arrays, path), file.chunk, file)
     return None
+
+
+def read_checkpoint(folder: Path, template: Any, warn=print) -> tuple[Any, int] | None:
+    """``(state, chunk)`` of :func:`newest_checkpoint`, or None."""
+    restored = newest_checkpoint(folder, template, warn)
+    return None if restored is None else (restored.state, restored.chunk)
 
 
 # ------------------------------------------------------------------------------------ the folder
 
 
-def prepare_folder(folder: Path, flag: str = "--out") -> Path:
-    """Creates ``folder`` if needed; a one-line :class:`ResultsError` if it is a file, unwritable or read-only."""
+FOLDER_KINDS = {"program": "training run (config.json)", "programs": "run of several programs (subfolders)",
+                "sweep": "sweep (preset.json)"}
+"""What a results folder holds: one program's files, per-program subfolders, or a sweep's batches."""
+
+
+def is_scratch(name: str) -> bool:
+    """A file opiq-jax writes for a moment (the lock, a write test, a temporary file before its rename)."""
+    temporary = name.startswith(".write-test-") or name.endswith((".tmp", ".new"))
+    return name == LOCK_FILE or (name.startswith(".") and temporary)
+
+
+def holds_json_object(path: Path, keys: tuple[str, ...]) -> bool:
+    """Whether ``path`` is a JSON object with ``keys`` (how opiq-jax tells its own config.json and preset.json)."""
+    if not path.is_file():
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return path.name == CONFIG_FILE  # ours but damaged: read_json names the problem when it is read
+    return isinstance(data, dict) and all(k in data for k in keys)
+
+
+def folder_kind(folder: Path) -> str | None:
+    """``empty`` (nothing but empty folders and opiq-jax's scratch files), a key of :data:`FOLDER_KINDS`, or None
+    when ``folder`` holds files that opiq-jax did not write."""
+    if holds_json_object(folder / CONFIG_FILE, ("static", "runs")):
+        return "program"
+    if holds_json_object(folder / PRESET_FILE, ("env", "grids")):
+        return "sweep"
+    figures, programs = False, False
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            kind = folder_kind(entry)
+            if kind is None:
+                return None
+            programs |= kind != "empty"
+        elif entry.suffix == ".png":  # the figures of a run of several programs, drawn at its top
+            figures = True
+        elif not is_scratch(entry.name):
+            return None
+    return "programs" if programs else (None if figures else "empty")
+
+
+def foreign_names(folder: Path) -> list[str]:
+    """The names in ``folder`` that make it not an opiq-jax experiment (for messages)."""
+    return sorted(e.name for e in folder.iterdir()
+                  if not is_scratch(e.name) and not (e.is_dir() and folder_kind(e) is not None))
+
+
+def require_own_folder(folder: Path, kind: str, flag: str = "--out") -> None:
+    """A one-line :class:`ResultsError` unless ``folder`` is new, empty or already an opiq-jax experiment of
+    ``kind``: a user's own files are never written over."""
+    if not folder.is_dir():
+        return
+    found = folder_kind(folder)
+    if found is None:
+        names = foreign_names(folder)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        raise ResultsError(f"{flag} {folder} already holds files that opiq-jax did not write ({shown}): choose a new "
+                           "or empty folder")
+    if found not in ("empty", kind):
+        raise ResultsError(f"{flag} {folder} holds an opiq-jax {FOLDER_KINDS[found]}, not a {FOLDER_KINDS[kind]}: "
+                           "choose another folder")
+
+
+def prepare_folder(folder: Path, flag: str = "--out", kind: str = "program") -> Path:
+    """Creates ``folder`` if needed; a one-line :class:`ResultsError` if it is a file, unwritable, read-only, or
+    holds anything but an opiq-jax experiment of ``kind`` (:func:`require_own_folder`)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ResultsError(f"{flag} {folder} is a file, not a folder: choose a folder")
+    require_own_folder(folder, kind, flag)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write-test-{os.getpid()}"
@@ -351,8 +412,8 @@ class FolderLock:
 
 
 __all__ = [
-    "CHECKPOINT_FILE", "CONFIG_FILE", "CorruptCheckpoint", "FolderLock", "IncompatibleCheckpoint", "METRICS_FILE",
-    "METRICS_HEADER", "PREVIOUS_CHECKPOINT_FILE", "RUN_INFO_FILE", "ResultsError", "append_metric_rows",
-    "atomic_write_bytes", "atomic_write_text", "csv_text", "prepare_folder", "read_checkpoint",
-    "read_checkpoint_arrays", "read_json", "read_metric_dicts", "truncate_metrics", "write_checkpoint",
+    "CHECKPOINT_FILE", "CONFIG_FILE", "CheckpointFile", "CorruptCheckpoint", "FolderLock", "IncompatibleCheckpoint",
+    "METRICS_FILE", "PREVIOUS_CHECKPOINT_FILE", "RUN_INFO_FILE", "ResultsError", "atomic_write_bytes",
+    "atomic_write_text", "folder_kind", "newest_checkpoint", "prepare_folder", "read_checkpoint",
+    "read_checkpoint_arrays", "read_checkpoint_file", "read_json", "write_checkpoint",
 ]

@@ -46,14 +46,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from .config import StaticConfig, hparams_to_dict, make_hparams, stack_hparams
-from .environments import environment_spec
+from .environments import ENVIRONMENT_ORIGINS, environment_spec
 from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped, UsageError
-from .methods import METHODS, get_method, program_name, program_parts
+from .methods import METHODS, get_method, origins, program_name, program_parts, run_hparams_off
 from .parts import get_part
+from .metrics_file import (
+    METRICS_HEADER, MetricsLedger, MetricsRecord, append_metric_rows, read_metric_dicts, resume_metrics,
+    resume_metrics_without_copy, rows_without_checkpoint, set_aside_uncovered,
+)
 from .results import (
-    CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, append_metric_rows, atomic_write_bytes,
-    checkpoint_chunk, prepare_folder, read_checkpoint, read_json, read_metric_dicts, truncate_metrics,
-    write_checkpoint,
+    CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, PREVIOUS_CHECKPOINT_FILE, RUN_INFO_FILE, FolderLock, Restored,
+    atomic_write_bytes, checkpoint_chunk, is_scratch, newest_checkpoint, prepare_folder, read_json, write_checkpoint,
 )
 from .stop_signals import SignalHandlers
 from .trainer import Trainer, make_train
@@ -88,11 +91,15 @@ class Experiment:
             object.__setattr__(self, "static", dataclasses.replace(self.static, parts=parts))
 
     def hparams(self) -> list[dict]:
-        """Every run's hyperparameters as the program needs them: its parts' defaults, then the run's values."""
-        options = make_train_options(self.static)
-        return [make_hparams(options, r.hparams) for r in self.runs]
+        """Every run's hyperparameters as the program needs them: its parts' defaults, the ``off`` values of the
+        parts its method does not name (:func:`opiq_jax.methods.run_hparams_off`), then the run's values."""
+        options, parts = make_train_options(self.static), self.static.parts
+        return [make_hparams(options, {**run_hparams_off(parts, r.method), **r.hparams}) for r in self.runs]
 
     def to_json(self) -> dict:
+        """``config.json``; ``plugins`` names the modules that registered methods not of the paper (if any)."""
+        plugins = sorted({*origins(dict.fromkeys(r.method for r in self.runs)),
+                          *([ENVIRONMENT_ORIGINS[self.static.env]] if self.static.env in ENVIRONMENT_ORIGINS else [])})
         return {
             "static": dataclasses.asdict(self.static),
             "seed": self.seed,
@@ -101,6 +108,7 @@ class Experiment:
                 {"run": i, "method": r.method, "setting": r.setting, "seed": r.seed, "hparams": hparams_to_dict(hp)}
                 for i, (r, hp) in enumerate(zip(self.runs, self.hparams()))
             ],
+            **({"plugins": plugins} if plugins else {}),
         }
 
 
@@ -111,10 +119,21 @@ def make_train_options(static: StaticConfig) -> dict:
     return hparam_options(get_part(name) for name in static.parts)
 
 
-@functools.lru_cache(maxsize=16)
+def registered_parts(static: StaticConfig) -> tuple:
+    """The part objects ``static.parts`` names now: the caches below are keyed by them too, so a part registered
+    again under its name (a corrected notebook cell) is never served a program built with the one before."""
+    return tuple(get_part(name) for name in static.parts)
+
+
 def compiled_trainer(static: StaticConfig) -> tuple[Trainer, callable, callable]:
-    """``make_train`` plus jitted ``init`` and a donated, jitted ``train_chunk`` (cached per config; environments
-    stepped in the program only: a pool environment's trainer needs its pool, see :func:`trainer_for`)."""
+    """``make_train`` plus jitted ``init`` and a donated, jitted ``train_chunk`` (cached per config and parts;
+    environments stepped in the program only: a pool environment's trainer needs its pool, see :func:`trainer_for`)."""
+    return _compiled_trainer(static, registered_parts(static))
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_trainer(static: StaticConfig, parts: tuple) -> tuple[Trainer, callable, callable]:
+    del parts  # part of the cache's key only
     trainer = make_train(static)
     return trainer, jax.jit(trainer.init), jax.jit(trainer.train_chunk, donate_argnums=0)
 
@@ -167,18 +186,25 @@ def split_by_program(experiment: Experiment) -> dict[str, Experiment]:
 
 def same_experiment(saved: dict, config: dict) -> bool:
     """Whether a saved ``config.json`` describes ``config``; static fields added since it was written
-    (absent from it) count as their defaults."""
+    (absent from it) count as their defaults, and where its plugins live does not matter."""
     defaults = dataclasses.asdict(StaticConfig())
     static = {k: v for k, v in config["static"].items()
               if k in saved.get("static", {}) or json.loads(json.dumps(v)) != json.loads(json.dumps(defaults.get(k)))}
-    return saved == json.loads(json.dumps({**config, "static": static}))
+    def unplugged(c: dict) -> dict:
+        return {k: v for k, v in c.items() if k != "plugins"}
+
+    return unplugged(saved) == unplugged(json.loads(json.dumps({**config, "static": static})))
 
 
-def require_same_experiment(out: Path, experiment: Experiment) -> None:
-    """Raises ``ValueError`` when ``out`` already holds the results of another experiment."""
+def require_same_experiment(out: Path, experiment: Experiment, say: Callable[[str], None] | None = None) -> None:
+    """A one-line :class:`ResultsError` when ``out`` already holds the results of another experiment. The
+    configuration of one that never trained (nothing but ``config.json``: it stopped before its first chunk) is
+    no result: it is replaced, with a line through ``say``."""
     path = Path(out) / CONFIG_FILE
     if path.exists() and not same_experiment(read_json(path), experiment.to_json()):
-        raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
+        if say is None or any(not is_scratch(e.name) and e.name != CONFIG_FILE for e in Path(out).iterdir()):
+            raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
+        say(f"opiq-jax: {out} held the configuration of another experiment, which never trained: replacing it")
 
 
 PROGRAM_MODES = ("sequential", "parallel")
@@ -199,8 +225,7 @@ def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequen
     if len(groups) == 1:
         (name, group), = groups.items()
         return {name: run_experiment(group, out, **kwargs)}
-    if (out / CONFIG_FILE).exists():
-        raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
+    prepare_folder(out, kind="programs")
     if programs == "parallel":
         return run_in_processes(groups, out, kwargs)
     for name, group in groups.items():  # fail before training anything if some group cannot fit
@@ -231,14 +256,18 @@ def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) ->
     if is_pool(next(iter(groups.values())).static):
         raise UsageError("programs='parallel' is for environments stepped in the program: a pool's emulators "
                          "already take the host's cores")
+    plugins = sorted({m for g in groups.values() for m in g.to_json().get("plugins", [])})
+    if "__main__" in plugins:
+        raise UsageError("programs='parallel' trains each program in a process of its own, which cannot see methods "
+                         "or environments registered in a script or notebook: move the registration into a module "
+                         "and import it (or pass --plugin MODULE), or train the programs one after another")
     loop = Loop(verbose=options.get("verbose", True))
     # every program's state at once on the device they share (each run's share rounded up: no looser than the sum)
     num_runs = sum(len(g.runs) for g in groups.values())
     total = sum(state_bytes_per_run(g.static) * len(g.runs) for g in groups.values())
     require_fits(-(-total // num_runs), num_runs)
-    prepare_folder(out)
     todo = {name: g for name, g in groups.items() if not program_finished(out / name)}
-    run_programs_at_once(todo, out, progress=options.pop("progress", True), say=loop.say,
+    run_programs_at_once(todo, out, progress=options.pop("progress", True), say=loop.say, plugins=plugins,
                          **{k: v for k, v in options.items() if k != "should_stop"})
     return {}
 
@@ -273,10 +302,16 @@ def tree_bytes(tree) -> int:
     return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
 
 
-@functools.lru_cache(maxsize=64)
 def state_bytes_per_run(static: StaticConfig) -> int:
-    """Device bytes of one run's training state, from the shapes alone (nothing is allocated). Cached: the plan,
-    the runner's memory checks and ``run_info.json`` each ask, and each answer traces the whole ``init``."""
+    """Device bytes of one run's training state, from the shapes alone (nothing is allocated). Cached (per config
+    and parts): the plan, the runner's memory checks and ``run_info.json`` each ask, and each answer traces the
+    whole ``init``."""
+    return _state_bytes_per_run(static, registered_parts(static))
+
+
+@functools.lru_cache(maxsize=64)
+def _state_bytes_per_run(static: StaticConfig, parts: tuple) -> int:
+    del parts  # part of the cache's key only
     keys = jax.random.split(jax.random.key(0), 1)  # shapes only: eval_shape allocates nothing
     hp = stack_hparams([make_hparams(make_train_options(static))])
     if is_pool(static):
@@ -473,17 +508,37 @@ def start_pool(experiment: Experiment, resumed_at: int, **pool_overrides):
     return environment_spec(static.env).make(static, len(experiment.runs) * static.envs_per_run, seed, **pool_overrides)
 
 
-def restore_state(out: Path, experiment: Experiment, hparams, run_keys, env_keys, say):
-    """``(template, restored)``: the state's shapes, and the newest sound checkpoint in ``out`` (or None)."""
+def restore_checkpoint(out: Path, experiment: Experiment, hparams, run_keys, env_keys, say) -> Restored | None:
+    """The newest sound checkpoint in ``out`` (its state's keys typed again), or None."""
     static = experiment.static
     template_trainer = trainer_for(static, _pool_shapes())[0] if is_pool(static) else compiled_trainer(static)[0]
     typed = jax.eval_shape(template_trainer.init, run_keys, env_keys, hparams, *_start_shapes(experiment))
     typed = typed.replace(env=None)  # a pool's handle is not kept: a resumed run restarts its emulators
-    raw = jax.eval_shape(keys_to_data, typed)
-    restored = read_checkpoint(out, raw, warn=say)
+    restored = newest_checkpoint(out, jax.eval_shape(keys_to_data, typed), warn=say)
     if restored is None:
-        return typed, None
-    return typed, (keys_from_data(jax.tree.map(jnp.asarray, restored[0]), typed), restored[1])
+        return None
+    return dataclasses.replace(restored, state=keys_from_data(jax.tree.map(jnp.asarray, restored.state), typed))
+
+
+def metrics_at_start(out: Path, experiment: Experiment, restored: Restored | None, say) -> MetricsLedger:
+    """``metrics.csv`` as the checkpoint left it (:mod:`opiq_jax.metrics_file`), or none for a start from step 0:
+    rows that no checkpoint covers are set aside, never deleted."""
+    path, static, runs = out / METRICS_FILE, experiment.static, len(experiment.runs)
+    if restored is None:
+        if path.exists() and path.read_bytes().strip() not in (b"", b",".join(f.encode() for f in METRICS_HEADER)):
+            set_aside_uncovered(path, say)
+        path.unlink(missing_ok=True)  # nothing, or a header without rows
+        return MetricsLedger()
+    step = restored.chunk * static.log_every
+    if restored.file.metrics is None:  # written before checkpoints kept a copy of the metrics
+        return resume_metrics_without_copy(path, step, runs, static.log_every)
+    return resume_metrics(path, MetricsRecord.from_json(restored.file.metrics), restored.file.metrics_copy, step, say)
+
+
+def finished_by_metrics(out: Path, experiment: Experiment) -> bool:
+    """Whether ``out``'s metrics hold every run's every chunk to the last step (its checkpoints may be gone)."""
+    static = experiment.static
+    return rows_without_checkpoint(out / METRICS_FILE, len(experiment.runs), static.log_every)[1] >= static.total_steps
 
 
 def compile_chunk(trainer: Trainer, state, name: str, say: Callable[[str], None]):
@@ -581,42 +636,58 @@ def run_experiment(experiment: Experiment, out: str | Path, progress: bool = Tru
         return _train(experiment, out, signals, loop, pool_overrides)
 
 
+@dataclass
+class Progress:
+    """Where a run stands when this call starts training it."""
+
+    chunk: int  # chunks done (0: from the start)
+    resumed: bool  # restored from a checkpoint
+    ledger: MetricsLedger  # what metrics.csv holds, for the checkpoints (metrics_file)
+
+
 def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, pool_overrides: dict):
-    """``(trainer, state, chunk)``: a new or restored state, its pool started, placed on the devices."""
+    """``(trainer, state, progress)``: a new or restored state, its pool started, placed on the devices; None when
+    the folder's metrics show the run finished (its checkpoints deleted: nothing to train, nothing to resume)."""
     static = experiment.static
-    require_same_experiment(out, experiment)
+    require_same_experiment(out, experiment, loop.say)
     check_fits(static, len(experiment.runs), note=loop.say)
     atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
     hparams = stack_hparams(experiment.hparams())
     run_keys, env_keys = run_keys_for(experiment)
-    typed, restored = restore_state(out, experiment, hparams, run_keys, env_keys, loop.say)
-    chunk = 0 if restored is None else restored[1]
-    signals.checkpointed, signals.total = chunk * static.log_every, static.total_steps
-    pool = start_pool(experiment, chunk, **pool_overrides) if is_pool(static) else None
+    restored = restore_checkpoint(out, experiment, hparams, run_keys, env_keys, loop.say)
+    if restored is None and finished_by_metrics(out, experiment):
+        loop.say(f"opiq-jax: {out} finished already: its metrics reach step {static.total_steps:,} for every run (it "
+                 "keeps no checkpoint to resume from); nothing to train")
+        return None
+    progress = Progress(0 if restored is None else restored.chunk, restored is not None,
+                        metrics_at_start(out, experiment, restored, loop.say))
+    signals.checkpointed, signals.total = progress.chunk * static.log_every, static.total_steps
+    pool = start_pool(experiment, progress.chunk, **pool_overrides) if is_pool(static) else None
     trainer, init, _ = trainer_for(static, pool)
     if restored is None:
         state = init(run_keys, env_keys, hparams, *(() if pool is None else (pool.reset(),)))
-        (out / METRICS_FILE).unlink(missing_ok=True)
     else:
-        state = restored[0] if pool is None else trainer.path.restart(restored[0], pool)
-        truncate_metrics(out / METRICS_FILE, chunk * static.log_every)
+        state = restored.state if pool is None else trainer.path.restart(restored.state, pool)
     if pool is None:  # a pool's emulators are one process's: its runs stay on one device
         state = shard_over_devices(state, len(experiment.runs), loop.say)
-    return trainer, state, chunk, restored is not None
+    return trainer, state, progress
 
 
 def _train(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, pool_overrides: dict):
     """The body of :func:`run_experiment`, its folder prepared and locked, its signals handled."""
     static, num_runs = experiment.static, len(experiment.runs)
-    trainer, state, chunk, resumed = _start(experiment, out, signals, loop, pool_overrides)
+    started = _start(experiment, out, signals, loop, pool_overrides)
+    if started is None:
+        return None
+    trainer, state, progress = started
     step_chunk = compile_chunk(trainer, state, f"{static.env} ({num_runs} runs; parts: {', '.join(static.parts) or 'none'})",
                                loop.say)
     if signals.signum is not None:  # asked to stop while compiling: nothing new to keep
-        raise Stopped(chunk * static.log_every, static.total_steps, signals.signum)
-    info = RunInfo.start(out, experiment, resumed=resumed)
+        raise Stopped(progress.chunk * static.log_every, static.total_steps, signals.signum)
+    info = RunInfo.start(out, experiment, resumed=progress.resumed)
     tracker = make_tracker(loop.track, out, experiment)
     try:
-        return _chunks(experiment, out, signals, loop, trainer, state, chunk, step_chunk, info, tracker)
+        return _chunks(experiment, out, signals, loop, trainer, state, progress, step_chunk, info, tracker)
     finally:
         if tracker is not None:
             tracker.close()
@@ -631,10 +702,10 @@ def make_tracker(kind: str, out: Path, experiment: Experiment):
     return make(kind, out, experiment.to_json())
 
 
-def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, trainer: Trainer, state, chunk: int,
-            step_chunk, info: RunInfo, tracker):
-    """Trains chunk after chunk from ``chunk``: metrics appended, checkpoints written, stops honoured."""
-    static, num_runs = experiment.static, len(experiment.runs)
+def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, trainer: Trainer, state,
+            progress: Progress, step_chunk, info: RunInfo, tracker):
+    """Trains chunk after chunk from ``progress.chunk``: metrics appended, checkpoints written, stops honoured."""
+    static, num_runs, chunk = experiment.static, len(experiment.runs), progress.chunk
     num_chunks = static.total_steps // static.log_every
     bar = tqdm(total=static.total_steps, initial=chunk * static.log_every, unit="step", disable=not loop.progress,
                desc=f"{static.env} x{num_runs} runs", dynamic_ncols=True)
@@ -645,16 +716,18 @@ def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop,
         metrics = wait_for(metrics)
         chunk, done_here, chunk_seconds = chunk + 1, done_here + 1, chunk_seconds + time.monotonic() - dispatched
         append_metric_rows(out / METRICS_FILE, metric_rows(experiment, chunk * static.log_every, metrics,
-                                                           trainer.metric_names))
+                                                           trainer.metric_names), progress.ledger)
         peer = loop.should_stop() if loop.should_stop else None
         stop = signals.signum is not None
         out_of_time = loop.max_seconds is not None and time.monotonic() - started >= loop.max_seconds
         due = time.monotonic() - last_checkpoint >= loop.checkpoint_seconds
         nonfinite = bool(np.any(np.asarray(metrics["nonfinite"]) > 0)) and loop.stop_on_nonfinite
         if chunk == num_chunks or out_of_time or stop or due or nonfinite or peer:
-            write_checkpoint(out, keys_to_data(state.replace(env=None)), chunk)
+            write_checkpoint(out, keys_to_data(state.replace(env=None)), chunk, progress.ledger.checkpoint_part())
             last_checkpoint, signals.checkpointed = time.monotonic(), chunk * static.log_every
             info.write(out, chunk, started, chunk_seconds, done_here)
+        if done_here == 1 and (note := long_run_note(chunk_seconds, num_chunks - chunk, static, num_runs)):
+            loop.say(note)
         if tracker is not None:
             tracker.log_chunk(chunk * static.log_every, metrics)
         report_nonfinite(metrics, experiment, chunk * static.log_every, flagged, loop)
@@ -667,6 +740,27 @@ def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop,
             break
     bar.close()
     return state
+
+
+LONG_RUN_SECONDS = 86_400.0
+"""A run projected to take longer than this (a day) is told so after its first chunk."""
+
+
+def long_run_note(seconds_per_chunk: float, chunks_left: int, static: StaticConfig, num_runs: int) -> str | None:
+    """A line for the user when the chunks left, at the first chunk's rate, take more than a day; else None."""
+    seconds = seconds_per_chunk * chunks_left
+    if seconds <= LONG_RUN_SECONDS:
+        return None
+    rate = static.log_every * num_runs / max(seconds_per_chunk, 1e-9)
+    return (f"opiq-jax: at the first chunk's rate ({rate:,.0f} env steps/s) the {chunks_left * static.log_every:,} "
+            f"steps per run left take about {duration_text(seconds)}, more than a day: stop at any time with Ctrl-C "
+            "(a checkpoint is kept) and run the same command to resume, or choose fewer --steps")
+
+
+def duration_text(seconds: float) -> str:
+    """``3.2 days``, ``41 years``: a long duration in the unit that reads best."""
+    days = seconds / 86_400
+    return f"{days / 365.25:,.0f} years" if days >= 730 else f"{days:,.1f} days"
 
 
 def progress_fields(metrics: dict, chunks: int, static: StaticConfig, num_runs: int, started: float) -> str:

@@ -24,23 +24,24 @@ import io
 import itertools
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-
-from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from .config import RUNNER_SET, STATIC_OPTIONS, StaticConfig, Style, static_option
 from .environments import method_hparams
-from .errors import UsageError
-from .methods import get_method
+from .errors import ResultsError, UsageError
+from .methods import get_method, program_name
 from .plan import (
-    check_count, check_environment, check_methods, checked_grid, checked_static, setting_label, static_with,
+    check_count, check_environment, check_seed, check_methods, checked_grid, checked_static, setting_label, static_with,
     unknown_option,
 )
 from .results import atomic_write_bytes, prepare_folder, read_json
-from .plotting import area_under_median, curves
+from .plotting import area_under_median, area_under_median_ci, curves
 from .runner import (
     Experiment, RunSpec, available_device_bytes, is_finished, read_metrics, require_same_experiment, run_experiment,
     runs_that_fit, split_by_program, state_bytes_per_run,
@@ -122,7 +123,7 @@ def checked_preset(name: str, data: dict) -> Preset:
     metric = data.get("metric", "test_return")
     if not isinstance(metric, str) or not metric:
         raise UsageError(f"metric must be a metric's name, got {metric!r}")
-    seed = check_count("seed", data.get("seed", 0), "api", minimum=0)
+    seed = check_seed("seed", data.get("seed", 0), "api")
     return Preset(env=data["env"], seeds=seeds, metric=metric, static=static, grids=tuple(grids), seed=seed, name=name)
 
 
@@ -177,33 +178,89 @@ def split(runs: list[RunSpec], num_batches: int) -> list[tuple[RunSpec, ...]]:
     return batches
 
 
-def plan_sweep(preset: Preset, max_batch_runs: int | None = None) -> list[Experiment]:
-    """The sweep as compiled batches: per program structure, the fewest equal batches that fit."""
-    static = plan_static(preset)
-    free = available_device_bytes()
-    batches = []
-    for name, group in split_by_program(Experiment(static, tuple(expand(preset)), seed=preset.seed)).items():
+PLAN_FILE = "plan.json"
+"""The sweep folder's record of its batches: a resume trains the batches planned first, whatever the memory."""
+
+
+def planned_batches(preset: Preset, groups: dict[str, Experiment], max_batch_runs: int | None) -> dict[str, int]:
+    """Per program, the fewest equal batches that fit in the free device memory (and hold at most
+    ``max_batch_runs`` runs)."""
+    free, counts = available_device_bytes(), {}
+    for name, group in groups.items():
         per_run = state_bytes_per_run(group.static)
-        num_batches = plan_batches(len(group.runs), per_run, free)
+        counts[name] = plan_batches(len(group.runs), per_run, free)
         if max_batch_runs is not None:
-            num_batches = max(num_batches, math.ceil(len(group.runs) / max_batch_runs))
-        parts = split(list(group.runs), num_batches)
-        print(f"sweep: {name}: {len(group.runs)} runs, {per_run / 2**20:.1f} MiB per run, {free / 2**30:.1f} GiB free "
-              f"-> {len(parts)} batch(es) of {len(parts[0])} runs", flush=True)
-        batches += [Experiment(group.static, part, seed=preset.seed) for part in parts]
-    return batches
+            counts[name] = max(counts[name], math.ceil(len(group.runs) / max_batch_runs))
+        print(f"sweep: {name}: {len(group.runs)} runs, {per_run / 2**20:.1f} MiB per run, {free / 2**30:.1f} GiB "
+              f"free -> {len(split(list(group.runs), counts[name]))} batch(es) of "
+              f"{math.ceil(len(group.runs) / counts[name])} runs", flush=True)
+    return counts
+
+
+def batches_in_folders(out: Path) -> dict[str, int]:
+    """The batches per program of a sweep folder written before plans were recorded, from its batch folders (the
+    size of a program's first batch gives their number); programs not started yet are absent."""
+    counts: dict[str, int] = {}
+    for folder in sorted(out.glob(f"{BATCH_PREFIX}*")):
+        if not (folder / "config.json").exists():
+            continue
+        config = read_json(folder / "config.json")
+        name = program_name(get_method(config["runs"][0]["method"]).part_names)
+        counts.setdefault(name, len(config["runs"]))  # for now its batch size: the group's size gives the number
+    return counts
+
+
+def recorded_plan(out: Path, groups: dict[str, Experiment]) -> dict[str, int] | None:
+    """The batches per program that ``out`` planned before (``plan.json``, or read from older batch folders)."""
+    if (out / PLAN_FILE).exists():
+        return {k: int(v) for k, v in read_json(out / PLAN_FILE)["batches"].items()}
+    sizes = batches_in_folders(out) if out.is_dir() else {}
+    if not sizes:
+        return None
+    return {name: math.ceil(len(groups[name].runs) / size) for name, size in sizes.items() if name in groups}
+
+
+def plan_sweep(preset: Preset, max_batch_runs: int | None = None, out: Path | None = None) -> list[Experiment]:
+    """The sweep as compiled batches: per program structure, the fewest equal batches that fit; a sweep folder
+    ``out`` that planned before keeps its batches (its ``plan.json``), and a new plan is recorded there."""
+    static = plan_static(preset)
+    groups = split_by_program(Experiment(static, tuple(expand(preset)), seed=preset.seed))
+    recorded = recorded_plan(out, groups) if out is not None else None
+    counts = dict(recorded or {})
+    missing = {name: g for name, g in groups.items() if name not in counts}
+    if recorded:
+        print(f"sweep: resuming the batches planned first ({PLAN_FILE}): " + ", ".join(
+            f"{name} {n}" for name, n in recorded.items()) + (
+            "; --max-batch-runs applies to a new sweep only" if max_batch_runs is not None else ""), flush=True)
+    counts.update(planned_batches(preset, missing, max_batch_runs) if missing else {})
+    if out is not None:
+        atomic_write_bytes(out / PLAN_FILE, json.dumps({"batches": {n: counts[n] for n in groups}}, indent=1).encode())
+    return [Experiment(group.static, part, seed=preset.seed)
+            for name, group in groups.items() for part in split(list(group.runs), counts[name])]
+
+
+def require_same_preset(out: Path, preset: Preset) -> None:
+    """A one-line :class:`UsageError` when ``out`` holds a sweep of another preset (its ``preset.json``)."""
+    path = out / "preset.json"
+
+    def unnamed(data: dict) -> dict:  # the same preset read from a renamed file is the same sweep
+        return {k: v for k, v in data.items() if k != "name"}
+
+    if path.exists() and unnamed(read_json(path)) != unnamed(json.loads(json.dumps(preset.__dict__, default=list))):
+        raise ResultsError(f"{out} holds a sweep of another preset (its preset.json differs): choose another --out "
+                           "or delete it")
 
 
 def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_runs: int | None = None,
               checkpoint_seconds: float = 300.0, track: str = "none") -> list[dict]:
     """Runs (or resumes) every batch, then writes ``settings.csv`` and ``best.md``; returns the ranking."""
-    out = Path(out)
+    out = prepare_folder(Path(out), kind="sweep")
+    require_same_preset(out, preset)
     runs = expand(preset)
     print(f"sweep: {len(runs)} runs ({len(runs) // preset.seeds} settings x {preset.seeds} seeds) on {preset.env}",
           flush=True)
-    batches = plan_sweep(preset, max_batch_runs)
-    out = prepare_folder(out)
     atomic_write_bytes(out / "preset.json", json.dumps(preset.__dict__, indent=1, default=list).encode())
+    batches = plan_sweep(preset, max_batch_runs, out)
     for i, batch in enumerate(batches):
         folder = out / f"{BATCH_PREFIX}{i:03d}"
         if (folder / "metrics.csv").exists() and is_finished(folder):
@@ -235,7 +292,8 @@ def sweep_rows(out: Path) -> list[dict]:
 
 
 def rank_settings(out: Path, metric: str) -> list[dict]:
-    """Every (method, setting) with its area under the median curve of ``metric``, best first per method."""
+    """Every (method, setting) with its area under the median curve of ``metric`` and that area's 95% bootstrap
+    interval over seeds, best first per method."""
     rows = sweep_rows(out)
     table = []
     for method in dict.fromkeys(r["method"] for r in rows):
@@ -245,7 +303,8 @@ def rank_settings(out: Path, metric: str) -> list[dict]:
             per_setting.setdefault(r["setting"], []).append(r)
         for setting, setting_rows in per_setting.items():
             c = next(iter(curves(setting_rows, metric).values()))
-            table.append(dict(method=method, setting=setting, auc=area_under_median(c),
+            low, high = area_under_median_ci(c["values"])
+            table.append(dict(method=method, setting=setting, auc=area_under_median(c), auc_low=low, auc_high=high,
                               final_median=float(c["median"][-1]), seeds=int(c["values"].shape[0])))
     table.sort(key=lambda t: (t["method"], -t["auc"]))
     return table
@@ -259,17 +318,30 @@ def best_per_method(ranking: list[dict]) -> list[dict]:
     return sorted(best.values(), key=lambda t: -t["auc"])
 
 
+def tied_with_best(ranking: list[dict], best: dict) -> list[dict]:
+    """The other settings of ``best``'s method whose area's 95% interval reaches the best's interval: the seeds do
+    not tell them apart from the best (a sweep's selection is within noise when this is not empty)."""
+    return [t for t in ranking if t["method"] == best["method"] and t is not best
+            and t.get("auc_high", -np.inf) >= best.get("auc_low", np.inf)]
+
+
 def write_tables(out: Path, ranking: list[dict], metric: str) -> None:
     table = io.StringIO(newline="")
-    writer = csv.DictWriter(table, fieldnames=["method", "setting", "auc", "final_median", "seeds"])
+    writer = csv.DictWriter(table, fieldnames=["method", "setting", "auc", "auc_low", "auc_high", "final_median",
+                                               "seeds"])
     writer.writeheader()
     writer.writerows(ranking)
     atomic_write_bytes(out / "settings.csv", table.getvalue().encode())
-    lines = [f"Best setting per method by area under the median {metric} curve (the paper's protocol).", "",
-             f"| method | best setting | area under median {metric} | final median | settings tried |",
-             "|---|---|---|---|---|"]
+    lines = [f"Best setting per method by area under the median {metric} curve (the paper's protocol), with its 95% "
+             "bootstrap interval over seeds. Settings whose interval reaches the best's are tied with it: the seeds "
+             "do not tell them apart.", "",
+             f"| method | best setting | area under median {metric} (95% CI) | final median | settings tried | "
+             "tied with the best |",
+             "|---|---|---|---|---|---|"]
     for t in best_per_method(ranking):
         tried = sum(1 for r in ranking if r["method"] == t["method"])
-        lines.append(f"| {t['method']} | {t['setting']} | {t['auc']:.4g} | {t['final_median']:.4g} | {tried} |")
+        tied = ", ".join(r["setting"] for r in tied_with_best(ranking, t)) or "none"
+        lines.append(f"| {t['method']} | {t['setting']} | {t['auc']:.4g} ({t['auc_low']:.4g}, {t['auc_high']:.4g}) | "
+                     f"{t['final_median']:.4g} | {tried} | {tied} |")
     atomic_write_bytes(out / "best.md", ("\n".join(lines) + "\n").encode())
     print("\n".join(lines))

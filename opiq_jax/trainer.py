@@ -43,7 +43,7 @@ from .config import HParams, StaticConfig, hparam_options
 from .environments import environment_spec
 from .mlp_backward import SQUARE_SUMS
 from .networks import in_compute_precision, init_params, make_bootstrapped_network, make_network
-from .parts import Example, Part, get_part
+from .parts import Example, Part, checked_metrics, checked_output, checked_state, get_part
 from .paths import Batch, Decision, Outcome, StepRecord
 from .targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
 
@@ -289,7 +289,8 @@ class Agent:
         q = self.q_network.apply(params, obs)
         q = q if self.num_heads > 1 else q[:, None, :]
         for part in self.parts:
-            q = part.head_values(self, run, q, obs)
+            q = checked_output(part, "head_values", part.head_values(self, run, q, obs), q.shape, "[B, K, A]: what "
+                               "each head acts and bootstraps on")
         return q
 
     def count_columns(self, run: RunState, key: jax.Array) -> jax.Array:
@@ -308,6 +309,20 @@ def summed(values: list[jax.Array | None]) -> jax.Array | None:
     """The sum of the parts' contributions in their order (None where no part contributes)."""
     present = [v for v in values if v is not None]
     return functools.reduce(lambda a, b: a + b, present) if present else None
+
+
+HOOK_SHAPES = {
+    "action_bonus": "[E, A]: one bonus per environment of the run and action",
+    "intrinsic_reward": "[B, n]: one reward per sampled step of each n-step window",
+    "bootstrap_bonus": "[B, A]: one bonus per sampled window and action at its bootstrap state",
+}
+"""What the summed hooks return, as their shape errors say it."""
+
+
+def contributions(agent: Agent, hook: str, shape: tuple[int, ...], *args) -> jax.Array | None:
+    """The sum of every part's ``hook(agent, *args)``, each checked to have ``shape`` (None where none contributes)."""
+    return summed([checked_output(part, hook, getattr(part, hook)(agent, *args), shape, HOOK_SHAPES[hook])
+                   for part in agent.parts])
 
 
 # ---------------------------------------------------------------------------------- init
@@ -420,7 +435,7 @@ def action_values(agent: Agent, run: RunState, obs: jax.Array, columns: jax.Arra
     n_sa = None
     if columns is not None:
         n_sa = jax.vmap(counts.query_all_actions, in_axes=(None, 0))(run.counts.sketch, columns)
-    bonus = summed([part.action_bonus(agent, run, obs, n_sa) for part in agent.parts])
+    bonus = contributions(agent, "action_bonus", q.shape, run, obs, n_sa)
     return q if bonus is None else q + bonus
 
 
@@ -461,7 +476,7 @@ def record_step(agent: Agent, run: RunState, decision: Decision, outcome: Outcom
     parts = {name: part_state for name, part_state in run.parts.items()}
     for part in agent.parts:
         if part.name in parts:
-            parts[part.name] = part.after_step(agent, run, step)
+            parts[part.name] = checked_state(part, "after_step", parts[part.name], part.after_step(agent, run, step))
     return run.replace(memory=memory, counts=run_counts, stats=stats, parts=parts,
                        active_head=jnp.where(done, new_heads, run.active_head))
 
@@ -489,7 +504,7 @@ def with_counts(agent: Agent, run: RunState, batch: Batch) -> Batch:
 def targets_for(agent: Agent, run: RunState, batch: Batch) -> tuple[jax.Array, jax.Array]:
     """``[B, K]`` n-step targets per head, with the parts' intrinsic rewards recomputed now; and those rewards."""
     hp = run.hparams
-    intrinsic = summed([part.intrinsic_reward(agent, run, batch) for part in agent.parts])
+    intrinsic = contributions(agent, "intrinsic_reward", batch.rewards.shape, run, batch)
     intrinsic = jnp.zeros_like(batch.rewards) if intrinsic is None else intrinsic
     partial, discount, _ = jax.vmap(n_step_return, in_axes=(0, 0, 0, None))(
         batch.rewards + intrinsic, batch.terminated, batch.included, agent.static.gamma
@@ -498,7 +513,7 @@ def targets_for(agent: Agent, run: RunState, batch: Batch) -> tuple[jax.Array, j
         q_next = run.target_table[batch.next_cells]  # [B, K, A]
     else:
         q_next = agent.head_values(run, run.target_params, batch.next_obs)
-    bonus = summed([part.bootstrap_bonus(agent, run, batch) for part in agent.parts])
+    bonus = contributions(agent, "bootstrap_bonus", (batch.rewards.shape[0], agent.num_actions), run, batch)
     values = jnp.max(q_next, axis=-1) if bonus is None else bootstrap_value(
         q_next, jnp.broadcast_to(bonus[:, None, :], q_next.shape))
     targets = partial[:, None] + discount[:, None] * values
@@ -539,14 +554,15 @@ def update(agent: Agent, run: RunState) -> RunState:
     with jax.named_scope("loss_and_grad"):
         loss, grads, square_sums = loss_and_gradients(agent, run, batch, targets)
         for part in agent.parts:
-            grads = part.scale_gradients(agent, grads)
+            grads = checked_state(part, "scale_gradients", grads, part.scale_gradients(agent, grads))
     with jax.named_scope("optimiser"):
         learned = learning_step(agent, run, grads, jax.random.fold_in(k_q, PACKING_STREAM), square_sums)
     stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / agent.num_heads, jnp.mean(intrinsic[:, 0])))
     parts, updating = dict(run.parts), [p for p in agent.parts if type(p).update is not Part.update]
     for j, part in enumerate(updating):  # each part learns from the run as it was sampled, with a key of its own
         with jax.named_scope(part.name):
-            parts[part.name] = part.update(agent, run, batch, jax.random.fold_in(k_q, 1 + j))
+            parts[part.name] = checked_state(part, "update", run.parts.get(part.name),
+                                             part.update(agent, run, batch, jax.random.fold_in(k_q, 1 + j)))
     return learned.replace(key=key, stats=stats, parts=parts)
 
 
@@ -694,7 +710,7 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
     n0 = None
     if agent.uses_counts:
         n0 = counts.query_all_actions(run.counts.sketch, agent.count_columns(run, start_key))[None]
-    bonus = summed([part.action_bonus(agent, run, start_obs[None], n0) for part in agent.parts])
+    bonus = contributions(agent, "action_bonus", (1, agent.num_actions), run, start_obs[None], n0)
     nonfinite = (stats.nonfinite | ~jnp.isfinite(stats.chunk.loss_sum) | ~jnp.all(jnp.isfinite(q0))
                  | ~all_finite(master_params(run)))
     metrics.update({
@@ -707,7 +723,7 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
         **path.metrics(run),
     })
     for part in agent.parts:
-        metrics.update(part.metrics(agent, run))
+        metrics.update(checked_metrics(part, part.metrics(agent, run)))
     run = run.replace(key=key, stats=stats.replace(chunk=ChunkStats.zeros(), nonfinite=nonfinite))
     return run, {name: metrics[name] for name in agent.metric_names()}
 

@@ -1,24 +1,34 @@
-"""A table of bad inputs across ``train``, ``sweep``, ``plot``, ``bench``, presets and the Python API.
+"""A table of bad inputs across ``train``, ``sweep``, ``plot``, ``bench``, presets and the Python API, then the
+problems that used to pass silently or end in a traceback.
 
-Each must stop with one line that says what to change (exit code 2 on the command line, a
+Each bad input must stop with one line that says what to change (exit code 2 on the command line, a
 :class:`~opiq_jax.errors.UsageError` in Python) and leave an existing results folder byte for byte as it was.
 ``pytest -s`` prints the count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 
 import opiq_jax
 from opiq_jax.cli import main
 from opiq_jax.errors import UsageError
+from opiq_jax.methods import METHODS, ORIGINS
+from opiq_jax.parts import PARTS
 
 SMALL = ["--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--steps", "600", "--log-every", "300",
          "--seeds", "1", "--no-progress", "--no-plot"]
+SMALL_API = dict(chain_length=6, hidden=(16,), buffer_size=600, steps=600, log_every=300, seeds=1, progress=False)
 GOOD_PRESET = {"env": "chain", "seeds": 1, "static": {"total_steps": 600, "log_every": 300}, "grids": [{"method": "opiq"}]}
 
 
@@ -45,7 +55,14 @@ def folders(tmp_path_factory) -> dict[str, Path]:
         (root / f"{name}.json").write_text(json.dumps(preset))
     (root / "not_json.json").write_text("{'env': 'chain'}")
     (root / "a_file").write_text("not a folder")
-    return {"root": root, "existing": root / "existing", "broken": broken}
+    user = root / "user's, \"own\" ✓"  # a folder of the user's, with files named as ours
+    user.mkdir()
+    (user / "metrics.csv").write_text("mine\n")
+    (user / "run_info.json").write_text("{}")
+    (root / "huge_seed.json").write_text(json.dumps({**GOOD_PRESET, "seed": 2**32}))
+    twice = {**GOOD_PRESET, "grids": [{"method": "opiq", "grid": {"m": [1, 1.0]}}]}
+    (root / "twice.json").write_text(json.dumps(twice))
+    return {"root": root, "existing": root / "existing", "broken": broken, "user": user}
 
 
 def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
@@ -86,6 +103,30 @@ def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["bench", "--min-runs", "0"], "--min-runs must be >= 1, got 0"),
         (["bench", "--min-runs", "4", "--max-runs", "2"], "--max-runs (2) must be >= --min-runs (4)"),
         (["bench", "--buffer-size", "1"], "--buffer-size must be >= 2, got 1"),
+        # seeds JAX's keys cannot hold (they trained as smaller seeds, or ended in a traceback)
+        (["train", *SMALL, "--seed", "4294967296"], "--seed must be below 2**32 = 4,294,967,296"),
+        (["train", *SMALL, "--seed", "18446744073709551617"], "--seed must be below 2**32"),
+        (["train", *SMALL, "--seed", "-1"], "--seed must be a whole number >= 0, got -1"),
+        # intervals and numbers that are not finite
+        (["train", *SMALL, "--checkpoint-every", "nan"], "--checkpoint-every must be a finite number >= 0, got nan"),
+        (["train", *SMALL, "--checkpoint-every", "inf"], "--checkpoint-every must be a finite number >= 0, got inf"),
+        (["train", *SMALL, "--checkpoint-every", "-1"], "--checkpoint-every must be a finite number >= 0, got -1"),
+        (["sweep", "chain_opiq", "--checkpoint-every", "nan"], "--checkpoint-every must be a finite number >= 0"),
+        (["train", *SMALL, "--lr", "inf"], "--lr must be a finite number, got inf"),
+        (["train", *SMALL, "--m", "nan"], "--m must be a finite number, got nan"),
+        (["train", *SMALL, "--grid", "lr=0.001,inf"], "--lr must be a finite number, got inf"),
+        # one value twice would train one setting twice under one label
+        (["train", *SMALL, "--grid", "m=1,1.0"], "--grid m names the value 1 twice"),
+        (["sweep", str(root / "twice.json")], "preset twice: grids[opiq] m names the value 1 twice"),
+        (["sweep", str(root / "huge_seed.json")], "preset huge_seed: seed must be below 2**32"),
+        # folders that are not an experiment's
+        (["train", *SMALL, "--out", ""], "--out is empty: name a folder"),
+        (["sweep", str(root / "twice.json"), "--out", ""], "--out is empty: name a folder"),
+        (["train", *SMALL, "--out", str(f["user"])], "already holds files that opiq-jax did not write (metrics.csv, "
+                                                       "run_info.json)"),
+        (["sweep", "chain_opiq", "--out", existing], "holds an opiq-jax training run (config.json), not a sweep"),
+        (["train", "--plugin", "no_such_plugin_module"], "--plugin no_such_plugin_module: importing it failed "
+                                                          "(ModuleNotFoundError"),
     ]
 
 
@@ -101,6 +142,23 @@ def api_cases(f: dict[str, Path]) -> list[tuple[callable, str]]:
         (lambda: opiq_jax.bench(nope=1), "unknown bench option nope"),
         (lambda: opiq_jax.bench(min_runs=0), "min_runs must be >= 1, got 0"),
         (lambda: opiq_jax.rerun(f["broken"]), "is not valid JSON"),
+        (lambda: opiq_jax.train(seeds=[2**32], out=existing), "seeds must be below 2**32"),
+        (lambda: opiq_jax.train(seed=2**64 + 1, out=existing), "seed must be below 2**32"),
+        (lambda: opiq_jax.train(out=123), "out must be a path (str or pathlib.Path), got 123"),
+        (lambda: opiq_jax.train(out=""), "out is empty: name a folder"),
+        (lambda: opiq_jax.train(env=None, out=existing), "env must be an environment's name"),
+        (lambda: opiq_jax.train(methods=None, out=existing), "methods must be a method's name or a list of them"),
+        (lambda: opiq_jax.train(methods=[3], out=existing), "methods must be a method's name or a list of them"),
+        (lambda: opiq_jax.train(checkpoint_every=float("nan"), out=existing), "checkpoint_every must be a finite"),
+        (lambda: opiq_jax.train(max_minutes=float("inf"), out=existing), "max_minutes must be a finite number > 0"),
+        (lambda: opiq_jax.train(progress="no", out=existing), "progress must be True or False, got 'no'"),
+        (lambda: opiq_jax.train(lr=float("inf"), out=existing), "lr must be a finite number, got inf"),
+        (lambda: opiq_jax.train(grid={"m": [1, 1.0]}, out=existing), "grid m names the value 1 twice"),
+        (lambda: opiq_jax.train(out=f["user"], **SMALL_API), "already holds files that opiq-jax did not write"),
+        (lambda: opiq_jax.sweep(GOOD_PRESET, out=123), "out must be a path"),
+        (lambda: opiq_jax.sweep(GOOD_PRESET, out=f["user"]), "already holds files that opiq-jax did not write"),
+        (lambda: opiq_jax.load(123), "folder must be a path"),
+        (lambda: opiq_jax.rerun(None), "config must be a path (str or pathlib.Path), got None"),
     ]
 
 
@@ -126,3 +184,229 @@ def test_every_bad_input_gives_one_line_and_leaves_existing_results_unchanged(fo
         print(f"\nbad inputs: {len(cli)} on the command line and {len(api)} in Python, each one line, "
               "no results changed")
     assert len(cli) + len(api) >= 25
+
+
+# ------------------------------------------------------------------------------------ what used to pass silently
+
+
+def test_a_run_that_ended_non_finite_exits_with_1_unless_allowed_and_the_closing_lines_name_every_metrics_file(
+        tmp_path, capsys):
+    """Two programs (RND adds one) into a folder whose name needs quoting; a learning rate of 1e30 sends runs to
+    infinity. The command writes everything, names each program's metrics.csv, and exits with 1 (0 if allowed)."""
+    out = tmp_path / "two programs, 'quoted' ✓"
+    argv = ["train", *SMALL, "--method", "opiq", "dqn_rnd", "--grid", "lr=0.0005,1e30", "--out", str(out)]
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    printed = capsys.readouterr()
+    assert stop.value.code == 1
+    last = printed.err.strip().splitlines()[-1]
+    assert last.startswith("opiq-jax: 2 run(s) became NaN or infinite (the first: opiq, lr=1e+30, seed 0)"), last
+    assert last.endswith("exit code 1 (--allow-nonfinite exits with 0)")
+    closing = [line for line in printed.out.splitlines() if line.startswith("opiq-jax: metrics in ")][0]
+    assert f"{out / 'plain' / 'metrics.csv'} and {out / 'rnd' / 'metrics.csv'}" in closing
+    assert f"opiq-jax plot {shlex.quote(str(out))} [--statistic iqm]" in closing
+    assert f"opiq-jax train --config {shlex.quote(str(out))};" in closing
+    assert not (out / "metrics.csv").exists() and (out / "plain" / "metrics.csv").exists()
+    main([*argv, "--allow-nonfinite"])  # the finished experiment again: exit 0, the runs still named
+    assert "2 run(s) became NaN or infinite" in capsys.readouterr().out
+
+
+def test_a_run_longer_than_a_day_says_so_after_its_first_chunk(tmp_path, capsys):
+    results = opiq_jax.train(out=tmp_path / "long", **{**SMALL_API, "steps": 3 * 10**14}, max_minutes=1e-9)
+    assert not results.finished
+    said = [line for line in capsys.readouterr().out.splitlines() if "more than a day" in line]
+    assert len(said) == 1 and "the 299,999,999,999,700 steps per run left take about" in said[0], said
+    assert "years" in said[0] and "stop at any time with Ctrl-C" in said[0]
+
+
+# ------------------------------------------------------------------------------------ what used to end in a traceback
+
+
+def test_a_metrics_file_without_its_header_after_the_whole_run_is_restored(tmp_path, capsys):
+    argv = ["train", *SMALL, "--out", str(tmp_path / "headless")]
+    main(argv)
+    metrics = tmp_path / "headless" / "metrics.csv"
+    whole = metrics.read_bytes()
+    metrics.write_bytes(whole.split(b"\r\n", 1)[1])
+    main(argv)
+    assert metrics.read_bytes() == whole
+    out = capsys.readouterr().out
+    assert "was without its header: restored its" in out and "| opiq | 1 | 600 |" in out
+
+
+def test_an_empty_opiq_jax_folder_in_the_working_directory_does_not_hide_the_package(tmp_path):
+    """The editable install puts the checkout on sys.path (pyproject.toml's package-dir): Python then prefers the
+    real package to a namespace made of an empty folder, which it did not under setuptools' import finder."""
+    (tmp_path / "opiq_jax").mkdir()
+    code = "import opiq_jax, opiq_jax.envs; print(opiq_jax.train.__module__, opiq_jax.envs.__name__)"
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ""})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["opiq_jax.api", "opiq_jax.envs"]
+
+
+# ------------------------------------------------------------------------------------ extensions that failed silently
+
+
+@contextlib.contextmanager
+def registries_restored():
+    """The method, part and origin registries (and imported plugin modules) as they were, after the block."""
+    saved = [(registry, dict(registry)) for registry in (METHODS, PARTS, ORIGINS)]
+    modules = set(sys.modules)
+    try:
+        yield
+    finally:
+        for registry, before in saved:
+            registry.clear()
+            registry.update(before)
+        for name in set(sys.modules) - modules:
+            if name.endswith("_plugin"):
+                del sys.modules[name]
+
+
+class Bonus(opiq_jax.Part):
+    """A part whose hooks return what ``shape`` says (the right shapes by default), for the tests below."""
+
+    name = "test_bonus"
+    hparams = (opiq_jax.Option("test_bonus", 0.0, "A constant bonus.", minimum=0.0),)
+    shares_program = True
+    off = {"test_bonus": 0.0}
+    metric_names = ("test_bonus",)
+    wrong = ""
+
+    def action_bonus(self, agent, run, obs, counts):
+        shape = (agent.num_actions,) if self.wrong == "action_bonus" else (obs.shape[0], agent.num_actions)
+        return jnp.full(shape, run.hparams["test_bonus"])
+
+    def intrinsic_reward(self, agent, run, batch):
+        shape = batch.rewards.shape[:1] if self.wrong == "intrinsic_reward" else batch.rewards.shape
+        return jnp.full(shape, run.hparams["test_bonus"])
+
+    def bootstrap_bonus(self, agent, run, batch):
+        return jnp.zeros((batch.rewards.shape[0], agent.num_actions + (self.wrong == "bootstrap_bonus")))
+
+    def metrics(self, agent, run):
+        return {"other" if self.wrong == "metrics" else "test_bonus": run.hparams["test_bonus"]}
+
+
+class StatefulBonus(opiq_jax.Part):
+    """A part with a state of its own, whose update may change the state's shape."""
+
+    name = "test_stateful"
+    wrong = ""
+
+    def init(self, agent, run_key, example):
+        return jnp.zeros((3,))
+
+    def update(self, agent, run, batch, key):
+        return jnp.zeros((4,) if self.wrong == "update" else (3,))
+
+
+WRONG_HOOKS = {
+    "intrinsic_reward": (Bonus, "part 'test_bonus': intrinsic_reward returned shape [64], expected [64, 1] ([B, n]"),
+    "action_bonus": (Bonus, "part 'test_bonus': action_bonus returned shape [2], expected [1, 2] ([E, A]"),
+    "bootstrap_bonus": (Bonus, "part 'test_bonus': bootstrap_bonus returned shape [64, 3], expected [64, 2]"),
+    "metrics": (Bonus, "part 'test_bonus': metrics returned ['other'], expected a dict of its metric_names"),
+    "update": (StatefulBonus, "part 'test_stateful': update returned a state of another structure, shape or dtype"),
+}
+
+
+@pytest.mark.parametrize("hook", list(WRONG_HOOKS))
+def test_a_part_returning_the_wrong_shape_stops_in_one_line_naming_the_part_and_the_hook(tmp_path, hook):
+    kind, message = WRONG_HOOKS[hook]
+    part = type("Wrong", (kind,), {"wrong": hook})()
+    settings = {"test_bonus": 1.0} if kind is Bonus else {}
+    with registries_restored():
+        opiq_jax.register_method(opiq_jax.Method("dqn_wrong", (part,), "a part with a wrong hook",
+                                                 settings={"chain": settings}))
+        with pytest.raises(opiq_jax.PartError) as caught:
+            opiq_jax.train(methods=["dqn_wrong"], out=tmp_path / "wrong", **SMALL_API)
+    assert message in str(caught.value) and "\n" not in str(caught.value), caught.value
+    assert not (tmp_path / "wrong" / "metrics.csv").exists()
+
+
+def test_registration_is_all_or_nothing_and_the_same_definition_registers_again():
+    with registries_restored():
+        bad = opiq_jax.Method("dqn_bonus", (Bonus(),), "a typo in its settings", settings={"chain": {"test_bonsu": 1}})
+        with pytest.raises(ValueError, match="sets test_bonsu on chain, which none of its parts"):
+            opiq_jax.register_method(bad)
+        assert "dqn_bonus" not in METHODS and "test_bonus" not in PARTS  # nothing of it stays behind
+        good = opiq_jax.Method("dqn_bonus", (Bonus(),), "corrected", settings={"chain": {"test_bonus": 1.0}})
+        opiq_jax.register_method(good)  # the corrected cell runs again
+        opiq_jax.register_method(opiq_jax.Method("dqn_bonus", (Bonus(),), "the cell run twice",
+                                                 settings={"chain": {"test_bonus": 2.0}}))
+        assert METHODS["dqn_bonus"].description == "the cell run twice" and ORIGINS["dqn_bonus"] == __name__
+        other = type("Impostor", (opiq_jax.Part,), {"name": "test_bonus"})()  # another definition, same name
+        with pytest.raises(ValueError, match="another part is already registered as 'test_bonus'"):
+            opiq_jax.register_method(opiq_jax.Method("dqn_other", (other,), "clash", settings={}))
+        assert "dqn_other" not in METHODS
+        with pytest.raises(ValueError, match="opiq is one of the paper's methods and cannot be replaced"):
+            opiq_jax.register_method(opiq_jax.Method("opiq", ("pseudocounts",), "not OPIQ", settings={}))
+        assert METHODS["opiq"].description.startswith("OPIQ")
+        unswitchable = type("On", (opiq_jax.Part,), {"name": "always_on", "shares_program": True})()
+        with pytest.raises(ValueError, match="'always_on' shares programs, so it must declare off"):
+            opiq_jax.register_part(unswitchable)
+
+
+def test_a_parts_defaults_never_switch_it_on_for_methods_that_do_not_name_it():
+    from opiq_jax.methods import program_parts
+    from opiq_jax.plan import plan_experiment
+
+    loud = type("Loud", (Bonus,), {"name": "test_loud", "hparams": (
+        opiq_jax.Option("loud", 5.0, "On by default.", minimum=0.0),), "off": {"loud": 0.0}, "metric_names": ()})
+    with registries_restored():
+        opiq_jax.register_method(opiq_jax.Method("dqn_loud", (loud(),), "loud", settings={"chain": {}}))
+        assert "test_loud" not in program_parts(["dqn", "opiq"])  # registering it changes no other experiment
+        experiment = plan_experiment("chain", ["dqn_loud", "dqn"], 1, options={"steps": 600, "log_every": 300})
+        loudness = {r.method: float(hp["loud"]) for r, hp in zip(experiment.runs, experiment.hparams())}
+        assert loudness == {"dqn_loud": 5.0, "dqn": 0.0}
+
+
+PLUGIN = '''
+import jax.numpy as jnp
+import opiq_jax
+
+
+class InverseCount(opiq_jax.Part):
+    name = "plugin_inverse_count"
+    hparams = (opiq_jax.Option("beta_inv", 0.0, "Scale of beta_inv / N(s, a).", minimum=0.0),)
+    uses_counts = True
+    shares_program = True
+    off = {"beta_inv": 0.0}
+
+    def intrinsic_reward(self, agent, run, batch):
+        counts = jnp.maximum(batch.step_counts.astype(jnp.float32), 1.0)
+        return run.hparams["beta_inv"] / (counts[:, 0] if BROKEN else counts)
+
+
+opiq_jax.register_method(opiq_jax.Method("dqn_inverse_count", (InverseCount(),), "DQN + 1/N",
+                                         settings={"chain": {"beta_inv": 0.1}}))
+'''
+
+
+def test_the_cli_trains_a_method_of_a_plugin_and_load_says_what_to_register(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "good_plugin.py").write_text("BROKEN = False\n" + PLUGIN)
+    (tmp_path / "broken_plugin.py").write_text("BROKEN = True\n" + PLUGIN)
+    with registries_restored():
+        main(["train", "--plugin", "good_plugin", "--method", "dqn_inverse_count", "--beta-inv", "0.2", *SMALL,
+              "--out", "plugged"])
+        config = json.loads((tmp_path / "plugged" / "config.json").read_text())
+        assert config["plugins"] == ["good_plugin"] and config["runs"][0]["hparams"]["beta_inv"] == pytest.approx(0.2)
+        assert "opiq-jax train --plugin good_plugin --config plugged" in capsys.readouterr().out
+    with registries_restored():
+        with pytest.raises(SystemExit) as stop:
+            main(["train", "--plugin", "broken_plugin", "--method", "dqn_inverse_count", *SMALL, "--out", "broken"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "part 'plugin_inverse_count': intrinsic_reward returned shape [64], expected [64, 1]" in err
+    code = ("import opiq_jax\n"
+            "try:\n    opiq_jax.load('plugged').state()\nexcept opiq_jax.ResultsError as e:\n    print(e)\n"
+            "import good_plugin\nprint(opiq_jax.load('plugged').state().step)\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 0 and len(lines) == 2, run.stderr[-2000:]
+    assert "was trained with method 'dqn_inverse_count', which this process has not registered: import " \
+           "good_plugin first (on the command line: --plugin good_plugin)" in lines[0]
+    assert lines[1] == "600"

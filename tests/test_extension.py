@@ -3,6 +3,9 @@ alone, registered and trained; no file of the package is edited."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -13,9 +16,11 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from opiq_jax.config import Option
-from opiq_jax.environments import ENVIRONMENTS, EnvironmentSpec, method_hparams, register_environment
+from opiq_jax.environments import (
+    ENVIRONMENT_ORIGINS, ENVIRONMENTS, EnvironmentSpec, method_hparams, register_environment,
+)
 from opiq_jax.envs.base import CompactEnvironment
-from opiq_jax.methods import METHODS, Method, register_method
+from opiq_jax.methods import METHODS, ORIGINS, Method, register_method
 from opiq_jax.parts import PARTS, Part
 from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_methods
 
@@ -99,8 +104,10 @@ class FavouredAction(Part):
     """A constant bonus for one action when acting, and a metric that reports the bonus."""
 
     name = "favoured_action"
-    hparams = (Option("favour", 0.0, "Bonus added to action 0's value when acting.", minimum=0.0),)
+    # A default that is not off: the methods that do not name the part must still run without it (its off value).
+    hparams = (Option("favour", 50.0, "Bonus added to action 0's value when acting.", minimum=0.0),)
     shares_program = True
+    off = {"favour": 0.0}
     metric_names = ("favour",)
 
     def action_bonus(self, agent, run, obs, counts):
@@ -124,7 +131,9 @@ def registered():
                            settings={"chain": {"beta": 0.1, "favour": 100.0}}))
     yield
     ENVIRONMENTS.pop("corridor")
+    ENVIRONMENT_ORIGINS.pop("corridor")
     METHODS.pop("dqn_favour")
+    ORIGINS.pop("dqn_favour")
     PARTS.pop("favoured_action")
 
 
@@ -156,5 +165,30 @@ def test_a_part_defined_in_a_test_file_composes_into_a_method_and_trains(registe
     assert (favoured == 0).mean() > 0.85  # the bonus of 100 wins over Q but for epsilon's 10 % random actions
     assert (plain == 0).mean() < 0.85
     favour = {r["method"]: r["value"] for r in rows if r["metric"] == "favour"}
-    assert favour == {"dqn_favour": 100.0, "dqn_pc": 0.0}  # the part's metric; off (its default) for dqn_pc
+    assert favour == {"dqn_favour": 100.0, "dqn_pc": 0.0}  # the part's metric; its off value (not 50) for dqn_pc
 
+
+
+def design_example() -> str:
+    """The worked example of docs/design.md: the fenced block right after its marker."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    match = re.search(r"<!-- design-example:[^>]*-->\s*```python\n(.*?)```", text, re.S)
+    assert match, "docs/design.md has no marked example"
+    return match.group(1)
+
+
+def test_the_design_docs_worked_example_runs_verbatim(tmp_path, monkeypatch, capsys):
+    """The part, the method and the training of docs/design.md, as a reader would paste them."""
+    monkeypatch.chdir(tmp_path)
+    saved = [(registry, dict(registry)) for registry in (METHODS, PARTS, ORIGINS)]
+    try:
+        exec(compile(design_example(), "docs/design.md", "exec"), {"__name__": "__main__"})
+    finally:
+        for registry, before in saved:
+            registry.clear()
+            registry.update(before)
+    printed = capsys.readouterr().out
+    assert "| dqn_inverse_count | 2 | 2,000 |" in printed and "| dqn_pc | 2 | 2,000 |" in printed
+    assert "{'dqn_inverse_count': 0.1, 'dqn_pc': 0.0}" in printed
+    config = json.loads((tmp_path / "results/inverse-count/config.json").read_text())
+    assert config["plugins"] == ["__main__"] and "inverse_count" in config["static"]["parts"]

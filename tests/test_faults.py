@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import opiq_jax
 from opiq_jax import results
 from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.results import (
@@ -262,3 +264,146 @@ def test_a_run_gone_non_finite_is_flagged_and_reported_while_the_others_go_on(tm
     with pytest.raises(opiq_jax.NonFiniteRuns, match="--stop-on-nonfinite"):
         opiq_jax.train(out=tmp_path / "stopped", stop_on_nonfinite=True, **small)
     assert results.read_checkpoint_arrays(tmp_path / "stopped" / CHECKPOINT_FILE)[0] == 1  # kept up to that chunk
+
+
+# ------------------------------------------------------------------------------------ the metrics, guarded
+
+
+def interrupted_run(tmp_path: Path, name: str) -> Path:
+    """EXPERIMENT stopped after three of its six chunks, each checkpointed."""
+    out = tmp_path / name
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0, stop_after_chunks=3)
+    return out
+
+
+def cut_half(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def without_header(data: bytes) -> bytes:
+    return data.split(b"\r\n", 1)[1]
+
+
+METRICS_DAMAGE = {  # what a user or a crash may leave of metrics.csv, and how the resume names it
+    "deleted": (None, "was missing"),
+    "cut in half": (cut_half, "was cut mid-line"),
+    "last line cut": (lambda data: data[:-7], "was cut mid-line"),
+    "without its header": (without_header, "was without its header"),
+    "short by a whole chunk": (lambda data: data[: data.rindex(b"\r\n", 0, len(data) - 2) + 2], "was short"),
+    "a value changed": (lambda data: data.replace(b",loss,", b",loss,9", 1), "was different from the rows"),
+}
+
+
+@pytest.mark.parametrize("damage", list(METRICS_DAMAGE))
+def test_a_damaged_metrics_file_is_restored_from_the_checkpoints_copy_and_the_resume_leaves_no_gap(
+        tmp_path, straight, damage, capsys):
+    out = interrupted_run(tmp_path, "damaged")
+    change, named = METRICS_DAMAGE[damage]
+    metrics = out / METRICS_FILE
+    if change is None:
+        metrics.unlink()
+    else:
+        metrics.write_bytes(change(metrics.read_bytes()))
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0)
+    printed = capsys.readouterr()
+    said = [line for line in (printed.out + printed.err).splitlines() if "restored its" in line]
+    assert len(said) == 1 and named in said[0] and "rows up to step 150 from the checkpoint's copy" in said[0], said
+    assert_same_results(out, straight)  # every row, none twice: 961 rows in the case the issue measured
+    kept = list(out.glob(f"{METRICS_FILE}.damaged-*"))
+    assert len(kept) == (0 if change is None else 1)  # the file found is set aside, never deleted
+
+
+def test_sigkill_while_the_metrics_are_restored_loses_nothing(tmp_path, straight):
+    out = interrupted_run(tmp_path, "restoring")
+    (out / METRICS_FILE).write_bytes(cut_half((out / METRICS_FILE).read_bytes()))
+    assert run_child("train", out, "metrics:1") == -signal.SIGKILL  # killed in the middle of the restoring write
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0)
+    assert_same_results(out, straight)
+
+
+def test_a_checkpoint_records_the_rows_it_covers_and_keeps_a_copy(tmp_path):
+    import hashlib
+    import zlib
+
+    out = interrupted_run(tmp_path, "record")
+    saved = results.read_checkpoint_file(out / CHECKPOINT_FILE)
+    data = (out / METRICS_FILE).read_bytes()
+    assert saved.chunk == 3 and saved.metrics["rows"] == data.count(b"\r\n") - 1  # every row but the header
+    assert saved.metrics["bytes"] == len(data) and saved.metrics["sha256"] == hashlib.sha256(data).hexdigest()
+    assert zlib.decompress(saved.metrics_copy) == data
+
+
+def test_finished_run_whose_checkpoints_were_deleted_keeps_its_metrics_and_trains_nothing(tmp_path, straight,
+                                                                                          capsys):
+    out = tmp_path / "finished"
+    shutil.copytree(straight, out)
+    for checkpoint in out.glob("checkpoint*"):
+        checkpoint.unlink()
+    before = (out / METRICS_FILE).read_bytes()
+    assert run_experiment(EXPERIMENT, out, progress=False) is None
+    assert (out / METRICS_FILE).read_bytes() == before
+    assert "finished already: its metrics reach step 300 for every run" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("loss", ["deleted", "both damaged"])
+def test_rows_no_checkpoint_covers_are_kept_aside_never_deleted(tmp_path, straight, loss, capsys):
+    out = interrupted_run(tmp_path, "uncovered")
+    before = (out / METRICS_FILE).read_bytes()
+    for checkpoint in out.glob("checkpoint*"):
+        if loss == "deleted":
+            checkpoint.unlink()
+        else:
+            checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0)
+    (kept,) = out.glob(f"{METRICS_FILE}.uncovered-*")
+    assert kept.read_bytes() == before
+    assert f"kept it as {kept.name} and training from step 0" in capsys.readouterr().out
+    assert_same_results(out, straight)
+
+
+def test_a_checkpoint_without_a_metrics_copy_refuses_a_gap_in_one_line(tmp_path):
+    """Checkpoints written before they kept the metrics: a resume over a gap is refused, a whole file resumes."""
+    out = interrupted_run(tmp_path, "older")
+    for name in (CHECKPOINT_FILE, PREVIOUS_CHECKPOINT_FILE):
+        without_metrics_record(out / name)
+    whole = (out / METRICS_FILE).read_bytes()
+    (out / METRICS_FILE).write_bytes(cut_half(whole))
+    with pytest.raises(ResultsError, match="lacks rows its checkpoint covers .* kept no copy of the metrics"):
+        run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0)
+    (out / METRICS_FILE).write_bytes(whole)
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0, stop_after_chunks=1)
+    assert results.read_checkpoint_file(out / CHECKPOINT_FILE).metrics["rows"] == 4 * (whole.count(b"\r\n") - 1) // 3
+
+
+def without_metrics_record(path: Path) -> None:
+    """Rewrites a checkpoint as the format before it kept the metrics: no record in its header, no copy."""
+    import hashlib
+    import struct
+
+    data, magic = path.read_bytes(), len(results.CHECKPOINT_MAGIC)
+    (length,) = struct.unpack("<Q", data[magic : magic + 8])
+    header = json.loads(data[magic + 8 : magic + 8 + length])
+    copy = header.pop("metrics")["copy"]
+    encoded = json.dumps(header).encode()
+    body = results.CHECKPOINT_MAGIC + struct.pack("<Q", len(encoded)) + encoded + data[magic + 8 + length : -32 - copy]
+    path.write_bytes(body + hashlib.sha256(body).digest())
+
+
+# ------------------------------------------------------------------------------------ a user's folder
+
+
+def test_a_folder_that_is_not_an_experiment_is_refused_and_left_as_it_was(tmp_path):
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / METRICS_FILE).write_text("my own numbers, 1, 2, 3\n")
+    (user / "run_info.json").write_text('{"mine": true}')
+    (user / "notes, \"quoted\" ✓.txt").write_text("unicode and a comma")
+    before = {p.name: p.read_bytes() for p in user.iterdir()}
+    with pytest.raises(ResultsError, match="already holds files that opiq-jax did not write"):
+        run_experiment(EXPERIMENT, user, progress=False)
+    with pytest.raises(ResultsError, match="already holds files that opiq-jax did not write"):
+        opiq_jax.sweep(SWEEP_PRESET, out=user, progress=False)
+    assert {p.name: p.read_bytes() for p in user.iterdir()} == before
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)
+    run_experiment(EXPERIMENT, empty, progress=False, stop_after_chunks=1)  # an empty folder is taken

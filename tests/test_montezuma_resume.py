@@ -21,7 +21,7 @@ from opiq_jax.config import stack_hparams  # noqa: E402
 from opiq_jax.environments import method_hparams, static_for_env  # noqa: E402
 from opiq_jax.results import CHECKPOINT_FILE, read_checkpoint_arrays  # noqa: E402
 from opiq_jax.runner import (  # noqa: E402
-    Experiment, RunSpec, is_finished, read_metrics, restore_state, run_experiment, run_keys_for, start_pool,
+    Experiment, RunSpec, is_finished, read_metrics, restore_checkpoint, run_experiment, run_keys_for, start_pool,
     trainer_for,
 )
 
@@ -68,7 +68,8 @@ def test_a_killed_montezuma_run_resumes_with_the_saved_agent_and_finishes(tmp_pa
 
     hparams = stack_hparams(EXPERIMENT.hparams())
     run_keys, env_keys = run_keys_for(EXPERIMENT)
-    _, (restored, restored_chunk) = restore_state(out, EXPERIMENT, hparams, run_keys, env_keys, say=print)
+    checkpoint = restore_checkpoint(out, EXPERIMENT, hparams, run_keys, env_keys, say=print)
+    restored, restored_chunk = checkpoint.state, checkpoint.chunk
     assert restored_chunk == chunk
     pool = start_pool(EXPERIMENT, chunk, max_episode_steps=30)
     trainer = trainer_for(EXPERIMENT.static, pool)[0]

@@ -18,7 +18,8 @@ from opiq_jax.errors import NonFiniteRuns, ProgramFailed, Stopped, UsageError
 from opiq_jax.program_processes import (
     COMMAND_BUFFER_FLAGS, ForwardSignals, child_environment, last_logged_step, raise_for_exits,
 )
-from opiq_jax.results import CHECKPOINT_FILE, METRICS_HEADER, append_metric_rows, checkpoint_chunk
+from opiq_jax.metrics_file import METRICS_HEADER, append_metric_rows
+from opiq_jax.results import CHECKPOINT_FILE, checkpoint_chunk
 from opiq_jax.runner import StopSignals, is_finished, run_methods
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,11 +1,14 @@
 """Sweeps: grid expansion, batching by memory, resume, and the selection protocol."""
 
 import json
+import shutil
 
 import pytest
 
 from opiq_jax.cli import main
-from opiq_jax.sweeping import best_per_method, expand, load_preset, plan_batches, preset_names, split
+from opiq_jax.sweeping import (
+    best_per_method, expand, load_preset, plan_batches, preset_names, split, tied_with_best, write_tables,
+)
 
 TINY = {
     "env": "chain", "seeds": 2, "metric": "test_return",
@@ -60,7 +63,7 @@ def test_sweep_runs_in_batches_resumes_and_ranks(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "3 batch(es) of 4 runs" in printed
     rows = (out / "settings.csv").read_text().splitlines()
-    assert rows[0] == "method,setting,auc,final_median,seeds" and len(rows) == 1 + 5
+    assert rows[0] == "method,setting,auc,auc_low,auc_high,final_median,seeds" and len(rows) == 1 + 5
     assert "| opiq |" in (out / "best.md").read_text() and "| dqn |" in (out / "best.md").read_text()
     main(["sweep", str(preset), "--out", str(out), "--max-batch-runs", "4", "--no-progress"])
     assert printed.count("batch 1/3") == 1 and "already finished" in capsys.readouterr().out
@@ -71,6 +74,40 @@ def test_sweep_runs_in_batches_resumes_and_ranks(tmp_path, capsys):
     assert (out / "m_comparison_test_return.png").exists()
     table = (out / "m_comparison.md").read_text()
     assert "| 0.5 | m=0.5," in table and "| 2 | m=2," in table
+
+
+def test_a_resumed_sweep_keeps_the_batches_it_planned_first_whatever_the_memory_says_now(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """A resume trains the batches planned first (plan.json; for a sweep older than plan.json, its batch folders):
+    a run's floats may depend on the size of the program it trains in, so a resume must not change it."""
+    from opiq_jax import sweeping
+
+    preset = tmp_path / "tiny.json"
+    preset.write_text(json.dumps(TINY))
+    out = tmp_path / "sweep"
+    main(["sweep", str(preset), "--out", str(out), "--max-batch-runs", "4", "--no-progress"])
+    assert json.loads((out / "plan.json").read_text()) == {"batches": {"plain": 3}}
+    settings = (out / "settings.csv").read_bytes()
+    for forget in ("batch_001", "settings.csv", "plan.json"):  # interrupted in its second batch, before plan.json
+        path = out / forget
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    monkeypatch.setattr(sweeping, "available_device_bytes", lambda: 2**50)  # a card where all would fit at once
+    capsys.readouterr()
+    main(["sweep", str(preset), "--out", str(out), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert "resuming the batches planned first (plan.json): plain 3" in printed and "batch 2/3" in printed
+    assert "1 batch(es)" not in printed and (out / "settings.csv").read_bytes() == settings
+
+
+def test_the_selection_names_the_settings_tied_with_the_best_within_their_intervals(tmp_path):
+    ranking = [dict(method="a", setting="x", auc=2.0, auc_low=1.5, auc_high=2.5, final_median=1.0, seeds=4),
+               dict(method="a", setting="y", auc=1.6, auc_low=1.0, auc_high=1.8, final_median=1.0, seeds=4),
+               dict(method="a", setting="z", auc=0.5, auc_low=0.2, auc_high=0.9, final_median=0.0, seeds=4),
+               dict(method="b", setting="w", auc=1.0, auc_low=0.9, auc_high=1.1, final_median=1.0, seeds=4)]
+    assert [t["setting"] for t in tied_with_best(ranking, ranking[0])] == ["y"]
+    write_tables(tmp_path, ranking, "test_return")
+    best = (tmp_path / "best.md").read_text()
+    assert "| a | x | 2 (1.5, 2.5) | 1 | 3 | y |" in best and "| b | w | 1 (0.9, 1.1) | 1 | 1 | none |" in best
 
 
 def test_best_per_method_picks_largest_area():
@@ -111,3 +148,20 @@ def test_a_finished_batch_of_another_precision_is_not_reused(tmp_path):
     main(["sweep", str(preset), "--out", str(tmp_path / "sweep"), "--no-progress"])
     with pytest.raises(SystemExit):
         main(["sweep", str(preset), "--out", str(tmp_path / "sweep"), "--precision", "bfloat16", "--no-progress"])
+
+
+def test_the_batching_experiment_compares_every_number_and_both_selections(tmp_path):
+    from experiments import sweep_batching
+    from opiq_jax.sweeping import sweep_rows
+
+    small = {"chain_length": 8, "log_every": 200, "buffer_size": 400, "hidden": [16]}
+    report = sweep_batching.main(["--out", str(tmp_path), "--seeds", "2", "--steps", "400",
+                                  "--static", json.dumps(small)])
+    found = report["differences"]
+    assert found["runs"] == 6 and found["values"] == len(sweep_rows(tmp_path / "three")) > 0
+    assert found["differ"] == sum(found["per_metric"].values()) and found["runs_differing"] <= 6
+    assert (found["first_step"] is None) == (found["differ"] == 0)
+    assert [s[0]["method"] for s in report["selections"]] == ["dqn_pc", "dqn_pc"]
+    assert json.loads((tmp_path / "three" / "plan.json").read_text()) == {"batches": {"plain": 3}}
+    assert not list(tmp_path.rglob("checkpoint*")) and len(list(tmp_path.rglob("metrics.csv.gz"))) == 4
+    assert "| one batch | dqn_pc |" in (tmp_path / "comparison.md").read_text()

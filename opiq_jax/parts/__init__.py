@@ -24,19 +24,27 @@ the run's numbers, ``run.parts[part.name]`` the part's own state. Hooks run per 
 trainer's ``vmap`` over runs.
 
 A method is a named composition of parts plus its paper settings (:mod:`opiq_jax.methods`). Parts
-whose numbers switch them off at their defaults and that keep no state (``shares_program``) let
-methods with and without them share one compiled program; the others (networks of their own)
-compile into a program of their own. Register a new part with :func:`register_part` (a method's
-registration does it for its parts).
+that keep no state and declare the numbers that switch them off (``shares_program`` and ``off``) let
+methods with and without them share one compiled program: a run of a method that does not name such a
+part gets its ``off`` values, whatever its defaults. The others (networks of their own) compile into a
+program of their own. Register a new part with :func:`register_part` (a method's registration does it
+for its parts).
+
+What every hook returns is checked against its shape when the program is traced
+(:func:`checked_output`, :func:`checked_state`): a wrong one stops with one line naming the part and the
+hook (:class:`~opiq_jax.errors.PartError`) instead of broadcasting silently.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import jax
+import numpy as np
 
 from ..config import Option, StaticConfig
+from ..errors import PartError
 
 if TYPE_CHECKING:  # the trainer imports the parts, not the other way round
     from ..paths import Batch, StepRecord
@@ -56,11 +64,14 @@ class Part:
     name: ClassVar[str] = ""
     """Its name in methods, results folders and ``run.parts``."""
     hparams: ClassVar[tuple[Option, ...]] = ()
-    """The hyperparameters it brings; each default must switch the part off where ``shares_program`` is set."""
+    """The hyperparameters it brings."""
     uses_counts: ClassVar[bool] = False
     """Whether it reads the agent's visit counts (the trainer then keeps the count-min sketch)."""
     shares_program: ClassVar[bool] = False
-    """No state of its own and switched off by its defaults: methods without it can run in its program."""
+    """No state of its own, and switched off by its ``off`` values: methods without it can run in its program."""
+    off: ClassVar[Mapping[str, float]] = {}
+    """Where ``shares_program`` is set: values of its hyperparameters that switch it off. A run of a method that
+    does not name the part gets them (not the defaults), so the part does nothing there."""
     paths: ClassVar[tuple[str, ...]] = ("compact", "pool")
     """The observation paths it works with (``compact``: in-program environments; ``pool``: EnvPool frames)."""
     metric_names: ClassVar[tuple[str, ...]] = ()
@@ -125,14 +136,86 @@ PARTS: dict[str, Part] = {}
 """Every registered part by name, in registration order (the order of the trainer's calls)."""
 
 
-def register_part(part: Part) -> Part:
-    """Adds ``part`` to :data:`PARTS` (again with the same object is a no-op; another object of that name is refused)."""
+def definition(part: Part) -> str:
+    """Where a part's class is defined (``module.Class``): two objects of one definition are one part, so a
+    notebook cell that registers it again, or a module imported twice, is no conflict."""
+    kind = type(part)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def check_part(part: Part) -> None:
+    """A one-line ``ValueError`` when ``part`` cannot be registered: a bad name, a name taken by another
+    definition, or a part that shares programs without ``off`` values that switch it off."""
+    if not isinstance(part, Part):
+        raise ValueError(f"a part is an instance of a subclass of opiq_jax.Part, got {part!r}")
     if not part.name or not part.name.isidentifier():
         raise ValueError(f"a part needs a name that is a Python identifier, got {part.name!r}")
-    if part.name in PARTS and PARTS[part.name] is not part:
-        raise ValueError(f"another part is already registered as {part.name!r}")
+    taken = PARTS.get(part.name)
+    if taken is not None and taken is not part and definition(taken) != definition(part):
+        raise ValueError(f"another part is already registered as {part.name!r} ({definition(taken)}): choose "
+                         "another name")
+    if part.shares_program:
+        options = {o.name: o for o in part.hparams}
+        unknown = sorted(set(part.off) - set(options))
+        if not part.off or unknown:
+            raise ValueError(
+                f"part {part.name!r} shares programs, so it must declare off: the values of its hyperparameters that "
+                "switch it off for the methods that do not name it" + (
+                    f" (off names {', '.join(unknown)}, which it does not declare)" if unknown else
+                    " (or set shares_program = False: it then compiles into a program of its own)"))
+        for name, value in part.off.items():
+            options[name].check(value, "api", f"part {part.name!r}: off {name}")
+
+
+def register_part(part: Part) -> Part:
+    """Adds ``part`` to :data:`PARTS` (:func:`check_part` first). Another object of the same definition replaces the
+    registered one (a notebook cell run again); a part of another definition under the name is refused."""
+    check_part(part)
     PARTS[part.name] = part
     return part
+
+
+def switched_off(part_names: tuple[str, ...], named: tuple[str, ...]) -> dict[str, float]:
+    """The ``off`` values of the parts of a program (``part_names``) that a run's method does not name."""
+    return {k: float(v) for name in part_names if name not in named for k, v in get_part(name).off.items()}
+
+
+# ------------------------------------------------------------------------------------ checking what hooks return
+
+
+def checked_output(part: Part, hook: str, value: Any, shape: tuple[int, ...], meaning: str) -> Any:
+    """``value`` (None passes) if it has ``shape``; else a :class:`PartError` naming the part and the hook. Runs when
+    the program is traced: under the trainer's vmap over runs, shapes are one run's."""
+    if value is None:
+        return None
+    got = tuple(np.shape(value))
+    if got != tuple(shape):
+        raise PartError(f"part {part.name!r}: {hook} returned shape {list(got)}, expected {list(shape)} ({meaning})")
+    return value
+
+
+def checked_state(part: Part, hook: str, before: Any, after: Any) -> Any:
+    """``after`` if it has the structure, shapes and dtypes of ``before`` (a part's state must keep them from
+    step to step: it is carried through the compiled loop); else a :class:`PartError`."""
+    def layout(tree):
+        return jax.tree.structure(tree), [(np.shape(x), getattr(x, "dtype", None) or np.asarray(x).dtype)
+                                          for x in jax.tree.leaves(tree)]
+
+    if layout(before) != layout(after):
+        raise PartError(f"part {part.name!r}: {hook} returned a state of another structure, shape or dtype than the "
+                        f"state it was given (its init's): {layout(after)} for {layout(before)}")
+    return after
+
+
+def checked_metrics(part: Part, values: Any) -> dict:
+    """``values`` if it maps exactly the part's ``metric_names`` to scalars; else a :class:`PartError`."""
+    if not isinstance(values, Mapping) or set(values) != set(part.metric_names):
+        names = sorted(values) if isinstance(values, Mapping) else values
+        raise PartError(f"part {part.name!r}: metrics returned {names!r}, expected a dict of its metric_names "
+                        f"{list(part.metric_names)}")
+    for name, value in values.items():
+        checked_output(part, f"metrics[{name!r}]", value, (), "one number per run")
+    return dict(values)
 
 
 def get_part(name: str) -> Part:
@@ -151,6 +234,10 @@ def canonical_order(names: set[str] | list[str] | tuple[str, ...]) -> tuple[str,
     return tuple(name for name in PARTS if name in set(names))
 
 
+BUILTIN_PARTS = ("pseudocounts", "optimism", "dora", "rnd", "bsp")
+"""The paper's parts, in the order the trainer calls them."""
+
+
 def _register_builtin_parts() -> None:
     """The paper's parts, registered on first use (their modules import this one)."""
     if "pseudocounts" in PARTS:
@@ -161,4 +248,5 @@ def _register_builtin_parts() -> None:
         register_part(module.PART)
 
 
-__all__ = ["Example", "PARTS", "Part", "canonical_order", "get_part", "register_part"]
+__all__ = ["BUILTIN_PARTS", "Example", "PARTS", "Part", "canonical_order", "check_part", "checked_metrics",
+           "checked_output", "checked_state", "definition", "get_part", "register_part", "switched_off"]

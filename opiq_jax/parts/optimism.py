@@ -35,6 +35,7 @@ class Optimism(Part):
     )
     uses_counts = True
     shares_program = True
+    off = {"c_action": 0.0, "c_bootstrap": 0.0}
 
     def action_bonus(self, agent, run, obs, counts):
         return optimism_bonus(counts, run.hparams["c_action"], run.hparams["m"])

@@ -28,6 +28,7 @@ class Pseudocounts(Part):
                       minimum=0.0),)
     uses_counts = True
     shares_program = True
+    off = {"beta": 0.0}
 
     def intrinsic_reward(self, agent, run, batch):
         return intrinsic_reward(batch.step_counts, run.hparams["beta"])
