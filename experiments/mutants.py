@@ -41,6 +41,8 @@ CHECKPOINTS = V + "test_checkpoints_read_back_the_newest_values_and_fall_back_pa
 METRICS_RESTORED = ("tests/test_faults.py::test_a_damaged_metrics_file_is_restored_from_the_checkpoints_copy_and_the_"
                     "resume_leaves_no_gap")
 METRICS_KEPT = "tests/test_faults.py::test_rows_no_checkpoint_covers_are_kept_aside_never_deleted"
+SWEEP_LABELS = "tests/test_sweep.py::test_every_runs_label_names_the_hyperparameters_it_trains_with"
+SCHEDULES = "tests/test_trainer.py::test_updates_target_copies_and_epsilon_follow_the_environment_steps"
 N_STEP_CHAIN = "tests/test_trainer.py::test_n_step_q_plus_target_by_hand"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -217,6 +219,21 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("results-arrays-same-offset", "opiq_jax/results.py",
            "        offset += size\n", "",
            "every checkpoint array read from the first one's bytes", (CHECKPOINTS,)),
+    Mutant("sweep-hparams-of-another-grid-point", "opiq_jax/sweeping.py",
+           "            values = dict(zip(grid, (float(v) for v in combo)))\n"
+           "            hp = method_hparams(preset.env, g[\"method\"], **values)",
+           "            values = dict(zip(grid, (float(v) for v in combo)))\n"
+           "            hp = method_hparams(preset.env, g[\"method\"], **dict(zip(grid, (float(v) for v in combo[::-1]))))",
+           "a sweep's setting trains with another grid point's hyperparameters under its own label", (SWEEP_LABELS,)),
+    Mutant("compact-bootstrap-counts-of-first-state", "opiq_jax/paths/compact.py",
+           "                next_columns=lambda: columns(next_compact),",
+           "                next_columns=lambda: columns(windows.compact[:, 0]),",
+           "the optimistic bootstrap reads the counts of the window's first state, not the bootstrap state",
+           (N_STEP_CHAIN,)),
+    Mutant("trainer-target-copied-every-step", "opiq_jax/trainer.py",
+           "    return (stored * agent.envs_per_run) % agent.static.target_update == 0",
+           "    return stored >= 0",
+           "the target network is copied at every step, not every target_update steps", (SCHEDULES,)),
     Mutant("metrics-keeps-stale-rows", "opiq_jax/metrics_file.py",
            "            atomic_write_bytes(path, data[: record.size])", "            pass",
            "resume keeps the rows of a chunk written after the checkpoint", (RESUME,)),

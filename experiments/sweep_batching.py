@@ -8,8 +8,13 @@ of every run, then the two selections and the settings each says are tied with i
 
     python -m experiments.sweep_batching --out docs/results/sweep-batching/<machine>
 
+With ``--again`` it also trains the one-batch sweep a second time in this process (``again/``) and compares it
+with the first. ``--compare A B`` compares two sweep folders already trained (say, by two processes) and prints
+the result as JSON: what differs there is the machine's run-to-run noise, which batching cannot be told apart
+from.
+
 It writes ``comparison.json`` (options, counts, the first differences), ``comparison.md``, ``run_info.json``
-(device, seconds of each sweep) and both sweep folders (``one/``, ``three/``: preset, plan, settings, best
+(device, seconds of each sweep) and the sweep folders (``one/``, ``three/``: preset, plan, settings, best
 settings and each batch's metrics, gzipped; the checkpoints are removed).
 """
 
@@ -83,6 +88,10 @@ def markdown(report: dict) -> str:
     if d["differ"]:
         lines += [f"Relative differences from {d['smallest_relative']:.2g} to {d['largest_relative']:.2g}. Per "
                   "metric: " + ", ".join(f"{k} {v:,}" for k, v in d["per_metric"].items()) + ".", ""]
+    if "run_to_run" in report:
+        again = report["run_to_run"]
+        lines += [f"The one-batch sweep trained again on the same machine: {again['differ']:,} of {again['values']:,} "
+                  f"values differ, in {again['runs_differing']} runs.", ""]
     lines += ["| sweep | method | best setting | area (95% CI) | tied with the best |", "|---|---|---|---|---|"]
     for name, rows in (("one batch", one), (f"{report['options']['batches']} batches", three)):
         for r in rows:
@@ -93,16 +102,25 @@ def markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--compare", type=Path, nargs=2, metavar=("A", "B"), help="compare two trained sweep folders")
     parser.add_argument("--seeds", type=int, default=PRESET["seeds"])
     parser.add_argument("--steps", type=int, default=PRESET["static"]["total_steps"])
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--static", type=json.loads, default={}, help="more static options, as JSON (for tests)")
+    parser.add_argument("--again", action="store_true", help="train the one-batch sweep twice (run-to-run noise)")
     args = parser.parse_args(argv)
+    if args.compare:
+        found = differences(*args.compare)
+        print(json.dumps({"compared": [str(p) for p in args.compare], **found}, indent=1))
+        return found
+    if args.out is None:
+        parser.error("--out is required (or --compare A B)")
     preset = {**PRESET, "seeds": args.seeds, "static": {**PRESET["static"], "total_steps": args.steps, **args.static}}
     runs = args.seeds * sum(math.prod(len(v) for v in g["grid"].values()) for g in preset["grids"])
     seconds = {}
-    for name, most in (("one", runs), ("three", math.ceil(runs / args.batches))):
+    sweeps = [("one", runs), ("three", math.ceil(runs / args.batches))] + ([("again", runs)] if args.again else [])
+    for name, most in sweeps:
         started = time.monotonic()
         opiq_jax.sweep(preset, out=args.out / name, max_batch_runs=most, progress=False)
         seconds[name] = round(time.monotonic() - started, 1)
@@ -112,7 +130,9 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"options": {"preset": preset, "batches": args.batches, "runs": runs}, "device": device,
               "differences": differences(args.out / "one", args.out / "three"),
               "selections": [selection(args.out / "one"), selection(args.out / "three")]}
-    for name in ("one", "three"):
+    if args.again:
+        report["run_to_run"] = differences(args.out / "one", args.out / "again")
+    for name, _ in sweeps:
         keep_small(args.out / name)
     (args.out / "comparison.json").write_text(json.dumps(report, indent=1))
     (args.out / "comparison.md").write_text(markdown(report))

@@ -307,6 +307,10 @@ def check_memory(static: StaticConfig, methods: Sequence[str], runs_per_method: 
         raise UsageError(str(e)) from None
 
 
+POOL_ONLY = ("envs_per_run", "overlap")
+"""Static options of the pool path alone: set on another environment they would change nothing, silently."""
+
+
 def static_with(env: str, overrides: dict[str, Any], style: Style) -> StaticConfig:
     """The environment's paper configuration with ``overrides`` (field names); steps not divisible by the
     environment's chunk get one chunk of all their steps, unless the chunk was chosen too."""
@@ -320,6 +324,10 @@ def static_with(env: str, overrides: dict[str, Any], style: Style) -> StaticConf
     if "env_kwargs" in overrides and not env.startswith("gymnax:"):
         raise UsageError(f"{label(STATIC_OPTIONS['env_kwargs'].public_name, style)} applies to gymnax:NAME "
                          "environments only")
+    pool_only = [name for name in POOL_ONLY if name in overrides and overrides[name] != STATIC_OPTIONS[name].default]
+    if pool_only and environment_spec(env).kind != "pool":  # an environment in the program steps one per run
+        raise UsageError(f"{label(STATIC_OPTIONS[pool_only[0]].public_name, style)} applies to environments stepped "
+                         f"through a pool of emulators (montezuma) only, not to {env}")
     static = StaticConfig(**{**environment_spec(env).defaults, "env": env, **overrides})
     message = next(iter(static.problems(style)), None)
     if message:

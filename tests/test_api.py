@@ -116,7 +116,9 @@ STRUCTURAL = dict(
 )
 # Options valid only beside another's non-default value: that value is set with them.
 NEEDS = {"weight_storage": {"precision": "bfloat16"},
-         "mlp_backward": {"precision": "bfloat16", "weight_storage": "packed"}}
+         "mlp_backward": {"precision": "bfloat16", "weight_storage": "packed"},
+         "envs_per_run": {"buffer_size": 4096}, "overlap": {"buffer_size": 4096}}  # Montezuma's, smaller
+POOL_ONLY = ("envs_per_run", "overlap")  # options of the pool path (Montezuma's): refused on the chain
 
 
 def test_every_static_option_has_a_structural_case():
@@ -125,7 +127,9 @@ def test_every_static_option_has_a_structural_case():
 
 @pytest.mark.parametrize("name", sorted(STRUCTURAL))
 def test_a_structural_option_in_a_preset_or_the_api_reaches_every_program(name):
-    env = "gymnax:DeepSea-bsuite" if name == "env_kwargs" else "chain"
+    if name in POOL_ONLY:
+        pytest.importorskip("envpool")
+    env = "gymnax:DeepSea-bsuite" if name == "env_kwargs" else "montezuma" if name in POOL_ONLY else "chain"
     value = STRUCTURAL[name]
     assert value != STATIC_OPTIONS[name].default
     written = STATIC_OPTIONS[name].public_name
@@ -133,11 +137,15 @@ def test_a_structural_option_in_a_preset_or_the_api_reaches_every_program(name):
     preset = load_preset({"env": env, "seeds": 1, "static": {name: value, **needed},
                           "grids": [{"method": "opiq"}, {"method": "bsp"}, {"method": "dqn_rnd"}]})
     options = {written: value, **{STATIC_OPTIONS[k].public_name: v for k, v in needed.items()}}
-    api = plan_experiment(env, ("opiq", "bsp", "dqn_rnd", "dqn_dora"), 1, options=options)
+    methods = ("opiq", "bsp", "dqn_rnd") + (() if env == "montezuma" else ("dqn_dora",))  # no DORA there
+    api = plan_experiment(env, methods, 1, options=options)
     for static in (plan_static(preset), api.static):
         programs = split_by_program(dataclasses.replace(api, static=static))
-        assert len(programs) == 4
+        assert len(programs) == len(methods)
         assert all(getattr(p.static, name) == value for p in programs.values()), name
+    if name in POOL_ONLY:  # on an environment stepped in the program it would do nothing: refused
+        with pytest.raises(UsageError, match=f"{written} applies to environments stepped through a pool"):
+            plan_experiment("chain", ("opiq",), 1, options={written: value})
 
 
 @pytest.mark.parametrize("name, message", [("env", "the preset's env field chooses"),

@@ -117,6 +117,9 @@ def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["train", *SMALL, "--grid", "lr=0.001,inf"], "--lr must be a finite number, got inf"),
         # one value twice would train one setting twice under one label
         (["train", *SMALL, "--grid", "m=1,1.0"], "--grid m names the value 1 twice"),
+        # options of the pool path alone (Montezuma's), which did nothing on the chain
+        (["train", *SMALL, "--envs-per-run", "2"], "--envs-per-run applies to environments stepped through a pool"),
+        (["train", *SMALL, "--no-overlap"], "--overlap applies to environments stepped through a pool"),
         (["sweep", str(root / "twice.json")], "preset twice: grids[opiq] m names the value 1 twice"),
         (["sweep", str(root / "huge_seed.json")], "preset huge_seed: seed must be below 2**32"),
         # folders that are not an experiment's

@@ -137,7 +137,8 @@ def test_sigkill_during_a_sweep_then_resume_bit_identical(tmp_path):
     reference, out = tmp_path / "straight", tmp_path / "killed"
     sweep = ["sweep", str(preset), "--no-progress", "--checkpoint-every", "0"]
     main([*sweep, "--out", str(reference)])  # the uninterrupted sweep, in this process as `straight` above
-    killed = [run_child("sweep", out, fault, preset) for fault in ("checkpoint:7", "metrics:3", "settings:1")]
+    faults = ("plan:1", "checkpoint:7", "metrics:3", "settings:1")  # plan.json, then the batches, then the ranking
+    killed = [run_child("sweep", out, fault, preset) for fault in faults]
     killed.append(kill_at_random("sweep", out, random.Random(3), preset))
     main([*sweep, "--out", str(out)])  # the last resume, in this process as well
     batches = sorted(p.name for p in reference.glob("batch_*"))
@@ -407,3 +408,42 @@ def test_a_folder_that_is_not_an_experiment_is_refused_and_left_as_it_was(tmp_pa
     empty = tmp_path / "empty"
     (empty / "sub").mkdir(parents=True)
     run_experiment(EXPERIMENT, empty, progress=False, stop_after_chunks=1)  # an empty folder is taken
+
+
+# ------------------------------------------------------------------------------------ sweeps
+
+
+def test_a_resumed_sweep_keeps_the_batches_it_planned_first_whatever_the_memory_says_now(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """A resume trains the batches planned first (plan.json; for a sweep older than plan.json, its batch folders):
+    a run's floats may depend on the size of the program it trains in, so a resume must not change it."""
+    from opiq_jax import sweeping
+
+    preset = tmp_path / "tiny.json"
+    preset.write_text(json.dumps(SWEEP_PRESET))
+    out = tmp_path / "sweep"
+    main(["sweep", str(preset), "--out", str(out), "--max-batch-runs", "2", "--no-progress"])
+    assert json.loads((out / "plan.json").read_text()) == {"batches": {"plain": 3}}
+    settings = (out / "settings.csv").read_bytes()
+    for forget in ("batch_001", "settings.csv", "plan.json"):  # interrupted in its second batch, before plan.json
+        path = out / forget
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    monkeypatch.setattr(sweeping, "available_device_bytes", lambda: 2**50)  # a card where all would fit at once
+    capsys.readouterr()
+    main(["sweep", str(preset), "--out", str(out), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert "resuming the batches planned first (plan.json): plain 3" in printed and "batch 2/3" in printed
+    assert "1 batch(es)" not in printed and (out / "settings.csv").read_bytes() == settings
+
+
+def test_the_selection_names_the_settings_tied_with_the_best_within_their_intervals(tmp_path):
+    from opiq_jax.sweeping import tied_with_best, write_tables
+
+    ranking = [dict(method="a", setting="x", auc=2.0, auc_low=1.5, auc_high=2.5, final_median=1.0, seeds=4),
+               dict(method="a", setting="y", auc=1.6, auc_low=1.0, auc_high=1.8, final_median=1.0, seeds=4),
+               dict(method="a", setting="z", auc=0.5, auc_low=0.2, auc_high=0.9, final_median=0.0, seeds=4),
+               dict(method="b", setting="w", auc=1.0, auc_low=0.9, auc_high=1.1, final_median=1.0, seeds=4)]
+    assert [t["setting"] for t in tied_with_best(ranking, ranking[0])] == ["y"]
+    write_tables(tmp_path, ranking, "test_return")
+    best = (tmp_path / "best.md").read_text()
+    assert "| a | x | 2 (1.5, 2.5) | 1 | 3 | y |" in best and "| b | w | 1 (0.9, 1.1) | 1 | 1 | none |" in best

@@ -6,9 +6,7 @@ import shutil
 import pytest
 
 from opiq_jax.cli import main
-from opiq_jax.sweeping import (
-    best_per_method, expand, load_preset, plan_batches, preset_names, split, tied_with_best, write_tables,
-)
+from opiq_jax.sweeping import best_per_method, expand, load_preset, plan_batches, plan_static, preset_names, split
 
 TINY = {
     "env": "chain", "seeds": 2, "metric": "test_return",
@@ -36,6 +34,32 @@ def test_shipped_presets_expand_to_the_paper_grids():
         "dqn": 3, "dqn_pc": 5, "dqn_bias_pc": 3, "dqn_rsubtract_pc": 3, "opiq_no_ob": 4, "opiq_no_pc": 16,
         "dqn_rnd": 6, "dqn_dora": 1, "dqn_dora_oa": 1, "bsp": 6}
     assert "beta_bsp=30" in per_method["bsp"] and len(maze_baselines) == 48 * 8
+
+
+def label_values(setting: str) -> dict[str, float]:
+    """``m=0.5,c_action=1`` -> ``{"m": 0.5, "c_action": 1.0}`` (``paper``: none)."""
+    return {} if setting == "paper" else {k: float(v) for k, v in (pair.split("=") for pair in setting.split(","))}
+
+
+def test_every_runs_label_names_the_hyperparameters_it_trains_with():
+    """A grid of two names with two values each, expanded by a sweep and by train's grid: each run's label, its
+    hyperparameters and the numbers its program is given all agree, for every grid point."""
+    from opiq_jax.plan import plan_experiment
+    from opiq_jax.runner import Experiment
+
+    grid = {"m": [0.5, 2.0], "c_action": [1.0, 10.0]}
+    preset = load_preset({"env": "chain", "seeds": 2, "grids": [{"method": "opiq", "grid": grid},
+                                                                 {"method": "dqn_pc", "grid": {"beta": [0.01, 1.0]}}]})
+    swept = Experiment(plan_static(preset), tuple(expand(preset)))
+    planned = plan_experiment("chain", ["opiq", "dqn_pc"], 2, grid={**grid, "beta": [0.01, 1.0]})  # OPIQ has beta
+    for experiment, settings in ((swept, 4 + 2), (planned, 8 + 2)):
+        labels = {(r.method, r.setting) for r in experiment.runs}
+        assert len(labels) == settings and len(experiment.runs) == settings * 2
+        for run, numbers in zip(experiment.runs, experiment.hparams(), strict=True):
+            values = label_values(run.setting)
+            assert values and set(values) <= {"m", "c_action", "beta"}
+            for name, value in values.items():
+                assert run.hparams[name] == value and float(numbers[name]) == pytest.approx(value), run
 
 
 def test_batches_are_as_few_as_fit_and_equal():
@@ -67,6 +91,13 @@ def test_sweep_runs_in_batches_resumes_and_ranks(tmp_path, capsys):
     assert "| opiq |" in (out / "best.md").read_text() and "| dqn |" in (out / "best.md").read_text()
     main(["sweep", str(preset), "--out", str(out), "--max-batch-runs", "4", "--no-progress"])
     assert printed.count("batch 1/3") == 1 and "already finished" in capsys.readouterr().out
+    # every trained run's label names the hyperparameters it trained with, read back from the batches' files
+    trained = [r for batch in sorted(out.glob("batch_*"))
+               for r in json.loads((batch / "config.json").read_text())["runs"]]
+    assert len(trained) == 12 and all(label_values(r["setting"]) for r in trained if r["method"] == "opiq")
+    for run in trained:
+        for name, value in label_values(run["setting"]).items():
+            assert run["hparams"][name] == pytest.approx(value), run
     # the appendix's M figure reads the finished sweep
     from experiments import chain_m_comparison
 
@@ -74,40 +105,6 @@ def test_sweep_runs_in_batches_resumes_and_ranks(tmp_path, capsys):
     assert (out / "m_comparison_test_return.png").exists()
     table = (out / "m_comparison.md").read_text()
     assert "| 0.5 | m=0.5," in table and "| 2 | m=2," in table
-
-
-def test_a_resumed_sweep_keeps_the_batches_it_planned_first_whatever_the_memory_says_now(tmp_path, capsys,
-                                                                                          monkeypatch):
-    """A resume trains the batches planned first (plan.json; for a sweep older than plan.json, its batch folders):
-    a run's floats may depend on the size of the program it trains in, so a resume must not change it."""
-    from opiq_jax import sweeping
-
-    preset = tmp_path / "tiny.json"
-    preset.write_text(json.dumps(TINY))
-    out = tmp_path / "sweep"
-    main(["sweep", str(preset), "--out", str(out), "--max-batch-runs", "4", "--no-progress"])
-    assert json.loads((out / "plan.json").read_text()) == {"batches": {"plain": 3}}
-    settings = (out / "settings.csv").read_bytes()
-    for forget in ("batch_001", "settings.csv", "plan.json"):  # interrupted in its second batch, before plan.json
-        path = out / forget
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    monkeypatch.setattr(sweeping, "available_device_bytes", lambda: 2**50)  # a card where all would fit at once
-    capsys.readouterr()
-    main(["sweep", str(preset), "--out", str(out), "--no-progress"])
-    printed = capsys.readouterr().out
-    assert "resuming the batches planned first (plan.json): plain 3" in printed and "batch 2/3" in printed
-    assert "1 batch(es)" not in printed and (out / "settings.csv").read_bytes() == settings
-
-
-def test_the_selection_names_the_settings_tied_with_the_best_within_their_intervals(tmp_path):
-    ranking = [dict(method="a", setting="x", auc=2.0, auc_low=1.5, auc_high=2.5, final_median=1.0, seeds=4),
-               dict(method="a", setting="y", auc=1.6, auc_low=1.0, auc_high=1.8, final_median=1.0, seeds=4),
-               dict(method="a", setting="z", auc=0.5, auc_low=0.2, auc_high=0.9, final_median=0.0, seeds=4),
-               dict(method="b", setting="w", auc=1.0, auc_low=0.9, auc_high=1.1, final_median=1.0, seeds=4)]
-    assert [t["setting"] for t in tied_with_best(ranking, ranking[0])] == ["y"]
-    write_tables(tmp_path, ranking, "test_return")
-    best = (tmp_path / "best.md").read_text()
-    assert "| a | x | 2 (1.5, 2.5) | 1 | 3 | y |" in best and "| b | w | 1 (0.9, 1.1) | 1 | 1 | none |" in best
 
 
 def test_best_per_method_picks_largest_area():

@@ -12,6 +12,7 @@ from opiq_jax import counts
 from opiq_jax.config import stack_hparams
 from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.methods import program_parts
+from opiq_jax.parts import Part
 from opiq_jax.paths.compact import Transition
 from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
 from opiq_jax.trainer import make_path, uses_target_table
@@ -113,9 +114,11 @@ def test_n_step_q_plus_target_by_hand():
     experiment = Experiment(static, runs)
     state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
     run = jax.tree.map(lambda x: x[0], state.runs)
-    # counts: N(1, right) = 4, N(2, right) = 1, N(3, left) = 9 ; N(4, .) = (0, 3)
+    # counts: N(1, .) = (5, 4), N(2, right) = 1, N(3, left) = 9 ; N(4, .) = (0, 3). The bootstrap's winning action
+    # (left, unvisited in 4) has other counts in every state of the window, so reading any state but the
+    # bootstrap state's gives another target.
     count_columns, update = jax.jit(trainer.agent.count_columns), jax.jit(counts.update)  # not op by op
-    for cell, action, times in [(1, 1, 4), (2, 1, 1), (3, 0, 9), (4, 1, 3)]:
+    for cell, action, times in [(1, 0, 5), (1, 1, 4), (2, 1, 1), (3, 0, 9), (4, 1, 3)]:
         cols = count_columns(run, jnp.array([cell], jnp.int32))
         for _ in range(times):
             run = run.replace(counts=run.counts.replace(sketch=update(run.counts.sketch, cols, action)))
@@ -134,6 +137,7 @@ def test_n_step_q_plus_target_by_hand():
     boot = max(float(q_next[0]) + 3.0 / 1**2, float(q_next[1]) + 3.0 / 4**2)
     expected = rewards[0] + g * rewards[1] + g**2 * rewards[2] + g**3 * boot
     assert float(target[0, 0]) == pytest.approx(expected, rel=1e-5)
+    assert float(q_next[0]) + 3.0 > float(q_next[1]) + 3.0 / 16  # left wins: its count matters, and differs above
     # the same window cut by a terminal on its second step: no bootstrap, third step ignored
     window = window.replace(terminated=jnp.array([[False, True, False]]), done=jnp.array([[False, True, False]]))
     target, _ = targets(run, window, jnp.ones((1, 3), bool))
@@ -183,3 +187,56 @@ def test_target_values_choice():
         uses_target_table(dataclasses.replace(gymnax, target_values="table"), make_path(gymnax))
     with pytest.raises(ValueError, match="--target-values must be one of auto, table, network"):
         dataclasses.replace(chain, target_values="cells").validate()
+
+
+class Tally(Part):
+    """Counts the run's environment steps and updates in a state of its own, for the schedule test below."""
+
+    name = "test_tally"
+
+    def init(self, agent, run_key, example):
+        return {"steps": jnp.int32(0), "updates": jnp.int32(0)}
+
+    def after_step(self, agent, run, step):
+        state = run.parts[self.name]
+        return {**state, "steps": state["steps"] + agent.envs_per_run}
+
+    def update(self, agent, run, batch, key):
+        state = run.parts[self.name]
+        return {**state, "updates": state["updates"] + 1}
+
+
+def test_updates_target_copies_and_epsilon_follow_the_environment_steps():
+    """One update every ``train_every`` environment steps once the replay holds more than a batch, the target
+    network equal to the online network right after every ``target_update`` steps and unchanged between them, and
+    epsilon at the run's step, checked after every step. (Several environments per run are the pool path's.)"""
+    from opiq_jax.methods import METHODS, Method, register_method
+    from opiq_jax.parts import PARTS
+
+    register_method(Method("dqn_tally", ("pseudocounts", Tally()), "DQN + PC, counting", settings={"chain": {}}))
+    try:
+        static = static_for_env("chain", chain_length=6, total_steps=24, log_every=1, buffer_size=24, hidden=(8,),
+                                batch_size=4, train_every=2, target_update=4, rnd_batch=4,
+                                parts=program_parts(["dqn_tally"]))
+        hp = method_hparams("chain", "dqn_tally", epsilon_start=1.0, epsilon_end=0.0, epsilon_decay_steps=16.0)
+        experiment = Experiment(static, (RunSpec("dqn_tally", "x", 0, hp),))
+        _, init, train_chunk = compiled_trainer(static)
+        state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
+        initial = jax.tree.leaves(jax.device_get(state.runs.params))
+        target = jax.device_get(state.runs.target_params)
+        for steps in range(1, 25):  # one chunk: one environment step
+            state, metrics = train_chunk(state)
+            run = jax.device_get(state.runs)
+            tally = {k: int(v[0]) for k, v in run.parts["test_tally"].items()}
+            assert tally == {"steps": steps, "updates": len([s for s in range(2, steps + 1, 2) if s > 4])}, steps
+            assert float(metrics["epsilon"][0]) == pytest.approx(max(0.0, 1.0 - steps / 16.0))
+            online, copied = jax.tree.leaves(run.params), jax.tree.leaves(run.target_params)
+            if steps % 4 == 0:
+                assert all(np.array_equal(a, b) for a, b in zip(online, copied)), steps
+                target = run.target_params
+            else:
+                assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(target), copied)), steps
+        assert tally["updates"] == 10 and not all(np.array_equal(a, b) for a, b in zip(online, initial))  # learned
+    finally:
+        METHODS.pop("dqn_tally")
+        PARTS.pop("test_tally")
