@@ -12,7 +12,7 @@ if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "envs")) and _os
 # The public API, imported on first use (PEP 562): importing the trainer imports gymnax, which starts JAX's
 # backend, and a run over several hosts must call jax.distributed.initialize before that.
 _API = ("train", "sweep", "load", "rerun", "bench", "methods", "environments", "options", "Results", "FinalState")
-_ERRORS = ("UsageError", "ResultsError", "PartError", "Stopped", "NonFiniteRuns", "PeerFailed", "ProgramFailed")
+_ERRORS = ("UsageError", "ResultsError", "DoesNotFit", "PartError", "Stopped", "NonFiniteRuns", "PeerFailed", "ProgramFailed")
 # The extension points (docs/design.md): a part, a method made of parts, an environment, an option.
 _EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "methods", "register_method": "methods",
               "EnvironmentSpec": "environments", "register_environment": "environments", "Option": "config",

@@ -252,21 +252,26 @@ def train(args: Any) -> Path:
     joined = (args.coordinator, args.num_processes, args.process_id)
     distributed = args.distributed or any(v is not None for v in joined)
     if not distributed:
-        return train_here(args, None)
-    process = join_processes(args)  # before anything imports gymnax (it starts JAX's backend)
-    from . import multihost
+        out, flagged = train_here(args, None)
+    else:
+        process = join_processes(args)  # before anything imports gymnax (it starts JAX's backend)
+        from . import multihost
 
-    try:
-        return train_here(args, process, should_stop=multihost.failure_of_others)
-    except BaseException as e:  # the others stop too, at their next chunk, with their checkpoints
-        multihost.report_failure(f"{type(e).__name__}: {e}")
-        raise
-    finally:
-        multihost.finish()
+        try:
+            out, flagged = train_here(args, process, should_stop=multihost.failure_of_others)
+        except BaseException as e:  # the others stop too, at their next chunk, with their checkpoints
+            multihost.report_failure(f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            multihost.finish()
+    # after the processes have parted: runs gone non-finite here are no failure the others must stop for
+    end_on_nonfinite(flagged, args.allow_nonfinite)
+    return out
 
 
-def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> Path:
-    """``train`` on this process: plan, run (or resume), then say what was written and what to do next."""
+def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> tuple[Path, list[dict]]:
+    """``train`` on this process: plan, run (or resume), then say what was written and what to do next. Returns
+    the results folder and the runs that became non-finite."""
     from .api import run_planned
     from .plan import describe
 
@@ -283,8 +288,7 @@ def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> 
     print(results.summary(headline))
     figures = results.plot() if args.plot else []
     say_where(out, figures, results.programs(), args.plugin)
-    end_on_nonfinite(results.nonfinite_runs(), args.allow_nonfinite)
-    return out
+    return out, results.nonfinite_runs()
 
 
 def shell_path(path: Path | str) -> str:
@@ -298,8 +302,8 @@ def say_where(out: Path, figures: list[Path], programs: list[str], plugins: tupl
         print(f"opiq-jax: wrote {path}")
     metrics = [Path(out) / program / "metrics.csv" if program != "." else Path(out) / "metrics.csv"
                for program in programs]
-    where = " and ".join(map(str, metrics)) + (" (config.json and checkpoints beside them)" if len(metrics) > 1
-                                               else " (config.json and checkpoints beside it)")
+    where = " and ".join(map(shell_path, metrics)) + (" (config.json and checkpoints beside them)" if len(metrics) > 1
+                                                      else " (config.json and checkpoints beside it)")
     plugin = "".join(f" --plugin {shlex.quote(p)}" for p in plugins)
     print(f"opiq-jax: metrics in {where}; plot again with: opiq-jax plot {shell_path(out)} [--statistic iqm]; the "
           "same command resumes an interrupted run; to reproduce it: "

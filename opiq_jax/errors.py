@@ -13,6 +13,10 @@ class ResultsError(UsageError):
     holding another experiment, or an unreadable ``config.json`` (exit code 2)."""
 
 
+class DoesNotFit(UsageError):
+    """Runs whose training state would not fit in the device's free memory: one line with what would fit."""
+
+
 class PartError(UsageError):
     """An exploration part's hook returned something of the wrong shape or structure: one line naming the part
     and the hook, raised when the program is traced."""
@@ -43,4 +47,4 @@ class PeerFailed(RuntimeError):
     """Another process of a run over several hosts failed; this one stopped at a safe point with its checkpoint."""
 
 
-__all__ = ["NonFiniteRuns", "PartError", "PeerFailed", "ProgramFailed", "ResultsError", "Stopped", "UsageError"]
+__all__ = ["DoesNotFit", "NonFiniteRuns", "PartError", "PeerFailed", "ProgramFailed", "ResultsError", "Stopped", "UsageError"]

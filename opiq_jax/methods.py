@@ -82,6 +82,9 @@ def check_method(method: Method) -> None:
             parts.append(part)
         else:
             parts.append(get_part(part))
+    names = [p.name for p in parts]
+    if len(set(names)) != len(names):
+        raise ValueError(f"method {method.name} names a part twice: {', '.join(names)}")
     options = hparam_options(parts)
     for family, values in method.settings.items():
         unknown = sorted(set(values) - set(options))

@@ -116,27 +116,46 @@ class MetricsLedger:
         return self.record().to_json(), self.copy()
 
 
-def append_metric_rows(path: Path, rows: list[tuple], ledger: MetricsLedger | None = None) -> None:
-    """Appends one chunk's rows (the header first, for a new file) in a single write; ``ledger`` is told."""
-    new = path.stat().st_size == 0 if path.exists() else True
+def append_metric_rows(path: Path, rows: list[tuple], ledger: MetricsLedger | None = None) -> str | None:
+    """Appends one chunk's rows (the header first, for a new file) in a single write; ``ledger`` is told.
+
+    With a ``ledger``, the file must be what it holds: a file that someone deleted, cut or grew while the run
+    went on is first put back from the ledger's copy (the file found set aside), so that the rows appended, the
+    checkpoints' record and their copy stay one table. Returns a line saying so, or None.
+    """
+    said = None if ledger is None else repair_behind_ledger(path, ledger)
+    new = (ledger.size == 0) if ledger is not None else (not path.exists() or path.stat().st_size == 0)
     data = csv_text(([METRICS_HEADER] if new else []) + rows).encode("utf-8")
     append_bytes(path, data)
     if ledger is not None:
         ledger.add(data, len(rows))
+    return said
+
+
+def repair_behind_ledger(path: Path, ledger: MetricsLedger) -> str | None:
+    """Puts ``metrics.csv`` back as the ledger holds it when its size says it was changed behind the run's back."""
+    size = path.stat().st_size if path.exists() else 0
+    if size == ledger.size:
+        return None
+    kept = aside(path, "changed") if path.exists() else None
+    atomic_write_bytes(path, zlib.decompress(ledger.copy()))
+    return (f"opiq-jax: {path} was {'changed' if kept else 'deleted'} while the run went on: put back its "
+            f"{ledger.rows:,} rows from this run's copy" + (f" (the file found is kept as {kept.name})" if kept else ""))
 
 
 # ------------------------------------------------------------------------------------ resuming
 
 
-def problem_with(data: bytes | None, record: MetricsRecord) -> str:
-    """What is wrong with a metrics file that does not begin with the checkpoint's bytes, in a few words."""
+def problem_with(data: bytes | None, record: MetricsRecord, copy: bytes) -> str:
+    """What is wrong with a metrics file that does not begin with the checkpoint's bytes (``copy``), in a few
+    words."""
     if data is None:
         return "missing"
     if not data:
         return "empty"
     if not (data.startswith(HEADER_BYTES) or HEADER_BYTES.startswith(data)):
         return "without its header"
-    if len(data) < record.size:
+    if len(data) < record.size and copy.startswith(data):
         if not data.endswith(b"\n"):
             return "cut mid-line"
         return f"short ({len(parse_metric_rows(text_of(data))):,} of the {record.rows:,} rows the checkpoint covers)"
@@ -159,7 +178,7 @@ def resume_metrics(path: Path, record: MetricsRecord, copy: bytes, step: int, sa
     restored = zlib.decompress(copy)
     if not record.covers(restored):
         raise ResultsError(f"the checkpoint's copy of {path.name} does not match its record: move the folder away")
-    problem = problem_with(data, record)
+    problem = problem_with(data, record, restored)
     kept = aside(path, "damaged") if data is not None else None
     atomic_write_bytes(path, restored)
     say(f"opiq-jax: {path} was {problem}: restored its {record.rows:,} rows up to step {step:,} from the checkpoint's "

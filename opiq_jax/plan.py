@@ -233,9 +233,11 @@ def checked_grid(grid: Mapping[str, Sequence[float]] | None, style: Style, writt
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise UsageError(f"{what} {name}: give a non-empty list of values, got {values!r}")
         checked[name] = [checked_number(numbers[name], v, style, f"{what} {name}" if written else None) for v in values]
-        twice = sorted({v for v in checked[name] if checked[name].count(v) > 1})
-        if twice:  # 1 and 1.0 are one setting: it would train twice under one label
-            raise UsageError(f"{what} {name} names the value {twice[0]:g} twice: give each value once")
+        shown = [f"{v:g}" for v in checked[name]]  # as a setting's label writes it (six significant digits)
+        twice = sorted({s for s in shown if shown.count(s) > 1})
+        if twice:  # 1 and 1.0 (or 0.1000001 and 0.1000002) are one setting's label: its seeds would mix
+            raise UsageError(f"{what} {name} names the value {twice[0]} twice (as labels write it, to six "
+                             "significant digits): give each value once")
     return checked
 
 
@@ -327,7 +329,8 @@ def static_with(env: str, overrides: dict[str, Any], style: Style) -> StaticConf
     pool_only = [name for name in POOL_ONLY if name in overrides and overrides[name] != STATIC_OPTIONS[name].default]
     if pool_only and environment_spec(env).kind != "pool":  # an environment in the program steps one per run
         raise UsageError(f"{label(STATIC_OPTIONS[pool_only[0]].public_name, style)} applies to environments stepped "
-                         f"through a pool of emulators (montezuma) only, not to {env}")
+                         f"through a pool of emulators (montezuma) only, not to {env} (a folder trained with it "
+                         "before resumes with --config FOLDER --out FOLDER)")
     static = StaticConfig(**{**environment_spec(env).defaults, "env": env, **overrides})
     message = next(iter(static.problems(style)), None)
     if message:

@@ -96,11 +96,13 @@ def area_under_median_ci(values: np.ndarray, reps: int = 2000, seed: int = 0,
     """The percentile bootstrap interval of :func:`area_under_median` over seeds (``values[seed, step]``): the seeds
     resampled with replacement ``reps`` times (RNG ``seed``), the median curve's area taken each time."""
     n = values.shape[0]
-    samples = values[np.random.default_rng(seed).integers(0, n, size=(reps, n))]  # [reps, seeds, steps]
-    with warnings.catch_warnings():  # a step where no resampled seed has a value: NaN, counted as 0
-        warnings.simplefilter("ignore", RuntimeWarning)
-        areas = np.mean(np.nan_to_num(np.nanmedian(samples, axis=1), nan=0.0), axis=1)
-    low, high = np.quantile(areas, [(1 - confidence) / 2, (1 + confidence) / 2])
+    draws = np.random.default_rng(seed).integers(0, n, size=(reps, n))
+    areas = []
+    for block in np.array_split(draws, max(1, reps // 100)):  # [100, seeds, steps] at a time: long curves fit
+        with warnings.catch_warnings():  # a step where no resampled seed has a value: NaN, counted as 0
+            warnings.simplefilter("ignore", RuntimeWarning)
+            areas.append(np.mean(np.nan_to_num(np.nanmedian(values[block], axis=1), nan=0.0), axis=1))
+    low, high = np.quantile(np.concatenate(areas), [(1 - confidence) / 2, (1 + confidence) / 2])
     return float(low), float(high)
 
 

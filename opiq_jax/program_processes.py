@@ -268,9 +268,12 @@ def program_main(argv: list[str]) -> int:
     from .plan import experiment_from_configs
     from .runner import run_experiment
 
-    for module in options.pop("plugins", []):  # the parent's: they register the program's own methods
-        importlib.import_module(module)
     try:
+        for module in options.pop("plugins", []):  # the parent's: they register the program's own methods
+            try:
+                importlib.import_module(module)
+            except Exception as e:  # noqa: BLE001: whatever the module raises is one line, as in the parent
+                raise UsageError(f"importing the plugin {module} failed ({type(e).__name__}: {e})") from None
         run_experiment(experiment_from_configs(folder / CONFIG_FILE), folder, progress=False, **options)
     except Stopped as e:
         return e.exit_code

@@ -296,10 +296,15 @@ FOLDER_KINDS = {"program": "training run (config.json)", "programs": "run of sev
 """What a results folder holds: one program's files, per-program subfolders, or a sweep's batches."""
 
 
+SYSTEM_FILES = (".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints")
+"""What operating systems and notebooks leave in any folder they show: not a user's results."""
+
+
 def is_scratch(name: str) -> bool:
-    """A file opiq-jax writes for a moment (the lock, a write test, a temporary file before its rename)."""
+    """A file opiq-jax writes for a moment (the lock, a write test, a temporary file before its rename), or one that
+    a file browser or notebook leaves in any folder."""
     temporary = name.startswith(".write-test-") or name.endswith((".tmp", ".new"))
-    return name == LOCK_FILE or (name.startswith(".") and temporary)
+    return name == LOCK_FILE or name in SYSTEM_FILES or (name.startswith(".") and temporary)
 
 
 def holds_json_object(path: Path, keys: tuple[str, ...]) -> bool:
@@ -309,7 +314,7 @@ def holds_json_object(path: Path, keys: tuple[str, ...]) -> bool:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
-        return path.name == CONFIG_FILE  # ours but damaged: read_json names the problem when it is read
+        return True  # ours but damaged (a cut write of an older version): read_json names it when it is read
     return isinstance(data, dict) and all(k in data for k in keys)
 
 
@@ -322,6 +327,8 @@ def folder_kind(folder: Path) -> str | None:
         return "sweep"
     figures, programs = False, False
     for entry in folder.iterdir():
+        if is_scratch(entry.name):
+            continue
         if entry.is_dir() and not entry.is_symlink():
             kind = folder_kind(entry)
             if kind is None:
@@ -329,7 +336,7 @@ def folder_kind(folder: Path) -> str | None:
             programs |= kind != "empty"
         elif entry.suffix == ".png":  # the figures of a run of several programs, drawn at its top
             figures = True
-        elif not is_scratch(entry.name):
+        else:
             return None
     return "programs" if programs else (None if figures else "empty")
 

@@ -47,9 +47,9 @@ from tqdm.auto import tqdm
 
 from .config import StaticConfig, hparams_to_dict, make_hparams, stack_hparams
 from .environments import ENVIRONMENT_ORIGINS, environment_spec
-from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped, UsageError
+from .errors import DoesNotFit, NonFiniteRuns, PeerFailed, ResultsError, Stopped, UsageError
 from .methods import METHODS, get_method, origins, program_name, program_parts, run_hparams_off
-from .parts import get_part
+from .parts import definition, get_part
 from .metrics_file import (
     METRICS_HEADER, MetricsLedger, MetricsRecord, append_metric_rows, read_metric_dicts, resume_metrics,
     resume_metrics_without_copy, rows_without_checkpoint, set_aside_uncovered,
@@ -120,9 +120,11 @@ def make_train_options(static: StaticConfig) -> dict:
 
 
 def registered_parts(static: StaticConfig) -> tuple:
-    """The part objects ``static.parts`` names now: the caches below are keyed by them too, so a part registered
-    again under its name (a corrected notebook cell) is never served a program built with the one before."""
-    return tuple(get_part(name) for name in static.parts)
+    """Which part objects ``static.parts`` names now (their definitions and identities: a part may be an unhashable
+    dataclass): the caches below are keyed by them too, so a part registered again under its name (a corrected
+    notebook cell) is never served a program built with the one before. The cached trainer holds the parts, so
+    an identity is not reused while its entry lives."""
+    return tuple((definition(part), id(part)) for part in map(get_part, static.parts))
 
 
 def compiled_trainer(static: StaticConfig) -> tuple[Trainer, callable, callable]:
@@ -352,7 +354,7 @@ def require_fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM)
     most = runs_that_fit(per_run, free, headroom)
     if num_runs > most:
         need = per_run * num_runs * headroom
-        raise ValueError(
+        raise DoesNotFit(
             f"{num_runs} runs need about {need / 2**30:.1f} GiB ({per_run / 2**20:.1f} MiB each, x{headroom:g} "
             f"headroom) but the device has {free / 2**30:.1f} GiB free: use at most {most} runs "
             f"(fewer seeds or methods) or a smaller --buffer-size"
@@ -627,7 +629,8 @@ def run_experiment(experiment: Experiment, out: str | Path, progress: bool = Tru
         (:class:`PeerFailed`: another process of a run over several hosts failed).
       track: ``none``, or ``tensorboard`` to stream each method's aggregates per chunk (the ``tracking`` extra).
       pool_overrides: options of a pool environment's emulators (EnvPool's, e.g. ``max_episode_steps``).
-    Returns the final training state. Raises :class:`Stopped` after SIGINT or SIGTERM (progress checkpointed).
+    Returns the final training state (None when the folder's metrics show the run finished and it keeps no
+    checkpoint: nothing was trained). Raises :class:`Stopped` after SIGINT or SIGTERM (progress checkpointed).
     """
     loop = Loop(progress, checkpoint_seconds, stop_after_chunks, max_seconds, stop_on_nonfinite, verbose, should_stop,
                 track)
@@ -715,8 +718,10 @@ def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop,
         state, metrics = step_chunk(state)
         metrics = wait_for(metrics)
         chunk, done_here, chunk_seconds = chunk + 1, done_here + 1, chunk_seconds + time.monotonic() - dispatched
-        append_metric_rows(out / METRICS_FILE, metric_rows(experiment, chunk * static.log_every, metrics,
-                                                           trainer.metric_names), progress.ledger)
+        repaired = append_metric_rows(out / METRICS_FILE, metric_rows(experiment, chunk * static.log_every, metrics,
+                                                                      trainer.metric_names), progress.ledger)
+        if repaired:
+            loop.say(repaired)
         peer = loop.should_stop() if loop.should_stop else None
         stop = signals.signum is not None
         out_of_time = loop.max_seconds is not None and time.monotonic() - started >= loop.max_seconds

@@ -34,7 +34,7 @@ import numpy as np
 
 from .config import RUNNER_SET, STATIC_OPTIONS, StaticConfig, Style, static_option
 from .environments import method_hparams
-from .errors import ResultsError, UsageError
+from .errors import DoesNotFit, ResultsError, UsageError
 from .methods import get_method, program_name
 from .plan import (
     check_count, check_environment, check_seed, check_methods, checked_grid, checked_static, setting_label, static_with,
@@ -213,7 +213,12 @@ def batches_in_folders(out: Path) -> dict[str, int]:
 def recorded_plan(out: Path, groups: dict[str, Experiment]) -> dict[str, int] | None:
     """The batches per program that ``out`` planned before (``plan.json``, or read from older batch folders)."""
     if (out / PLAN_FILE).exists():
-        return {k: int(v) for k, v in read_json(out / PLAN_FILE)["batches"].items()}
+        plan = read_json(out / PLAN_FILE)
+        try:
+            return {str(k): int(v) for k, v in plan["batches"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ResultsError(f"{out / PLAN_FILE} is not a sweep's plan (batches per program): delete it, and the "
+                               "sweep reads its plan back from its batch folders") from None
     sizes = batches_in_folders(out) if out.is_dir() else {}
     if not sizes:
         return None
@@ -268,7 +273,11 @@ def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_
             print(f"sweep: batch {i + 1}/{len(batches)} already finished", flush=True)
             continue
         print(f"sweep: batch {i + 1}/{len(batches)}", flush=True)
-        run_experiment(batch, folder, progress=progress, checkpoint_seconds=checkpoint_seconds, track=track)
+        try:
+            run_experiment(batch, folder, progress=progress, checkpoint_seconds=checkpoint_seconds, track=track)
+        except DoesNotFit as e:  # a resume on a card with less free memory than the one that planned the batches
+            raise DoesNotFit(f"{e}; this sweep's batches were planned when it started ({PLAN_FILE}): resume it "
+                             "where it fits, or start it again into a new --out with --max-batch-runs") from None
     ranking = rank_settings(out, preset.metric)
     write_tables(out, ranking, preset.metric)
     return ranking

@@ -117,6 +117,7 @@ def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["train", *SMALL, "--grid", "lr=0.001,inf"], "--lr must be a finite number, got inf"),
         # one value twice would train one setting twice under one label
         (["train", *SMALL, "--grid", "m=1,1.0"], "--grid m names the value 1 twice"),
+        (["train", *SMALL, "--grid", "m=0.1000001,0.1000002"], "--grid m names the value 0.1 twice (as labels write"),
         # options of the pool path alone (Montezuma's), which did nothing on the chain
         (["train", *SMALL, "--envs-per-run", "2"], "--envs-per-run applies to environments stepped through a pool"),
         (["train", *SMALL, "--no-overlap"], "--overlap applies to environments stepped through a pool"),
@@ -206,7 +207,8 @@ def test_a_run_that_ended_non_finite_exits_with_1_unless_allowed_and_the_closing
     assert last.startswith("opiq-jax: 2 run(s) became NaN or infinite (the first: opiq, lr=1e+30, seed 0)"), last
     assert last.endswith("exit code 1 (--allow-nonfinite exits with 0)")
     closing = [line for line in printed.out.splitlines() if line.startswith("opiq-jax: metrics in ")][0]
-    assert f"{out / 'plain' / 'metrics.csv'} and {out / 'rnd' / 'metrics.csv'}" in closing
+    assert f"{shlex.quote(str(out / 'plain' / 'metrics.csv'))} and {shlex.quote(str(out / 'rnd' / 'metrics.csv'))}" \
+        in closing
     assert f"opiq-jax plot {shlex.quote(str(out))} [--statistic iqm]" in closing
     assert f"opiq-jax train --config {shlex.quote(str(out))};" in closing
     assert not (out / "metrics.csv").exists() and (out / "plain" / "metrics.csv").exists()
@@ -310,7 +312,7 @@ WRONG_HOOKS = {
     "action_bonus": (Bonus, "part 'test_bonus': action_bonus returned shape [2], expected [1, 2] ([E, A]"),
     "bootstrap_bonus": (Bonus, "part 'test_bonus': bootstrap_bonus returned shape [64, 3], expected [64, 2]"),
     "metrics": (Bonus, "part 'test_bonus': metrics returned ['other'], expected a dict of its metric_names"),
-    "update": (StatefulBonus, "part 'test_stateful': update returned a state of another structure, shape or dtype"),
+    "update": (StatefulBonus, "part 'test_stateful': update returned a tree of another structure, shape or dtype"),
 }
 
 
@@ -343,6 +345,9 @@ def test_registration_is_all_or_nothing_and_the_same_definition_registers_again(
         with pytest.raises(ValueError, match="another part is already registered as 'test_bonus'"):
             opiq_jax.register_method(opiq_jax.Method("dqn_other", (other,), "clash", settings={}))
         assert "dqn_other" not in METHODS
+        with pytest.raises(ValueError, match="method dqn_twice names a part twice: test_bonus, test_bonus"):
+            opiq_jax.register_method(opiq_jax.Method("dqn_twice", (Bonus(), Bonus()), "twice", settings={}))
+        assert "dqn_twice" not in METHODS
         with pytest.raises(ValueError, match="opiq is one of the paper's methods and cannot be replaced"):
             opiq_jax.register_method(opiq_jax.Method("opiq", ("pseudocounts",), "not OPIQ", settings={}))
         assert METHODS["opiq"].description.startswith("OPIQ")

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import opiq_jax
-from opiq_jax import results
+from opiq_jax import results, runner
 from opiq_jax.environments import method_hparams, static_for_env
 from opiq_jax.results import (
     CHECKPOINT_FILE, METRICS_FILE, PREVIOUS_CHECKPOINT_FILE, ResultsError, read_checkpoint_arrays,
@@ -314,6 +314,24 @@ def test_a_damaged_metrics_file_is_restored_from_the_checkpoints_copy_and_the_re
     assert len(kept) == (0 if change is None else 1)  # the file found is set aside, never deleted
 
 
+def test_a_metrics_file_deleted_or_changed_while_the_run_goes_on_is_put_back(tmp_path, straight, capsys):
+    out, chunks = tmp_path / "meddled", []
+
+    def meddle():  # called after every chunk, as a user in another window might
+        chunks.append(1)
+        if len(chunks) == 2:
+            (out / METRICS_FILE).unlink()
+        if len(chunks) == 4:
+            (out / METRICS_FILE).write_bytes(cut_half((out / METRICS_FILE).read_bytes()))
+        return None
+
+    run_experiment(EXPERIMENT, out, progress=False, checkpoint_seconds=0, should_stop=meddle)
+    printed = capsys.readouterr().out
+    assert "was deleted while the run went on: put back its" in printed
+    assert "was changed while the run went on: put back its" in printed
+    assert_same_results(out, straight)
+
+
 def test_sigkill_while_the_metrics_are_restored_loses_nothing(tmp_path, straight):
     out = interrupted_run(tmp_path, "restoring")
     (out / METRICS_FILE).write_bytes(cut_half((out / METRICS_FILE).read_bytes()))
@@ -406,7 +424,8 @@ def test_a_folder_that_is_not_an_experiment_is_refused_and_left_as_it_was(tmp_pa
         opiq_jax.sweep(SWEEP_PRESET, out=user, progress=False)
     assert {p.name: p.read_bytes() for p in user.iterdir()} == before
     empty = tmp_path / "empty"
-    (empty / "sub").mkdir(parents=True)
+    (empty / "sub" / ".ipynb_checkpoints").mkdir(parents=True)
+    (empty / ".DS_Store").write_bytes(b"\0")  # what a file browser or a notebook leaves in any folder
     run_experiment(EXPERIMENT, empty, progress=False, stop_after_chunks=1)  # an empty folder is taken
 
 
@@ -429,6 +448,12 @@ def test_a_resumed_sweep_keeps_the_batches_it_planned_first_whatever_the_memory_
         path = out / forget
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     monkeypatch.setattr(sweeping, "available_device_bytes", lambda: 2**50)  # a card where all would fit at once
+    with monkeypatch.context() as small:  # a card where the batches planned first do not fit: one line, nothing run
+        small.setattr(runner, "available_device_bytes", lambda: 1000)
+        with pytest.raises(SystemExit) as stop:
+            main(["sweep", str(preset), "--out", str(out), "--no-progress"])
+        assert stop.value.code == 2
+        assert "batches were planned when it started (plan.json): resume it where it fits" in capsys.readouterr().err
     capsys.readouterr()
     main(["sweep", str(preset), "--out", str(out), "--no-progress"])
     printed = capsys.readouterr().out

@@ -202,8 +202,8 @@ def checked_state(part: Part, hook: str, before: Any, after: Any) -> Any:
                                           for x in jax.tree.leaves(tree)]
 
     if layout(before) != layout(after):
-        raise PartError(f"part {part.name!r}: {hook} returned a state of another structure, shape or dtype than the "
-                        f"state it was given (its init's): {layout(after)} for {layout(before)}")
+        raise PartError(f"part {part.name!r}: {hook} returned a tree of another structure, shape or dtype than the one "
+                        f"it was given: {layout(after)} for {layout(before)}")
     return after
 
 
