@@ -42,6 +42,8 @@ METRICS_RESTORED = ("tests/test_faults.py::test_a_damaged_metrics_file_is_restor
                     "resume_leaves_no_gap")
 METRICS_KEPT = "tests/test_faults.py::test_rows_no_checkpoint_covers_are_kept_aside_never_deleted"
 SWEEP_LABELS = "tests/test_sweep.py::test_every_runs_label_names_the_hyperparameters_it_trains_with"
+MEMORY_FREED = ("tests/test_runner.py::test_programs_trained_one_after_another_free_the_device_memory_of_the_one_"
+                "before")
 SCHEDULES = "tests/test_trainer.py::test_updates_target_copies_and_epsilon_follow_the_environment_steps"
 N_STEP_CHAIN = "tests/test_trainer.py::test_n_step_q_plus_target_by_hand"
 
@@ -234,6 +236,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "    return (stored * agent.envs_per_run) % agent.static.target_update == 0",
            "    return stored >= 0",
            "the target network is copied at every step, not every target_update steps", (SCHEDULES,)),
+    Mutant("runner-keeps-earlier-programs-on-device", "opiq_jax/runner.py",
+           "            states[name] = jax.device_get(state) if keep_states else None",
+           "            states[name] = state",
+           "programs trained one after another keep the earlier ones' states on the device", (MEMORY_FREED,)),
     Mutant("metrics-keeps-stale-rows", "opiq_jax/metrics_file.py",
            "            atomic_write_bytes(path, data[: record.size])", "            pass",
            "resume keeps the rows of a chunk written after the checkpoint", (RESUME,)),

@@ -212,13 +212,16 @@ def require_same_experiment(out: Path, experiment: Experiment, say: Callable[[st
 PROGRAM_MODES = ("sequential", "parallel")
 
 
-def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequential", **kwargs) -> dict[str, object]:
+def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequential", keep_states: bool = False,
+                **kwargs) -> dict[str, object]:
     """Runs ``experiment`` (any mix of methods) as one program per group; a single program uses ``out`` itself.
 
     Keyword arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call. ``programs``:
     ``sequential`` trains the programs one after another in this process; ``parallel`` trains them at once,
     each in a process of its own (:mod:`opiq_jax.program_processes`; on one GPU under NVIDIA MPS). Returns the
-    final state of each program trained in this process (none with ``parallel``: see ``Results.state``).
+    final state of a single program. Of several trained one after another, each program's state leaves the
+    device before the next starts (it needs the memory): with ``keep_states`` its host copy is returned, else
+    None (``Results.state`` reads it from the checkpoint). None with ``parallel``.
     """
     if programs not in PROGRAM_MODES:
         raise UsageError(f"programs must be one of {', '.join(PROGRAM_MODES)}, got {programs!r}")
@@ -238,7 +241,9 @@ def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequen
         if left is not None and left <= 0:
             break
         if not program_finished(out / name):
-            states[name] = run_experiment(group, out / name, max_seconds=left, **kwargs)
+            state = run_experiment(group, out / name, max_seconds=left, **kwargs)
+            states[name] = jax.device_get(state) if keep_states else None
+            del state  # its device buffers go with the last reference, before the next program allocates its own
     return states
 
 

@@ -142,7 +142,7 @@ def train(tmp_path, methods, seeds=4):
 
     static = static_for_env("corridor")
     runs = tuple(RunSpec(m, "paper", s, method_hparams("corridor", m)) for m in methods for s in range(seeds))
-    states = run_methods(Experiment(static, runs), tmp_path, progress=False)
+    states = run_methods(Experiment(static, runs), tmp_path, progress=False, keep_states=True)
     return states, read_metrics(tmp_path)
 
 

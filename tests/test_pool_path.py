@@ -41,7 +41,7 @@ def trained(tmp_path_factory):
     runs = tuple(RunSpec(m, "paper", s, method_hparams("fake_montezuma", m)) for m in PAPER_MONTEZUMA for s in range(2))
     experiment = Experiment(static, runs, seed=3)
     out = tmp_path_factory.mktemp("pool")
-    states = jax.device_get(run_methods(experiment, out, progress=False))
+    states = run_methods(experiment, out, progress=False, keep_states=True)
     return experiment, states, read_metrics(out)
 
 

@@ -308,3 +308,23 @@ def test_a_state_large_for_the_machine_is_announced_with_its_size_and_the_option
     assert "replay of 10,000 steps per run: --buffer-size makes it smaller" in notes[0]
     with pytest.raises(ValueError, match=r"use at most 2 runs .* or a smaller --buffer-size"):
         runner.check_fits(static, 3)
+
+
+def test_programs_trained_one_after_another_free_the_device_memory_of_the_one_before(tmp_path, monkeypatch):
+    """The second program (RND's) starts with the first one's training state gone from the device: its replay
+    of 20,000 steps per run is no longer among the live arrays."""
+    from opiq_jax import runner
+
+    static = dataclasses.replace(STATIC, total_steps=300, buffer_size=20_000)
+    runs = tuple(RunSpec(m, "paper", s, method_hparams("chain", m)) for m in ("opiq", "dqn_rnd") for s in range(2))
+    live_at_start, real = [], runner.run_experiment
+
+    def watched(experiment, out, **kwargs):
+        live_at_start.append(sum(x.nbytes for x in jax.live_arrays()))
+        return real(experiment, out, **kwargs)
+
+    monkeypatch.setattr(runner, "run_experiment", watched)
+    runner.run_methods(Experiment(static, runs), tmp_path, progress=False)
+    plain = runner.state_bytes_per_run(dataclasses.replace(static, parts=runner.program_parts(["opiq"]))) * 2
+    assert len(live_at_start) == 2 and plain > 500_000
+    assert live_at_start[1] - live_at_start[0] < plain / 10, (live_at_start, plain)
