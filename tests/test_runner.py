@@ -306,7 +306,7 @@ def test_a_state_large_for_the_machine_is_announced_with_its_size_and_the_option
     runner.check_fits(static, 2, note=notes.append)
     assert len(notes) == 1 and f"{2 * per_run / 2**30:.1f} GiB of training state" in notes[0]
     assert "replay of 10,000 steps per run: --buffer-size makes it smaller" in notes[0]
-    with pytest.raises(ValueError, match=r"use at most 2 runs .* or a smaller --buffer-size"):
+    with pytest.raises(ValueError, match=r"use at most 2 runs .*, a smaller --buffer-size \(none above a batch"):
         runner.check_fits(static, 3)
 
 
@@ -328,3 +328,25 @@ def test_programs_trained_one_after_another_free_the_device_memory_of_the_one_be
     plain = runner.state_bytes_per_run(dataclasses.replace(static, parts=runner.program_parts(["opiq"]))) * 2
     assert len(live_at_start) == 2 and plain > 500_000
     assert live_at_start[1] - live_at_start[0] < plain / 10, (live_at_start, plain)
+
+
+def test_runs_that_do_not_fit_are_refused_before_anything_starts_with_what_would_fit(tmp_path, monkeypatch, capsys):
+    """One line, before any folder is written: how many runs would fit, the largest replay that would, and the
+    devices that would hold them all."""
+    from opiq_jax import runner
+
+    static = dataclasses.replace(STATIC, total_steps=300, buffer_size=20_000, parts=runner.program_parts(["opiq"]))
+    per_run = runner.state_bytes_per_run(static)
+    free = int(per_run * 4 * runner.MEMORY_HEADROOM * 0.6)  # room for 2 of the 4 runs
+    monkeypatch.setattr(runner, "available_device_bytes", lambda: free)
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--chain-length", "8", "--hidden", "16", "--steps", "300", "--log-every", "150",
+              "--buffer-size", "20000", "--seeds", "2", "--method", "opiq", "dqn_pc", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "4 runs need about" in err and "use at most 2 runs (fewer seeds or methods), --buffer-size " in err
+    assert "or 2 devices like this one (the runs split over them)" in err
+    buffer = int(err.split("--buffer-size ")[1].split(" or less")[0].replace(",", ""))
+    assert 64 < buffer < 20_000 and runner.fits_in(static, buffer, 4, free, runner.MEMORY_HEADROOM)
+    assert not runner.fits_in(static, int(buffer * 1.2), 4, free, runner.MEMORY_HEADROOM)  # the largest, nearly
+    assert not (tmp_path / "x").exists()
