@@ -64,7 +64,7 @@ from opiq_jax.parts.optimism import optimism_bonus
 # The maps apply each run's Q-network and read its count sketch at every cell, which the public API does not
 # offer: the trainer of the results folder's configuration does (its environment, network and count lookup).
 from opiq_jax.plan import experiment_from_configs
-from opiq_jax.runner import compiled_trainer
+from opiq_jax.compiled import compiled_trainer
 from opiq_jax.trainer import master_params
 
 BASE_METHODS = ("dqn_pc", "opiq")

@@ -23,8 +23,9 @@ import jax
 import tyro
 
 from opiq_jax.config import stack_hparams
-from opiq_jax.environments import method_hparams, static_for_env
-from opiq_jax.runner import Experiment, RunSpec, run_keys_for
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams
+from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
 
 
 @dataclass
@@ -66,7 +67,7 @@ def time_raw(pool_size: int, steps: int) -> dict:
 
 def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True) -> dict:
     from opiq_jax.envs.montezuma import MontezumaPool
-    from opiq_jax.runner import state_bytes_per_run
+    from opiq_jax.memory import state_bytes_per_run
     from opiq_jax.trainer import make_train
 
     static = static_for_env("montezuma", total_steps=2 * steps, log_every=steps, buffer_size=buffer_size,

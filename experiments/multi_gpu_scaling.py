@@ -27,7 +27,9 @@ import tyro
 from opiq_jax.benchmark.throughput import bench_experiment, is_out_of_memory, run_until_learning
 from opiq_jax.config import stack_hparams
 from opiq_jax.environments import static_for_env
-from opiq_jax.runner import chunk_program, compiled_trainer, run_keys_for, shard_over_devices
+from opiq_jax.devices import shard_over_devices
+from opiq_jax.compiled import chunk_program, compiled_trainer
+from opiq_jax.experiment import run_keys_for
 
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")
 

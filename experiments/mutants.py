@@ -236,7 +236,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "    return (stored * agent.envs_per_run) % agent.static.target_update == 0",
            "    return stored >= 0",
            "the target network is copied at every step, not every target_update steps", (SCHEDULES,)),
-    Mutant("runner-keeps-earlier-programs-on-device", "opiq_jax/runner.py",
+    Mutant("runner-keeps-earlier-programs-on-device", "opiq_jax/programs.py",
            "            states[name] = jax.device_get(state) if keep_states else None",
            "            states[name] = state",
            "programs trained one after another keep the earlier ones' states on the device", (MEMORY_FREED,)),

@@ -35,7 +35,16 @@ import hashlib, json, re, sys
 import jax
 from opiq_jax.config import stack_hparams
 from opiq_jax.plan import plan_experiment
-from opiq_jax.runner import compiled_trainer, is_pool, run_keys_for, split_by_program
+try:  # the host layer in modules of its own (experiment, compiled), or all in runner (revisions before it)
+    from opiq_jax.compiled import compiled_trainer, is_pool, start_shapes, trainer_for
+    from opiq_jax.experiment import run_keys_for, split_by_program
+    from opiq_jax.runner import start_pool
+except ImportError:
+    from opiq_jax.runner import compiled_trainer, is_pool, run_keys_for, split_by_program, start_pool, trainer_for
+    from opiq_jax.runner import _start_shapes
+
+    def start_shapes(static, num_envs):
+        return _start_shapes(type("Shaped", (), dict(static=static, runs=(None,) * (num_envs // static.envs_per_run)))())
 
 
 def lowerable(program):
@@ -43,8 +52,8 @@ def lowerable(program):
     # small pool of its emulators, as the runner builds it
     if not is_pool(program.static):
         return (*compiled_trainer(program.static)[1:], ())
-    from opiq_jax.runner import _start_shapes, start_pool, trainer_for
-    return (*trainer_for(program.static, start_pool(program, 0))[1:], _start_shapes(program))
+    num_envs = len(program.runs) * program.static.envs_per_run
+    return (*trainer_for(program.static, start_pool(program, 0))[1:], start_shapes(program.static, num_envs))
 
 
 envs, precisions, methods = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3].split(",")

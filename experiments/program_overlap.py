@@ -43,7 +43,8 @@ from experiments.compare_methods import ABLATIONS, BASELINES
 from opiq_jax.benchmark.throughput import run_until_learning
 from opiq_jax.config import stack_hparams
 from opiq_jax.plan import plan_experiment
-from opiq_jax.runner import Experiment, chunk_program, compiled_trainer, run_keys_for, split_by_program
+from opiq_jax.compiled import chunk_program, compiled_trainer
+from opiq_jax.experiment import Experiment, run_keys_for, split_by_program
 from opiq_jax.trainer import joint_train_chunk
 
 FIGURE_METHODS = tuple(dict.fromkeys(BASELINES + ABLATIONS))

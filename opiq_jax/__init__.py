@@ -16,7 +16,7 @@ _ERRORS = ("UsageError", "ResultsError", "DoesNotFit", "PartError", "Stopped", "
 # The extension points (docs/design.md): a part, a method made of parts, an environment, an option.
 _EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "methods", "register_method": "methods",
               "EnvironmentSpec": "environments", "register_environment": "environments", "Option": "config",
-              "read_metrics": "runner"}
+              "read_metrics": "reading"}
 __all__ = [*_API, *_ERRORS, *_EXTENSION]
 
 

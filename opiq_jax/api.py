@@ -77,7 +77,7 @@ class Results:
     def metrics(self) -> list[dict]:
         """The tidy metrics table: one dict per (run, step, metric) with ``run, method, setting, seed, step,
         metric, value`` (a sweep's padding runs left out)."""
-        from .runner import read_metrics
+        from .reading import read_metrics
         from .sweeping import sweep_rows
 
         return sweep_rows(self.folder) if self.is_sweep else read_metrics(self.folder)
@@ -87,7 +87,7 @@ class Results:
         """The resolved configuration: ``static`` (every static option), ``seed`` and ``runs`` (each run's method,
         setting, seed and hyperparameters), with ``programs`` naming each program's parts."""
         from .results import read_json
-        from .runner import experiment_folders
+        from .reading import experiment_folders
 
         folders = experiment_folders(self.folder)
         configs = [read_json(f / "config.json") for f in folders]
@@ -99,13 +99,13 @@ class Results:
     @property
     def finished(self) -> bool:
         """Whether every run reached its last step."""
-        from .runner import is_finished
+        from .reading import is_finished
 
         return is_finished(self.folder)
 
     def programs(self) -> list[str]:
         """The programs' folder names (``.`` when the folder is one program)."""
-        from .runner import experiment_folders
+        from .reading import experiment_folders
 
         return [str(f.relative_to(self.folder)) for f in experiment_folders(self.folder)]
 
@@ -164,7 +164,8 @@ def require_metric(rows: list[dict], metric: str, folder: Path) -> None:
 def read_final_state(folder: Path, name: str) -> FinalState:
     """The state in ``folder``'s newest sound checkpoint, with the arrays' shapes from its ``config.json``."""
     from .config import stack_hparams
-    from .runner import restore_checkpoint, run_keys_for
+    from .runner import restore_checkpoint
+    from .experiment import run_keys_for
     from .trainer import master_params
 
     experiment = experiment_from_configs(folder)
@@ -182,7 +183,7 @@ def read_final_state(folder: Path, name: str) -> FinalState:
 
 def load(folder: str | Path) -> Results:
     """The results folder ``folder`` (written by :func:`train`, :func:`sweep` or the command line)."""
-    from .runner import experiment_folders
+    from .reading import experiment_folders
 
     folder = check_path("folder", folder)
     if not folder.exists():
@@ -198,7 +199,7 @@ def run_planned(experiment, out: Path, *, progress: bool = True, checkpoint_ever
                 programs: str = "sequential") -> Results:
     """Trains (or resumes) ``experiment`` into ``out``: one program per group of methods (``programs``: see
     :func:`train`)."""
-    from .runner import run_methods
+    from .programs import run_methods
 
     check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,
                        verbose=verbose, max_minutes=max_minutes)

@@ -237,7 +237,7 @@ def join_processes(args: Any) -> tuple[int, int]:
 def share_of_this_process(experiment: Any, out: Path, index: int, count: int) -> tuple[Any, Path]:
     """This process's runs and results folder. Runs never communicate, so the processes only agree on who
     trains what: each trains its share on its own devices and writes its own folder."""
-    from .runner import process_share
+    from .experiment import process_share
 
     try:
         share = process_share(experiment, index, count)

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .config import StaticConfig
-from .methods import METHODS, get_method
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,30 +88,6 @@ def static_for_env(env: str, **overrides) -> StaticConfig:
     return config
 
 
-def method_settings(env: str, method: str) -> dict[str, float]:
-    """The hyperparameters ``method`` sets on ``env``: the environment's defaults and the method's paper settings."""
-    spec, entry = environment_spec(env), get_method(method)
-    if spec.settings not in entry.settings:
-        offered = [m for m, e in METHODS.items() if spec.settings in e.settings]
-        raise ValueError(f"{method} is not available on {env}: use one of {', '.join(offered)}")
-    options = entry.options()
-    defaults = {k: v for k, v in spec.hparams.items() if k in options}
-    return {**defaults, **entry.settings[spec.settings]}
-
-
-def method_hparams(env: str, method: str, **overrides: float) -> dict[str, float]:
-    """Every hyperparameter of ``method`` on ``env``: its options' defaults, the environment's and the
-    method's paper settings, then ``overrides`` (each must be one of the method's options)."""
-    options = get_method(method).options()
-    unknown = sorted(set(overrides) - set(options))
-    if unknown:
-        raise ValueError(f"{method} has no hyperparameter {', '.join(unknown)}; its hyperparameters: {', '.join(options)}")
-    for name, value in overrides.items():
-        options[name].check(value)
-    values = {name: option.default for name, option in options.items()}
-    return {**values, **method_settings(env, method), **overrides}
-
-
 def _make_chain(static: StaticConfig):
     from .envs import RandomisedChain
 
@@ -167,5 +142,5 @@ register_environment(EnvironmentSpec(
 ))
 
 
-__all__ = ["ENVIRONMENTS", "EnvironmentSpec", "environment_spec", "method_hparams", "method_settings",
+__all__ = ["ENVIRONMENTS", "EnvironmentSpec", "environment_spec",
            "register_environment", "static_for_env"]

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterable, Mapping
 
 from .config import Option, hparam_options
+from .environments import environment_spec
 from .parts import BUILTIN_PARTS, PARTS, Part, canonical_order, check_part, get_part, register_part, switched_off
 
 
@@ -197,3 +198,30 @@ PAPER_METHODS = frozenset(m.name for m in _PAPER_METHODS)
 
 for _method in _PAPER_METHODS:
     register_method(_method)
+
+
+# ------------------------------------------------------------------------------------ settings per environment
+
+
+def method_settings(env: str, method: str) -> dict[str, float]:
+    """The hyperparameters ``method`` sets on ``env``: the environment's defaults and the method's paper settings."""
+    spec, entry = environment_spec(env), get_method(method)
+    if spec.settings not in entry.settings:
+        offered = [m for m, e in METHODS.items() if spec.settings in e.settings]
+        raise ValueError(f"{method} is not available on {env}: use one of {', '.join(offered)}")
+    options = entry.options()
+    defaults = {k: v for k, v in spec.hparams.items() if k in options}
+    return {**defaults, **entry.settings[spec.settings]}
+
+
+def method_hparams(env: str, method: str, **overrides: float) -> dict[str, float]:
+    """Every hyperparameter of ``method`` on ``env``: its options' defaults, the environment's and the
+    method's paper settings, then ``overrides`` (each must be one of the method's options)."""
+    options = get_method(method).options()
+    unknown = sorted(set(overrides) - set(options))
+    if unknown:
+        raise ValueError(f"{method} has no hyperparameter {', '.join(unknown)}; its hyperparameters: {', '.join(options)}")
+    for name, value in overrides.items():
+        options[name].check(value)
+    values = {name: option.default for name, option in options.items()}
+    return {**values, **method_settings(env, method), **overrides}

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import RUNNER_SET, STATIC_OPTIONS, Option, StaticConfig, Style, hparam_options, static_option
-from .environments import ENVIRONMENTS, environment_names, environment_spec, method_hparams
+from .environments import ENVIRONMENTS, environment_names, environment_spec
+from .methods import method_hparams
 from .errors import ResultsError, UsageError
 from .methods import METHODS, get_method
 from .parts import PARTS, get_part
@@ -268,7 +269,7 @@ def plan_experiment(env: str = "chain", methods: Sequence[str] = ("opiq",), seed
                     style: Style = "api"):
     """The :class:`~opiq_jax.runner.Experiment` of ``methods`` x settings x ``seeds`` on ``env`` (nothing
     compiled or allocated), with every input checked."""
-    from .runner import Experiment, RunSpec
+    from .experiment import Experiment, RunSpec
 
     check_environment(env, style)
     methods = check_methods(methods, style)
@@ -296,7 +297,7 @@ def check_memory(static: StaticConfig, methods: Sequence[str], runs_per_method: 
     import dataclasses
 
     from .methods import program_name, program_parts
-    from .runner import check_fits
+    from .memory import check_fits
 
     programs: dict[str, list[str]] = {}
     for method in methods:
@@ -361,7 +362,7 @@ def default_out(env: str, methods: Sequence[str], seeds: int | Sequence[int], to
 
 def config_files(path: str | Path) -> list[Path]:
     """The ``config.json`` files of a saved experiment: the file itself, or every one in a results folder."""
-    from .runner import experiment_folders
+    from .reading import experiment_folders
 
     path = Path(path)
     if path.is_file():
@@ -378,7 +379,7 @@ def experiment_from_configs(path: str | Path):
     """The experiment a saved ``config.json`` (or a results folder, per-program subfolders included) describes,
     exactly: the same static configuration, base seed and runs with their hyperparameters."""
     from .results import read_json
-    from .runner import Experiment, RunSpec
+    from .experiment import Experiment, RunSpec
 
     saved = [read_json(f) for f in config_files(path)]
     statics = [{k: v for k, v in s["static"].items() if k != "parts"} for s in saved]

@@ -28,7 +28,7 @@ import numpy as np
 
 from .errors import UsageError
 from .results import CONFIG_FILE, read_json
-from .runner import experiment_folders, read_metrics
+from .reading import experiment_folders, read_metrics
 from .stats import iqm, iqm_curve_ci, stratified_bootstrap_ci
 
 DEFAULT_METRICS = ("train_return", "test_return", "states_visited", "max_return", "rooms_visited")

@@ -114,7 +114,7 @@ def last_logged_step(folder: Path) -> int:
 def write_program_config(folder: Path, experiment, say=print) -> None:
     """The program's ``config.json``, from which its process rebuilds it, written under the folder's lock;
     refuses a folder of another experiment, or one that another process is writing."""
-    from .runner import require_same_experiment
+    from .reading import require_same_experiment
 
     prepare_folder(folder)
     with FolderLock(folder, warn=say):

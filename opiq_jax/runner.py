@@ -16,11 +16,8 @@ interrupted experiment ends with exactly the parameters and metrics of an uninte
 file is written so that no stop loses it is :mod:`opiq_jax.results`' business; SIGINT and SIGTERM stop
 the loop at the next chunk's end with a checkpoint (:class:`Stopped`).
 
-Methods whose exploration parts have networks of their own (DORA, RND, BSP) compile into programs of
-their own (:func:`opiq_jax.methods.program_name`). :func:`run_methods` runs such a mix as one program
-per group, each in a subfolder named after it (``plain``, ``dora``, ``rnd``, ``bsp``);
-:func:`read_metrics` and :func:`is_finished` read such a folder as one experiment. Every run keeps its
-seed's keys, so comparisons stay paired.
+This loop trains one program (an :class:`~opiq_jax.experiment.Experiment`); a mix of methods is one program per
+group (:func:`opiq_jax.programs.run_methods`), and :mod:`opiq_jax.reading` reads such a folder as one experiment.
 
 Every environment goes through the same loop; a pool environment (Montezuma) also starts its pool of
 emulators here, and on resume restarts it with fresh episodes (``PoolPath.restart``).
@@ -29,10 +26,7 @@ emulators here, and on resume restarts it with fresh episodes (``PoolPath.restar
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import math
-import os
 import signal
 import time
 import warnings
@@ -43,452 +37,35 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from .config import StaticConfig, hparams_to_dict, make_hparams, stack_hparams
-from .environments import ENVIRONMENT_ORIGINS, environment_spec
-from .errors import DoesNotFit, NonFiniteRuns, PeerFailed, ResultsError, Stopped, UsageError
-from .methods import METHODS, get_method, origins, program_name, program_parts, run_hparams_off
-from .parts import definition, get_part
+from .compiled import compile_chunk, is_pool, shape_trainer, start_shapes, trainer_for
+from .config import StaticConfig, stack_hparams
+from .devices import shard_over_devices
+from .environments import environment_spec
+from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped
+from .experiment import Experiment, keys_from_data, keys_to_data, run_keys_for
+from .memory import check_fits, state_bytes_per_run
 from .metrics_file import (
-    METRICS_HEADER, MetricsLedger, MetricsRecord, append_metric_rows, read_metric_dicts, resume_metrics,
-    resume_metrics_without_copy, rows_without_checkpoint, set_aside_uncovered,
+    METRICS_HEADER, MetricsLedger, MetricsRecord, append_metric_rows, resume_metrics, resume_metrics_without_copy,
+    rows_without_checkpoint, set_aside_uncovered,
 )
+from .reading import require_same_experiment
 from .results import (
-    CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, PREVIOUS_CHECKPOINT_FILE, RUN_INFO_FILE, FolderLock, Restored,
-    atomic_write_bytes, checkpoint_chunk, is_scratch, newest_checkpoint, prepare_folder, read_json, write_checkpoint,
+    CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, Restored, atomic_write_bytes, newest_checkpoint,
+    prepare_folder, read_json, write_checkpoint,
 )
 from .stop_signals import SignalHandlers
-from .trainer import Trainer, make_train
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One entry of the runs axis."""
-
-    method: str
-    setting: str  # a label of the hyperparameters, e.g. "m=0.5,c_action=1"
-    seed: int
-    hparams: dict  # the method's hyperparameters (environments.method_hparams); others of its program take defaults
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """Runs that train as one program: ``static.parts`` must hold every part of the runs' methods (see
-    :func:`split_by_program`, which makes such experiments from any mix of methods)."""
-
-    static: StaticConfig
-    runs: tuple[RunSpec, ...]
-    seed: int = 0
-    shared_mask_seed: int = 12345
-
-    def __post_init__(self):
-        """A static configuration without parts gets its runs' program's parts, when they make one program."""
-        if self.static.parts or not all(r.method in METHODS for r in self.runs):
-            return
-        if len({program_name(get_method(r.method).part_names) for r in self.runs}) == 1:
-            parts = program_parts({r.method for r in self.runs})
-            object.__setattr__(self, "static", dataclasses.replace(self.static, parts=parts))
-
-    def hparams(self) -> list[dict]:
-        """Every run's hyperparameters as the program needs them: its parts' defaults, the ``off`` values of the
-        parts its method does not name (:func:`opiq_jax.methods.run_hparams_off`), then the run's values."""
-        options, parts = make_train_options(self.static), self.static.parts
-        return [make_hparams(options, {**run_hparams_off(parts, r.method), **r.hparams}) for r in self.runs]
-
-    def to_json(self) -> dict:
-        """``config.json``; ``plugins`` names the modules that registered methods not of the paper (if any)."""
-        plugins = sorted({*origins(dict.fromkeys(r.method for r in self.runs)),
-                          *([ENVIRONMENT_ORIGINS[self.static.env]] if self.static.env in ENVIRONMENT_ORIGINS else [])})
-        return {
-            "static": dataclasses.asdict(self.static),
-            "seed": self.seed,
-            "shared_mask_seed": self.shared_mask_seed,
-            "runs": [
-                {"run": i, "method": r.method, "setting": r.setting, "seed": r.seed, "hparams": hparams_to_dict(hp)}
-                for i, (r, hp) in enumerate(zip(self.runs, self.hparams()))
-            ],
-            **({"plugins": plugins} if plugins else {}),
-        }
-
-
-def make_train_options(static: StaticConfig) -> dict:
-    """The hyperparameters of a program with ``static.parts``: the trainer's and its parts'."""
-    from .config import hparam_options
-
-    return hparam_options(get_part(name) for name in static.parts)
-
-
-def registered_parts(static: StaticConfig) -> tuple:
-    """Which part objects ``static.parts`` names now (their definitions and identities: a part may be an unhashable
-    dataclass): the caches below are keyed by them too, so a part registered again under its name (a corrected
-    notebook cell) is never served a program built with the one before. The cached trainer holds the parts, so
-    an identity is not reused while its entry lives."""
-    return tuple((definition(part), id(part)) for part in map(get_part, static.parts))
-
-
-def compiled_trainer(static: StaticConfig) -> tuple[Trainer, callable, callable]:
-    """``make_train`` plus jitted ``init`` and a donated, jitted ``train_chunk`` (cached per config and parts;
-    environments stepped in the program only: a pool environment's trainer needs its pool, see :func:`trainer_for`)."""
-    return _compiled_trainer(static, registered_parts(static))
-
-
-@functools.lru_cache(maxsize=16)
-def _compiled_trainer(static: StaticConfig, parts: tuple) -> tuple[Trainer, callable, callable]:
-    del parts  # part of the cache's key only
-    trainer = make_train(static)
-    return trainer, jax.jit(trainer.init), jax.jit(trainer.train_chunk, donate_argnums=0)
-
-
-def is_pool(static: StaticConfig) -> bool:
-    """Whether ``static.env`` is stepped through a pool of emulators (Montezuma)."""
-    return environment_spec(static.env).kind == "pool"
-
-
-def trainer_for(static: StaticConfig, pool=None) -> tuple[Trainer, callable, callable]:
-    """The compiled trainer of ``static``: cached for in-program environments, built around ``pool`` for a pool."""
-    if pool is None:
-        return compiled_trainer(static)
-    trainer = make_train(static, pool)
-    return trainer, jax.jit(trainer.init), jax.jit(trainer.train_chunk, donate_argnums=0)
-
-
-def run_keys_for(experiment: Experiment) -> tuple[jax.Array, jax.Array]:
-    """Per-run keys: a run's randomness depends on its seed only, not on its method or setting.
-
-    So the same seed gives every method the same network initialisation, SimHash matrix and action
-    randomisation, which makes method comparisons paired.
-    """
-    base = jax.random.key(experiment.seed)
-    seeds = jnp.array([r.seed for r in experiment.runs], jnp.uint32)
-    run_keys = jax.vmap(lambda s: jax.random.fold_in(base, s))(seeds)
-    if experiment.static.shared_action_mask:
-        shared = jax.random.key(experiment.shared_mask_seed)
-        env_keys = jax.vmap(lambda _: shared)(seeds)
-    else:
-        env_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0x0E4))(run_keys)
-    return run_keys, env_keys
-
-
-def split_by_program(experiment: Experiment) -> dict[str, Experiment]:
-    """One experiment per compiled program, in order of first appearance: methods whose parts all share
-    programs train together; a part with networks of its own (DORA, RND, BSP) makes a program of its own.
-    Each program's ``static.parts`` is the union of its methods' parts."""
-    groups: dict[str, list[RunSpec]] = {}
-    for run in experiment.runs:
-        groups.setdefault(program_name(get_method(run.method).part_names), []).append(run)
-    return {
-        name: dataclasses.replace(
-            experiment, runs=tuple(runs),
-            static=dataclasses.replace(experiment.static, parts=program_parts({r.method for r in runs})),
-        )
-        for name, runs in groups.items()
-    }
-
-
-def same_experiment(saved: dict, config: dict) -> bool:
-    """Whether a saved ``config.json`` describes ``config``; static fields added since it was written
-    (absent from it) count as their defaults, and where its plugins live does not matter."""
-    defaults = dataclasses.asdict(StaticConfig())
-    static = {k: v for k, v in config["static"].items()
-              if k in saved.get("static", {}) or json.loads(json.dumps(v)) != json.loads(json.dumps(defaults.get(k)))}
-    def unplugged(c: dict) -> dict:
-        return {k: v for k, v in c.items() if k != "plugins"}
-
-    return unplugged(saved) == unplugged(json.loads(json.dumps({**config, "static": static})))
-
-
-def require_same_experiment(out: Path, experiment: Experiment, say: Callable[[str], None] | None = None) -> None:
-    """A one-line :class:`ResultsError` when ``out`` already holds the results of another experiment. The
-    configuration of one that never trained (nothing but ``config.json``: it stopped before its first chunk) is
-    no result: it is replaced, with a line through ``say``."""
-    path = Path(out) / CONFIG_FILE
-    if path.exists() and not same_experiment(read_json(path), experiment.to_json()):
-        if say is None or any(not is_scratch(e.name) and e.name != CONFIG_FILE for e in Path(out).iterdir()):
-            raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
-        say(f"opiq-jax: {out} held the configuration of another experiment, which never trained: replacing it")
-
-
-PROGRAM_MODES = ("sequential", "parallel")
-
-
-def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequential", keep_states: bool = False,
-                **kwargs) -> dict[str, object]:
-    """Runs ``experiment`` (any mix of methods) as one program per group; a single program uses ``out`` itself.
-
-    Keyword arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call. ``programs``:
-    ``sequential`` trains the programs one after another in this process; ``parallel`` trains them at once,
-    each in a process of its own (:mod:`opiq_jax.program_processes`; on one GPU under NVIDIA MPS). Returns the
-    final state of a single program. Of several trained one after another, each program's state leaves the
-    device before the next starts (it needs the memory): with ``keep_states`` its host copy is returned, else
-    None (``Results.state`` reads it from the checkpoint). None with ``parallel``.
-    """
-    if programs not in PROGRAM_MODES:
-        raise UsageError(f"programs must be one of {', '.join(PROGRAM_MODES)}, got {programs!r}")
-    out = Path(out)
-    groups = split_by_program(experiment)
-    if len(groups) == 1:
-        (name, group), = groups.items()
-        return {name: run_experiment(group, out, **kwargs)}
-    prepare_folder(out, kind="programs")
-    if programs == "parallel":
-        return run_in_processes(groups, out, kwargs)
-    for name, group in groups.items():  # fail before training anything if some group cannot fit
-        check_fits(group.static, len(group.runs))
-    max_seconds, started, states = kwargs.pop("max_seconds", None), time.monotonic(), {}
-    for name, group in groups.items():
-        left = None if max_seconds is None else max_seconds - (time.monotonic() - started)
-        if left is not None and left <= 0:
-            break
-        if not program_finished(out / name):
-            state = run_experiment(group, out / name, max_seconds=left, **kwargs)
-            states[name] = jax.device_get(state) if keep_states else None
-            del state  # its device buffers go with the last reference, before the next program allocates its own
-    return states
-
-
-def program_finished(folder: Path) -> bool:
-    """Whether ``folder`` holds a program's configuration and its last chunk (a program to skip on a resume)."""
-    return (folder / CONFIG_FILE).exists() and is_finished(folder)
-
-
-def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) -> dict[str, object]:
-    """:func:`run_methods` with ``programs="parallel"``: checks that the programs' states fit on the device at
-    once, then trains every program in a process of its own (this process only waits for them)."""
-    from .program_processes import run_programs_at_once
-
-    if options.get("should_stop") is not None:
-        raise UsageError("programs='parallel' runs on one host: a run over several hosts trains its programs one "
-                         "after another")
-    if is_pool(next(iter(groups.values())).static):
-        raise UsageError("programs='parallel' is for environments stepped in the program: a pool's emulators "
-                         "already take the host's cores")
-    plugins = sorted({m for g in groups.values() for m in g.to_json().get("plugins", [])})
-    if "__main__" in plugins:
-        raise UsageError("programs='parallel' trains each program in a process of its own, which cannot see methods "
-                         "or environments registered in a script or notebook: move the registration into a module "
-                         "and import it (or pass --plugin MODULE), or train the programs one after another")
-    loop = Loop(verbose=options.get("verbose", True))
-    # every program's state at once on the device they share (each run's share rounded up: no looser than the sum)
-    num_runs = sum(len(g.runs) for g in groups.values())
-    total = sum(state_bytes_per_run(g.static) * len(g.runs) for g in groups.values())
-    require_fits(-(-total // num_runs), num_runs)
-    todo = {name: g for name, g in groups.items() if not program_finished(out / name)}
-    run_programs_at_once(todo, out, progress=options.pop("progress", True), say=loop.say, plugins=plugins,
-                         **{k: v for k, v in options.items() if k != "should_stop"})
-    return {}
-
-
-def experiment_folders(out: str | Path) -> list[Path]:
-    """The results folders of an experiment: ``out`` itself, or every folder below it that holds a config
-    (per-structure subfolders, and the per-process folders of a run over several hosts)."""
-    out = Path(out)
-    if (out / CONFIG_FILE).exists():
-        return [out]
-    return sorted(config.parent for config in out.rglob(CONFIG_FILE)) if out.is_dir() else []
-
-
-def process_share(experiment: Experiment, index: int, count: int) -> Experiment:
-    """Process ``index`` of ``count``'s share of the runs: every ``count``-th run from ``index``.
-
-    A run's keys depend on its seed only (:func:`run_keys_for`), so it trains the same whichever
-    process holds it; interleaving gives every process a similar mix of methods.
-    """
-    if not 0 <= index < count:
-        raise ValueError(f"process index {index} is not in [0, {count})")
-    if len(experiment.runs) < count:
-        raise ValueError(f"{len(experiment.runs)} runs cannot be shared among {count} processes")
-    return dataclasses.replace(experiment, runs=experiment.runs[index::count])
+from .trainer import Trainer
 
 
 # ------------------------------------------------------------------------------------ memory
 
 
-def tree_bytes(tree) -> int:
-    """Bytes of all leaves of a pytree of arrays or shape structs."""
-    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
-
-
-def state_bytes_per_run(static: StaticConfig) -> int:
-    """Device bytes of one run's training state, from the shapes alone (nothing is allocated). Cached (per config
-    and parts): the plan, the runner's memory checks and ``run_info.json`` each ask, and each answer traces the
-    whole ``init``."""
-    return _state_bytes_per_run(static, registered_parts(static))
-
-
-@functools.lru_cache(maxsize=64)
-def _state_bytes_per_run(static: StaticConfig, parts: tuple) -> int:
-    del parts  # part of the cache's key only
-    keys = jax.random.split(jax.random.key(0), 1)  # shapes only: eval_shape allocates nothing
-    hp = stack_hparams([make_hparams(make_train_options(static))])
-    if is_pool(static):
-        from .paths.pool import PoolShapes, first_output
-
-        trainer = make_train(static, PoolShapes())
-        start = (jnp.zeros((8,), jnp.uint8), first_output(static.envs_per_run))
-        return tree_bytes(jax.eval_shape(trainer.init, keys, keys, hp, start).runs)
-    return tree_bytes(jax.eval_shape(compiled_trainer(static)[0].init, keys, keys, hp).runs)
-
-
-def available_device_bytes() -> int:
-    """Free memory of the first local device (host RAM for the CPU backend)."""
-    device = jax.local_devices()[0]
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    if stats and "bytes_limit" in stats:
-        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)) * jax.local_device_count()
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
-
-
-# The donated state, the chunk's temporaries and a checkpoint copy on the host.
-MEMORY_HEADROOM = 3.0
-
-
-def runs_that_fit(per_run: int, free_bytes: int, headroom: float = MEMORY_HEADROOM) -> int:
-    """The most states of ``per_run`` bytes that, times ``headroom``, fit in ``free_bytes``."""
-    return max(0, int(free_bytes // (per_run * headroom)))
-
-
-def fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM) -> bool:
-    """Whether ``num_runs`` states of ``per_run`` bytes, times ``headroom``, fit in the free device memory."""
-    return num_runs <= runs_that_fit(per_run, available_device_bytes(), headroom)
-
-
-def require_fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM,
-                 other_ways: Callable[[int], list[str]] | None = None) -> None:
-    """Stops with a one-line :class:`DoesNotFit` when ``num_runs`` states of ``per_run`` bytes do not :func:`fits`,
-    naming what would fit: fewer runs, and ``other_ways(free bytes)`` (default: a smaller --buffer-size)."""
-    free = available_device_bytes()
-    most = runs_that_fit(per_run, free, headroom)
-    if num_runs > most:
-        need = per_run * num_runs * headroom
-        ways = [f"at most {most} runs (fewer seeds or methods)",
-                *(other_ways(free) if other_ways else ["a smaller --buffer-size"])]
-        raise DoesNotFit(
-            f"{num_runs} runs need about {need / 2**30:.1f} GiB ({per_run / 2**20:.1f} MiB each, x{headroom:g} "
-            f"headroom) but the device has {free / 2**30:.1f} GiB free: use {', '.join(ways[:-1])} or {ways[-1]}")
-
-
-def largest_buffer_that_fits(static: StaticConfig, num_runs: int, free: int, headroom: float) -> int | None:
-    """The largest ``--buffer-size`` with which ``num_runs`` runs of ``static`` fit in ``free`` bytes (a run's state
-    grows linearly with its replay: two sizes measured give the line), or None if none above a batch fits."""
-    envs = static.envs_per_run
-    smaller = max(static.batch_size + envs, static.rnd_batch, static.buffer_size // 2) // envs * envs
-    if smaller >= static.buffer_size:
-        return None
-    full, half = state_bytes_per_run(static), state_bytes_per_run(dataclasses.replace(static, buffer_size=smaller))
-    per_step = (full - half) / (static.buffer_size - smaller)
-    if per_step <= 0:
-        return None
-    buffer = int((free / (headroom * num_runs) - (full - per_step * static.buffer_size)) // per_step) // envs * envs
-    while buffer > max(static.batch_size, static.rnd_batch) and not fits_in(static, buffer, num_runs, free, headroom):
-        buffer = int(buffer * 0.95) // envs * envs  # the line is a shade optimistic: step down until it fits
-    return buffer if buffer > max(static.batch_size, static.rnd_batch) else None
-
-
-def fits_in(static: StaticConfig, buffer: int, num_runs: int, free: int, headroom: float) -> bool:
-    per_run = state_bytes_per_run(dataclasses.replace(static, buffer_size=buffer))
-    return num_runs <= runs_that_fit(per_run, free, headroom)
-
-
-def ways_to_fit(static: StaticConfig, num_runs: int, headroom: float) -> Callable[[int], list[str]]:
-    """What else would make ``num_runs`` runs of ``static`` fit in a device's free bytes: a replay size, or devices
-    (an environment stepped in the program splits its runs over the local devices; a pool's stay on one)."""
-    def ways(free: int) -> list[str]:
-        buffer = largest_buffer_that_fits(static, num_runs, free, headroom)
-        found = [f"--buffer-size {buffer:,} or less" if buffer else "a smaller --buffer-size (none above a batch fits)"]
-        if not is_pool(static):
-            per_device = free / jax.local_device_count()
-            devices = math.ceil(state_bytes_per_run(static) * num_runs * headroom / per_device)
-            found.append(f"{devices} devices like this one (the runs split over them)")
-        return found
-
-    return ways
-
-
-LARGE_STATE_FRACTION = 0.25
-"""A state above this fraction of the free memory gets a note before training starts."""
-
-
-def check_fits(static: StaticConfig, num_runs: int, note: Callable[[str], None] | None = None) -> None:
-    """Stops with a one-line message when ``num_runs`` runs cannot fit in device memory; ``note`` is told before
-    training how much memory a large state takes and how to make it smaller."""
-    per_run = state_bytes_per_run(static)
-    headroom = 1.2 if is_pool(static) else MEMORY_HEADROOM  # a pool's replay dominates; its chunks make few temporaries
-    require_fits(per_run, num_runs, headroom, ways_to_fit(static, num_runs, headroom))
-    total, free = per_run * num_runs, available_device_bytes()
-    if note and total > LARGE_STATE_FRACTION * free:
-        where = jax.local_devices()[0].platform
-        note(f"opiq-jax: {num_runs} run(s) keep {total / 2**30:.1f} GiB of training state in {where} memory "
-                   f"({free / 2**30:.1f} GiB free), most of it the replay of {static.buffer_size:,} steps per run: "
-                   f"--buffer-size makes it smaller")
-
-
 # ------------------------------------------------------------------------------------ devices
 
 
-def shard_over_devices(state, num_runs: int, say: Callable[[str], None] | None = print):
-    """Splits the runs axis over all local devices (data parallelism: runs never communicate).
-
-    The step counter is replicated; every leaf of ``state.runs`` is sharded along its leading axis,
-    and ``train_chunk`` (jitted without explicit shardings) follows the placement of its input. With
-    one device, or a number of runs the devices do not divide, the state stays where it is.
-    """
-    devices = jax.local_devices()
-    if len(devices) == 1:
-        return state
-    if num_runs % len(devices):
-        if say:
-            say(f"opiq-jax: {num_runs} runs do not divide over {len(devices)} devices; using one device")
-        return state
-    mesh = Mesh(np.array(devices), ("runs",))
-    by_run, replicated = NamedSharding(mesh, PartitionSpec("runs")), NamedSharding(mesh, PartitionSpec())
-    return state.replace(
-        step=jax.device_put(state.step, replicated),
-        runs=jax.tree.map(lambda x: jax.device_put(x, by_run), state.runs),
-    )
-
-
 # ------------------------------------------------------------------------------------ reading results
-
-
-def read_metrics(out: str | Path) -> list[dict]:
-    """The tidy metrics table of a results folder as a list of dicts (value as float).
-
-    A folder of per-program subfolders (see :func:`run_methods`) reads as one table, run ids numbered on
-    across the subfolders.
-    """
-    out = Path(out)
-    folders = experiment_folders(out)
-    if not folders:
-        if not out.exists():
-            raise FileNotFoundError(f"{out} does not exist")
-        raise FileNotFoundError(f"{out} holds no results (no {CONFIG_FILE} in it or below it)")
-    table, offset = [], 0
-    for folder in folders:
-        rows = read_metric_dicts(folder)
-        for r in rows:
-            r["run"], r["seed"], r["step"], r["value"] = (
-                offset + int(r["run"]), int(r["seed"]), int(r["step"]), float(r["value"]))
-        table += rows
-        offset += len(read_json(folder / CONFIG_FILE)["runs"])
-    return table
-
-
-def is_finished(out: str | Path) -> bool:
-    """Whether the results folder (every per-program subfolder) holds the metrics of the last chunk and, where it
-    keeps a checkpoint, the last chunk's checkpoint (a process killed between the two has not finished)."""
-    folders = experiment_folders(out)
-    for folder in folders:
-        config = read_json(folder / CONFIG_FILE)["static"]
-        rows = read_metrics(folder)
-        if not rows or max(r["step"] for r in rows) < config["total_steps"]:
-            return False
-        if (folder / CHECKPOINT_FILE).exists():
-            chunk = checkpoint_chunk(folder / CHECKPOINT_FILE)
-            if chunk is None or chunk * config["log_every"] < config["total_steps"]:
-                return False
-    return bool(folders)
 
 
 # ------------------------------------------------------------------------------------ stopping cleanly
@@ -558,8 +135,8 @@ def start_pool(experiment: Experiment, resumed_at: int, **pool_overrides):
 def restore_checkpoint(out: Path, experiment: Experiment, hparams, run_keys, env_keys, say) -> Restored | None:
     """The newest sound checkpoint in ``out`` (its state's keys typed again), or None."""
     static = experiment.static
-    template_trainer = trainer_for(static, _pool_shapes())[0] if is_pool(static) else compiled_trainer(static)[0]
-    typed = jax.eval_shape(template_trainer.init, run_keys, env_keys, hparams, *_start_shapes(experiment))
+    start = start_shapes(static, len(experiment.runs) * static.envs_per_run)
+    typed = jax.eval_shape(shape_trainer(static).init, run_keys, env_keys, hparams, *start)
     typed = typed.replace(env=None)  # a pool's handle is not kept: a resumed run restarts its emulators
     restored = newest_checkpoint(out, jax.eval_shape(keys_to_data, typed), warn=say)
     if restored is None:
@@ -586,55 +163,6 @@ def finished_by_metrics(out: Path, experiment: Experiment) -> bool:
     """Whether ``out``'s metrics hold every run's every chunk to the last step (its checkpoints may be gone)."""
     static = experiment.static
     return rows_without_checkpoint(out / METRICS_FILE, len(experiment.runs), static.log_every)[1] >= static.total_steps
-
-
-def compile_chunk(trainer: Trainer, state, name: str, say: Callable[[str], None]):
-    """``trainer.train_chunk`` compiled ahead of its first call (a line before, its duration after), for
-    ``state``'s shapes and placement: the state keeps its placement (the runs axis sharded over the devices, or
-    one device) from chunk to chunk, and the metrics follow the runs."""
-    key = (id(trainer), str(jax.tree.map(lambda x: (x.shape, x.dtype, x.sharding), state)))
-    if key not in _COMPILED:
-        say(f"opiq-jax: compiling {name}...")
-        started = time.monotonic()
-        jitted = chunk_program(trainer.train_chunk, state)
-        while len(_COMPILED) >= 16:  # a long session of many experiments keeps the newest executables
-            _COMPILED.pop(next(iter(_COMPILED)))
-        _COMPILED[key] = (trainer, jitted.lower(state).compile())  # the trainer is kept so that its id stays its own
-        say(f"opiq-jax: compiled in {time.monotonic() - started:.1f} s")
-    return _COMPILED[key][1]
-
-
-_COMPILED: dict = {}
-
-
-def runs_mesh(state) -> Mesh | None:
-    """The mesh ``state``'s runs are split over (see :func:`shard_over_devices`), or None on one device."""
-    sharding = jax.tree.leaves(state.runs)[0].sharding
-    if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
-        return sharding.mesh
-    return None
-
-
-def chunk_program(train_chunk: Callable, state, partitioner: str = "per-device") -> Callable:
-    """``train_chunk`` jitted (its state donated) for ``state``'s placement; the metrics follow the runs.
-
-    With the runs split over several devices, each device runs the chunk on its own runs (``shard_map``):
-    runs never communicate, so the program needs no collective. Leaving the split to XLA's partitioner
-    (``partitioner="gspmd"``, kept for experiments/multi_gpu_scaling.py) gathers the inputs of every
-    custom call, which it cannot partition: the maze's Pallas convolutions then ran on all runs on every
-    device, and two H100s gave 1.31x one instead of about 1.9x.
-    """
-    shardings = jax.tree.map(lambda x: x.sharding, state)
-    runs_sharding = jax.tree.leaves(shardings.runs)[0]
-    mesh = runs_mesh(state)
-    if mesh is None or partitioner == "gspmd":
-        return jax.jit(train_chunk, donate_argnums=0, out_shardings=(shardings, runs_sharding))
-    if partitioner != "per-device":
-        raise ValueError(f"partitioner must be per-device or gspmd, got {partitioner!r}")
-    specs = jax.tree.map(lambda x: x.sharding.spec, state)
-    per_device = jax.shard_map(train_chunk, mesh=mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec("runs")),
-                               check_vma=False)  # the step counter is computed alike on every device
-    return jax.jit(per_device, donate_argnums=0, out_shardings=(shardings, runs_sharding))
 
 
 def report_nonfinite(metrics: dict, experiment: Experiment, step: int, flagged: set[int], loop: Loop) -> None:
@@ -872,30 +400,3 @@ class RunInfo:
         atomic_write_bytes(out / RUN_INFO_FILE, json.dumps(info, indent=1).encode())
 
 
-def _pool_shapes():
-    from .paths.pool import PoolShapes
-
-    return PoolShapes()
-
-
-def _start_shapes(experiment: Experiment) -> tuple:
-    """What ``init`` takes after the hyperparameters: nothing, or a pool's first output (as zeros, for shapes)."""
-    if not is_pool(experiment.static):
-        return ()
-    from .paths.pool import first_output
-
-    return ((jnp.zeros((8,), jnp.uint8), first_output(len(experiment.runs) * experiment.static.envs_per_run)),)
-
-
-def _is_key(x) -> bool:
-    return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def keys_to_data(tree):
-    """Typed PRNG keys as their raw ``uint32`` data, so that the tree serialises."""
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
-
-
-def keys_from_data(tree, typed_template):
-    """Inverse of :func:`keys_to_data`, guided by a tree that still has typed keys."""
-    return jax.tree.map(lambda x, t: jax.random.wrap_key_data(x) if _is_key(t) else x, tree, typed_template)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .config import RUNNER_SET, STATIC_OPTIONS, StaticConfig, Style, static_option
-from .environments import method_hparams
+from .methods import method_hparams
 from .errors import DoesNotFit, ResultsError, UsageError
 from .methods import get_method, program_name
 from .plan import (
@@ -42,10 +42,10 @@ from .plan import (
 )
 from .results import atomic_write_bytes, prepare_folder, read_json
 from .plotting import area_under_median, area_under_median_ci, curves
-from .runner import (
-    Experiment, RunSpec, available_device_bytes, is_finished, read_metrics, require_same_experiment, run_experiment,
-    runs_that_fit, split_by_program, state_bytes_per_run,
-)
+from .runner import run_experiment
+from .reading import is_finished, read_metrics, require_same_experiment
+from .memory import available_device_bytes, runs_that_fit, state_bytes_per_run
+from .experiment import Experiment, RunSpec, split_by_program
 
 BATCH_PREFIX = "batch_"
 

@@ -18,7 +18,7 @@ import opiq_jax
 from opiq_jax.config import RUNNER_SET, STATIC_OPTIONS
 from opiq_jax.errors import UsageError
 from opiq_jax.plan import plan_experiment
-from opiq_jax.runner import split_by_program
+from opiq_jax.experiment import split_by_program
 from opiq_jax.sweeping import load_preset, plan_static
 from tests.conftest import TEST_XLA_FLAGS, xla_flags_without
 

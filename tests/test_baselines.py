@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from opiq_jax.config import stack_hparams
-from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams
 from opiq_jax.methods import METHODS, get_method, program_name, program_parts
 from opiq_jax.networks import make_network, scale_torso_gradients
 from opiq_jax.parts.dora import dora_bonus, dora_sarsa_target
 from opiq_jax.parts.rnd import rnd_bonus, rnd_loss
-from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for, split_by_program
+from opiq_jax.compiled import compiled_trainer
+from opiq_jax.experiment import Experiment, RunSpec, run_keys_for, split_by_program
 from opiq_jax.trainer import majority_vote, make_optimiser
 from tests.training import compiled_targets, train_chunks
 

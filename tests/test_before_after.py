@@ -11,9 +11,12 @@ from experiments.before_after import (
     rank_sum_p_value,
     seed_areas,
 )
-from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams
 from opiq_jax.methods import program_parts
-from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_experiment
+from opiq_jax.runner import run_experiment
+from opiq_jax.reading import read_metrics
+from opiq_jax.experiment import Experiment, RunSpec
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=400, log_every=200, buffer_size=300, hidden=(16,),
                         parts=program_parts(["opiq"]))

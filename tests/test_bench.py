@@ -32,9 +32,9 @@ from opiq_jax.benchmark.throughput import (
     work_model,
 )
 from opiq_jax.config import stack_hparams
-from opiq_jax.environments import method_hparams
+from opiq_jax.methods import method_hparams
 from opiq_jax.networks import make_network
-from opiq_jax.runner import Experiment, RunSpec, run_keys_for
+from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
 
 CHAIN = 8  # horizon 17; the best return is 11 (6 steps to the right end, then +1 on each of 11 steps)
 STEPS = 800

@@ -16,13 +16,14 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from opiq_jax.config import Option
-from opiq_jax.environments import (
-    ENVIRONMENT_ORIGINS, ENVIRONMENTS, EnvironmentSpec, method_hparams, register_environment,
-)
+from opiq_jax.environments import ENVIRONMENT_ORIGINS, ENVIRONMENTS, EnvironmentSpec, register_environment
+from opiq_jax.methods import method_hparams
 from opiq_jax.envs.base import CompactEnvironment
 from opiq_jax.methods import METHODS, ORIGINS, Method, register_method
 from opiq_jax.parts import PARTS, Part
-from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_methods
+from opiq_jax.programs import run_methods
+from opiq_jax.reading import read_metrics
+from opiq_jax.experiment import Experiment, RunSpec
 
 # ------------------------------------------------------------------------------------ a new environment
 

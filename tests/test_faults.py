@@ -27,13 +27,15 @@ import numpy as np
 import pytest
 
 import opiq_jax
-from opiq_jax import results, runner
-from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax import memory, results
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams
 from opiq_jax.results import (
     CHECKPOINT_FILE, METRICS_FILE, PREVIOUS_CHECKPOINT_FILE, ResultsError, read_checkpoint_arrays,
 )
 from opiq_jax.cli import main
-from opiq_jax.runner import Experiment, RunSpec, Stopped, run_experiment
+from opiq_jax.runner import Stopped, run_experiment
+from opiq_jax.experiment import Experiment, RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 STATIC = static_for_env("chain", chain_length=8, total_steps=300, log_every=50, buffer_size=300, hidden=(16,))
@@ -449,7 +451,7 @@ def test_a_resumed_sweep_keeps_the_batches_it_planned_first_whatever_the_memory_
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     monkeypatch.setattr(sweeping, "available_device_bytes", lambda: 2**50)  # a card where all would fit at once
     with monkeypatch.context() as small:  # a card where the batches planned first do not fit: one line, nothing run
-        small.setattr(runner, "available_device_bytes", lambda: 1000)
+        small.setattr(memory, "available_device_bytes", lambda: 1000)
         with pytest.raises(SystemExit) as stop:
             main(["sweep", str(preset), "--out", str(out), "--no-progress"])
         assert stop.value.code == 2

@@ -12,7 +12,8 @@ import pytest
 
 from opiq_jax.config import stack_hparams
 from opiq_jax.plan import plan_experiment
-from opiq_jax.runner import compiled_trainer, run_keys_for, split_by_program
+from opiq_jax.compiled import compiled_trainer
+from opiq_jax.experiment import run_keys_for, split_by_program
 from opiq_jax.trainer import joint_train_chunk
 from tests.conftest import xla_flags_without
 

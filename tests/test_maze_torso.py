@@ -9,9 +9,9 @@ import pytest
 
 from opiq_jax.environments import static_for_env
 from opiq_jax.maze_torso import maze_torso
-from opiq_jax.environments import method_hparams
+from opiq_jax.methods import method_hparams
 from opiq_jax.networks import MazeConv, PatchConv
-from opiq_jax.runner import Experiment, RunSpec
+from opiq_jax.experiment import Experiment, RunSpec
 from opiq_jax.trainer import uses_pallas_torso
 from tests.training import train_chunks
 

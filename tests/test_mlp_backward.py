@@ -12,11 +12,14 @@ import pytest
 
 from opiq_jax import mlp_backward, packed_state, trainer
 from opiq_jax.benchmark.throughput import work_model
-from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams
 from opiq_jax.mlp_backward import SQUARE_SUMS, kernel_fits, square_sum_total, weight_gradient
 from opiq_jax.networks import MLP, in_compute_precision, init_params
 from opiq_jax.parts import get_part
-from opiq_jax.runner import METRICS_FILE, Experiment, RunSpec, compiled_trainer, run_experiment
+from opiq_jax.runner import METRICS_FILE, run_experiment
+from opiq_jax.compiled import compiled_trainer
+from opiq_jax.experiment import Experiment, RunSpec
 from opiq_jax.trainer import master_params, uses_lean_backward
 
 PACKED = static_for_env("chain", chain_length=16, total_steps=300, log_every=100, buffer_size=300, hidden=(32, 32),

@@ -545,8 +545,11 @@ def atari_run(request, tmp_path_factory):
     """Two OPIQ runs of the one trainer on Montezuma, 80 environment steps per run in 30-step episodes,
     with one or two pool environments per run (EnvPool needed)."""
     pytest.importorskip("envpool")
-    from opiq_jax.environments import method_hparams, static_for_env
-    from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_experiment
+    from opiq_jax.environments import static_for_env
+    from opiq_jax.methods import method_hparams
+    from opiq_jax.runner import run_experiment
+    from opiq_jax.reading import read_metrics
+    from opiq_jax.experiment import Experiment, RunSpec
     from opiq_jax.trainer import make_train
     from opiq_jax.paths.pool import PoolShapes
 

@@ -18,12 +18,13 @@ import pytest
 pytest.importorskip("envpool")
 
 from opiq_jax.config import stack_hparams  # noqa: E402
-from opiq_jax.environments import method_hparams, static_for_env  # noqa: E402
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams  # noqa: E402
 from opiq_jax.results import CHECKPOINT_FILE, read_checkpoint_arrays  # noqa: E402
-from opiq_jax.runner import (  # noqa: E402
-    Experiment, RunSpec, is_finished, read_metrics, restore_checkpoint, run_experiment, run_keys_for, start_pool,
-    trainer_for,
-)
+from opiq_jax.runner import restore_checkpoint, run_experiment, start_pool
+from opiq_jax.reading import is_finished, read_metrics
+from opiq_jax.compiled import trainer_for
+from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
 
 ROOT = Path(__file__).resolve().parents[1]
 # A batch of 8 (Montezuma's is 32) and an update every 8 steps keep the updates, most of a chunk's time on a CPU,

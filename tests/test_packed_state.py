@@ -11,12 +11,14 @@ import pytest
 from opiq_jax import packed_state
 from opiq_jax.api import read_final_state
 from opiq_jax.benchmark.throughput import work_model
-from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams
 from opiq_jax.networks import in_compute_precision
 from opiq_jax.config import stack_hparams
-from opiq_jax.runner import (
-    CHECKPOINT_FILE, METRICS_FILE, Experiment, RunSpec, compiled_trainer, run_experiment, run_keys_for,
-)
+from opiq_jax.runner import METRICS_FILE, run_experiment
+from opiq_jax.results import CHECKPOINT_FILE
+from opiq_jax.compiled import compiled_trainer
+from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
 from opiq_jax.trainer import learning_step, make_optimiser, master_params
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=300, log_every=50, buffer_size=300, hidden=(16,),

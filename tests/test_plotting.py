@@ -24,7 +24,7 @@ from opiq_jax.plotting import (
     summary_table,
 )
 from opiq_jax.results import METRICS_FILE
-from opiq_jax.runner import read_metrics
+from opiq_jax.reading import read_metrics
 from opiq_jax.stats import iqm, iqm_curve_ci
 
 HEADER = ["run", "method", "setting", "seed", "step", "metric", "value"]

@@ -11,10 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax.environments import ENVIRONMENTS, EnvironmentSpec, method_hparams, register_environment, static_for_env
+from opiq_jax.environments import ENVIRONMENTS, EnvironmentSpec, register_environment, static_for_env
+from opiq_jax.methods import method_hparams
 from opiq_jax.networks import RndPredictor, RndTarget
 from opiq_jax.paths.pool import PoolShapes
-from opiq_jax.runner import Experiment, RunSpec, read_metrics, run_methods
+from opiq_jax.programs import run_methods
+from opiq_jax.reading import read_metrics
+from opiq_jax.experiment import Experiment, RunSpec
 from opiq_jax.trainer import Agent, make_train
 from tests.fake_pool import FakePool
 

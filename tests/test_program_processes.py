@@ -20,7 +20,9 @@ from opiq_jax.program_processes import (
 )
 from opiq_jax.metrics_file import METRICS_HEADER, append_metric_rows
 from opiq_jax.results import CHECKPOINT_FILE, checkpoint_chunk
-from opiq_jax.runner import StopSignals, is_finished, run_methods
+from opiq_jax.runner import StopSignals
+from opiq_jax.programs import run_methods
+from opiq_jax.reading import is_finished
 
 ROOT = Path(__file__).resolve().parents[1]
 # two programs: OPIQ's (the methods that differ only in numbers) and DQN + RND's

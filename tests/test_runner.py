@@ -14,8 +14,13 @@ import numpy as np
 import pytest
 
 from opiq_jax.cli import main
-from opiq_jax.environments import method_hparams, static_for_env
-from opiq_jax.runner import CHECKPOINT_FILE, METRICS_FILE, Experiment, RunSpec, compiled_trainer, read_metrics, run_experiment
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams
+from opiq_jax.runner import METRICS_FILE, run_experiment
+from opiq_jax.results import CHECKPOINT_FILE
+from opiq_jax.reading import read_metrics
+from opiq_jax.compiled import compiled_trainer
+from opiq_jax.experiment import Experiment, RunSpec
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=3000, log_every=150, buffer_size=500, hidden=(16,))
 EXPERIMENT = Experiment(STATIC, tuple(RunSpec(m, "paper", s, method_hparams("chain", m)) for m in ("opiq", "dqn_pc") for s in range(2)))
@@ -82,7 +87,7 @@ def test_committed_results_read_from_gzip_and_unstarted_structures_add_nothing(t
     import gzip
     import shutil
 
-    from opiq_jax.runner import is_finished
+    from opiq_jax.reading import is_finished
 
     run_experiment(EXPERIMENT, tmp_path / "mix" / "plain", progress=False)
     expected = read_metrics(tmp_path / "mix" / "plain")
@@ -220,7 +225,7 @@ def test_a_checkpoint_of_another_state_layout_is_refused_with_a_clear_message(tm
 
 
 def test_a_config_written_before_a_static_field_existed_still_matches():
-    from opiq_jax.runner import same_experiment
+    from opiq_jax.reading import same_experiment
 
     config = json.loads(json.dumps(EXPERIMENT.to_json()))
     older = {**config, "static": {k: v for k, v in config["static"].items() if k != "precision"}}
@@ -294,38 +299,39 @@ def test_a_failing_process_tells_the_other_which_stops_with_one_line_and_its_che
 
 def test_a_state_large_for_the_machine_is_announced_with_its_size_and_the_option_that_shrinks_it(monkeypatch):
     """Montezuma on a laptop: before anything trains, the user learns how much memory the runs will hold."""
-    import opiq_jax.runner as runner
+    from opiq_jax import memory
     from opiq_jax.environments import static_for_env
 
     static = static_for_env("chain", buffer_size=10_000)
-    per_run = runner.state_bytes_per_run(static)
+    per_run = memory.state_bytes_per_run(static)
     notes = []
-    monkeypatch.setattr(runner, "available_device_bytes", lambda: 7 * per_run)  # two runs take more than a quarter
-    runner.check_fits(static, 1, note=notes.append)
+    monkeypatch.setattr(memory, "available_device_bytes", lambda: 7 * per_run)  # two runs take more than a quarter
+    memory.check_fits(static, 1, note=notes.append)
     assert notes == []
-    runner.check_fits(static, 2, note=notes.append)
+    memory.check_fits(static, 2, note=notes.append)
     assert len(notes) == 1 and f"{2 * per_run / 2**30:.1f} GiB of training state" in notes[0]
     assert "replay of 10,000 steps per run: --buffer-size makes it smaller" in notes[0]
     with pytest.raises(ValueError, match=r"use at most 2 runs .*, a smaller --buffer-size \(none above a batch"):
-        runner.check_fits(static, 3)
+        memory.check_fits(static, 3)
 
 
 def test_programs_trained_one_after_another_free_the_device_memory_of_the_one_before(tmp_path, monkeypatch):
     """The second program (RND's) starts with the first one's training state gone from the device: its replay
     of 20,000 steps per run is no longer among the live arrays."""
-    from opiq_jax import runner
+    from opiq_jax import memory, programs
+    from opiq_jax.methods import program_parts
 
     static = dataclasses.replace(STATIC, total_steps=300, buffer_size=20_000)
     runs = tuple(RunSpec(m, "paper", s, method_hparams("chain", m)) for m in ("opiq", "dqn_rnd") for s in range(2))
-    live_at_start, real = [], runner.run_experiment
+    live_at_start, real = [], programs.run_experiment
 
     def watched(experiment, out, **kwargs):
         live_at_start.append(sum(x.nbytes for x in jax.live_arrays()))
         return real(experiment, out, **kwargs)
 
-    monkeypatch.setattr(runner, "run_experiment", watched)
-    runner.run_methods(Experiment(static, runs), tmp_path, progress=False)
-    plain = runner.state_bytes_per_run(dataclasses.replace(static, parts=runner.program_parts(["opiq"]))) * 2
+    monkeypatch.setattr(programs, "run_experiment", watched)
+    programs.run_methods(Experiment(static, runs), tmp_path, progress=False)
+    plain = memory.state_bytes_per_run(dataclasses.replace(static, parts=program_parts(["opiq"]))) * 2
     assert len(live_at_start) == 2 and plain > 500_000
     assert live_at_start[1] - live_at_start[0] < plain / 10, (live_at_start, plain)
 
@@ -333,12 +339,13 @@ def test_programs_trained_one_after_another_free_the_device_memory_of_the_one_be
 def test_runs_that_do_not_fit_are_refused_before_anything_starts_with_what_would_fit(tmp_path, monkeypatch, capsys):
     """One line, before any folder is written: how many runs would fit, the largest replay that would, and the
     devices that would hold them all."""
-    from opiq_jax import runner
+    from opiq_jax import memory
+    from opiq_jax.methods import program_parts
 
-    static = dataclasses.replace(STATIC, total_steps=300, buffer_size=20_000, parts=runner.program_parts(["opiq"]))
-    per_run = runner.state_bytes_per_run(static)
-    free = int(per_run * 4 * runner.MEMORY_HEADROOM * 0.6)  # room for 2 of the 4 runs
-    monkeypatch.setattr(runner, "available_device_bytes", lambda: free)
+    static = dataclasses.replace(STATIC, total_steps=300, buffer_size=20_000, parts=program_parts(["opiq"]))
+    per_run = memory.state_bytes_per_run(static)
+    free = int(per_run * 4 * memory.MEMORY_HEADROOM * 0.6)  # room for 2 of the 4 runs
+    monkeypatch.setattr(memory, "available_device_bytes", lambda: free)
     with pytest.raises(SystemExit) as stop:
         main(["train", "--chain-length", "8", "--hidden", "16", "--steps", "300", "--log-every", "150",
               "--buffer-size", "20000", "--seeds", "2", "--method", "opiq", "dqn_pc", "--out", str(tmp_path / "x")])
@@ -347,6 +354,6 @@ def test_runs_that_do_not_fit_are_refused_before_anything_starts_with_what_would
     assert "4 runs need about" in err and "use at most 2 runs (fewer seeds or methods), --buffer-size " in err
     assert "or 2 devices like this one (the runs split over them)" in err
     buffer = int(err.split("--buffer-size ")[1].split(" or less")[0].replace(",", ""))
-    assert 64 < buffer < 20_000 and runner.fits_in(static, buffer, 4, free, runner.MEMORY_HEADROOM)
-    assert not runner.fits_in(static, int(buffer * 1.2), 4, free, runner.MEMORY_HEADROOM)  # the largest, nearly
+    assert 64 < buffer < 20_000 and memory.fits_in(static, buffer, 4, free, memory.MEMORY_HEADROOM)
+    assert not memory.fits_in(static, int(buffer * 1.2), 4, free, memory.MEMORY_HEADROOM)  # the largest, nearly
     assert not (tmp_path / "x").exists()

@@ -45,7 +45,7 @@ def test_every_runs_label_names_the_hyperparameters_it_trains_with():
     """A grid of two names with two values each, expanded by a sweep and by train's grid: each run's label, its
     hyperparameters and the numbers its program is given all agree, for every grid point."""
     from opiq_jax.plan import plan_experiment
-    from opiq_jax.runner import Experiment
+    from opiq_jax.experiment import Experiment
 
     grid = {"m": [0.5, 2.0], "c_action": [1.0, 10.0]}
     preset = load_preset({"env": "chain", "seeds": 2, "grids": [{"method": "opiq", "grid": grid},

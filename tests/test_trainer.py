@@ -10,11 +10,13 @@ import pytest
 
 from opiq_jax import counts
 from opiq_jax.config import stack_hparams
-from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams
 from opiq_jax.methods import program_parts
 from opiq_jax.parts import Part
 from opiq_jax.paths.compact import Transition
-from opiq_jax.runner import Experiment, RunSpec, compiled_trainer, run_keys_for
+from opiq_jax.compiled import compiled_trainer
+from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
 from opiq_jax.trainer import make_path, uses_target_table
 from tests.training import compiled_targets, train_chunks
 

@@ -16,7 +16,8 @@ import pytest
 
 from opiq_jax import counts, frame_replay
 from opiq_jax.config import stack_hparams
-from opiq_jax.environments import method_hparams, static_for_env
+from opiq_jax.environments import static_for_env
+from opiq_jax.methods import method_hparams
 from opiq_jax.methods import program_parts
 from opiq_jax.paths.pool import to_network_input
 from opiq_jax.results import (
@@ -329,7 +330,7 @@ RESUME_CHUNKS, RESUME_STOP = 4, 2
 
 @pytest.fixture(scope="module")
 def resume_experiment():
-    from opiq_jax.runner import Experiment, RunSpec
+    from opiq_jax.experiment import Experiment, RunSpec
 
     static = static_for_env("chain", chain_length=6, total_steps=400, log_every=100, buffer_size=300, batch_size=16,
                             hidden=(8,), count_features="exact")
@@ -346,7 +347,8 @@ def state_leaves(state) -> list[np.ndarray]:
 
 def test_resume_drops_the_rows_of_a_chunk_written_after_the_checkpoint_and_matches_an_uninterrupted_run(
         tmp_path, resume_experiment):
-    from opiq_jax.runner import read_metrics, run_experiment
+    from opiq_jax.runner import run_experiment
+    from opiq_jax.reading import read_metrics
 
     experiment, log_every = resume_experiment, resume_experiment.static.log_every
     interrupted, straight = tmp_path / "interrupted", tmp_path / "straight"

@@ -3,7 +3,8 @@
 import jax
 
 from opiq_jax.config import stack_hparams
-from opiq_jax.runner import Experiment, compiled_trainer, run_keys_for
+from opiq_jax.compiled import compiled_trainer
+from opiq_jax.experiment import Experiment, run_keys_for
 
 
 def train_chunks(experiment: Experiment, chunks: int | None = None):

@@ -47,9 +47,9 @@ from flax import struct
 from opiq_jax.envs import Maze, RandomisedChain
 
 from ..config import HParams, StaticConfig, make_hparams, stack_hparams
-from ..environments import method_hparams
+from ..methods import method_hparams
 from ..methods import get_method
-from ..runner import tree_bytes
+from ..memory import tree_bytes
 
 
 class MLP(nn.Module):

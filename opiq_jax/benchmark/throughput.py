@@ -39,17 +39,10 @@ import numpy as np
 import tyro
 
 from ..config import StaticConfig, stack_hparams
-from ..environments import method_hparams
-from ..runner import (
-    Experiment,
-    RunSpec,
-    available_device_bytes,
-    compiled_trainer,
-    fits,
-    run_keys_for,
-    state_bytes_per_run,
-    tree_bytes,
-)
+from ..methods import method_hparams
+from ..memory import available_device_bytes, fits, state_bytes_per_run, tree_bytes
+from ..compiled import compiled_trainer
+from ..experiment import Experiment, RunSpec, run_keys_for
 from ..mlp_backward import kernel_fits
 from ..parts import get_part
 from ..trainer import make_path, make_train, network_name, uses_lean_backward, uses_pallas_torso, uses_target_table

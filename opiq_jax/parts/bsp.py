@@ -17,7 +17,7 @@ import jax
 
 from ..config import Option
 from ..networks import scale_torso_gradients
-from . import Part
+from .base import Part
 
 
 def with_prior(q_heads: jax.Array, prior_heads: jax.Array, beta_bsp: jax.Array) -> jax.Array:

@@ -28,7 +28,7 @@ from .. import replay
 from ..config import Option
 from ..networks import zero_final_layer
 from ..targets import td_loss, window_mask
-from . import Part
+from .base import Part
 
 
 def dora_neg_log_e(e_logits: jax.Array) -> jax.Array:

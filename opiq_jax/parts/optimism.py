@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from ..config import Option
-from . import Part
+from .base import Part
 
 
 def optimism_bonus(counts: jax.Array, scale: jax.Array, exponent: jax.Array) -> jax.Array:

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ..config import Option
-from . import Part
+from .base import Part
 
 
 def intrinsic_reward(counts: jax.Array, beta: jax.Array) -> jax.Array:

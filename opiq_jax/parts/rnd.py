@@ -22,7 +22,7 @@ from flax import struct
 
 from ..config import Option
 from ..networks import RndPredictor, RndTarget
-from . import Part
+from .base import Part
 
 
 def rnd_bonus(predicted: jax.Array, target: jax.Array, scale: jax.Array) -> jax.Array:

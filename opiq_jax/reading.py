@@ -1,0 +1,95 @@
+"""Reading a results folder: its experiment's folders, its metrics as one table, whether it finished, and whether
+it holds the experiment about to train there.
+
+A folder of per-program subfolders (``plain``, ``rnd``, ...) reads as one experiment, run ids numbered on across
+the subfolders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import StaticConfig
+from .errors import ResultsError
+from .experiment import Experiment
+from .metrics_file import read_metric_dicts
+from .results import CHECKPOINT_FILE, CONFIG_FILE, checkpoint_chunk, is_scratch, read_json
+
+
+def experiment_folders(out: str | Path) -> list[Path]:
+    """The results folders of an experiment: ``out`` itself, or every folder below it that holds a config
+    (per-structure subfolders, and the per-process folders of a run over several hosts)."""
+    out = Path(out)
+    if (out / CONFIG_FILE).exists():
+        return [out]
+    return sorted(config.parent for config in out.rglob(CONFIG_FILE)) if out.is_dir() else []
+
+
+def read_metrics(out: str | Path) -> list[dict]:
+    """The tidy metrics table of a results folder as a list of dicts (value as float).
+
+    A folder of per-program subfolders (see :func:`run_methods`) reads as one table, run ids numbered on
+    across the subfolders.
+    """
+    out = Path(out)
+    folders = experiment_folders(out)
+    if not folders:
+        if not out.exists():
+            raise FileNotFoundError(f"{out} does not exist")
+        raise FileNotFoundError(f"{out} holds no results (no {CONFIG_FILE} in it or below it)")
+    table, offset = [], 0
+    for folder in folders:
+        rows = read_metric_dicts(folder)
+        for r in rows:
+            r["run"], r["seed"], r["step"], r["value"] = (
+                offset + int(r["run"]), int(r["seed"]), int(r["step"]), float(r["value"]))
+        table += rows
+        offset += len(read_json(folder / CONFIG_FILE)["runs"])
+    return table
+
+
+def is_finished(out: str | Path) -> bool:
+    """Whether the results folder (every per-program subfolder) holds the metrics of the last chunk and, where it
+    keeps a checkpoint, the last chunk's checkpoint (a process killed between the two has not finished)."""
+    folders = experiment_folders(out)
+    for folder in folders:
+        config = read_json(folder / CONFIG_FILE)["static"]
+        rows = read_metrics(folder)
+        if not rows or max(r["step"] for r in rows) < config["total_steps"]:
+            return False
+        if (folder / CHECKPOINT_FILE).exists():
+            chunk = checkpoint_chunk(folder / CHECKPOINT_FILE)
+            if chunk is None or chunk * config["log_every"] < config["total_steps"]:
+                return False
+    return bool(folders)
+
+
+def program_finished(folder: Path) -> bool:
+    """Whether ``folder`` holds a program's configuration and its last chunk (a program to skip on a resume)."""
+    return (folder / CONFIG_FILE).exists() and is_finished(folder)
+
+
+def same_experiment(saved: dict, config: dict) -> bool:
+    """Whether a saved ``config.json`` describes ``config``; static fields added since it was written
+    (absent from it) count as their defaults, and where its plugins live does not matter."""
+    defaults = dataclasses.asdict(StaticConfig())
+    static = {k: v for k, v in config["static"].items()
+              if k in saved.get("static", {}) or json.loads(json.dumps(v)) != json.loads(json.dumps(defaults.get(k)))}
+    def unplugged(c: dict) -> dict:
+        return {k: v for k, v in c.items() if k != "plugins"}
+
+    return unplugged(saved) == unplugged(json.loads(json.dumps({**config, "static": static})))
+
+
+def require_same_experiment(out: Path, experiment: Experiment, say: Callable[[str], None] | None = None) -> None:
+    """A one-line :class:`ResultsError` when ``out`` already holds the results of another experiment. The
+    configuration of one that never trained (nothing but ``config.json``: it stopped before its first chunk) is
+    no result: it is replaced, with a line through ``say``."""
+    path = Path(out) / CONFIG_FILE
+    if path.exists() and not same_experiment(read_json(path), experiment.to_json()):
+        if say is None or any(not is_scratch(e.name) and e.name != CONFIG_FILE for e in Path(out).iterdir()):
+            raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
+        say(f"opiq-jax: {out} held the configuration of another experiment, which never trained: replacing it")

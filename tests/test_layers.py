@@ -1,0 +1,152 @@
+"""The package's import graph flows one way: no circle, and no module imports one from a layer above its own.
+
+The graph is read from the sources (``ast``), so it counts every import: at the top of a module, inside a function,
+and under ``TYPE_CHECKING``. The layers are the house as docs/design.md draws it, from the ground up; a module
+may import its own layer's modules (the no-circle check keeps those one way) and any layer below.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground: configuration, errors, environments' dynamics, counts, replay, targets, networks, files", (
+        "opiq_jax", "opiq_jax.config", "opiq_jax.errors", "opiq_jax.stop_signals", "opiq_jax.stats", "opiq_jax.envs",
+        "opiq_jax.envs.*", "opiq_jax.counts", "opiq_jax.replay", "opiq_jax.frame_replay", "opiq_jax.targets",
+        "opiq_jax.mlp_backward", "opiq_jax.maze_torso", "opiq_jax.networks", "opiq_jax.packed_state",
+        "opiq_jax.state", "opiq_jax.results", "opiq_jax.metrics_file", "opiq_jax.tracking", "opiq_jax.multihost",
+        "opiq_jax.devices", "opiq_jax.presets")),
+    ("the agent's pieces: observation paths, exploration parts, environment and method registries", (
+        "opiq_jax.paths", "opiq_jax.paths.*", "opiq_jax.parts", "opiq_jax.parts.*", "opiq_jax.environments",
+        "opiq_jax.methods")),
+    ("the compiled agent", ("opiq_jax.trainer",)),
+    ("an experiment: its runs, keys and programs, their compiled chunks, their memory, its results read back", (
+        "opiq_jax.experiment", "opiq_jax.compiled", "opiq_jax.memory", "opiq_jax.reading")),
+    ("the host loop and the figures", ("opiq_jax.runner", "opiq_jax.plotting")),
+    ("from a request to runs: the plan, programs in processes, sweeps, the benchmark", (
+        "opiq_jax.plan", "opiq_jax.program_processes", "opiq_jax.programs", "opiq_jax.sweeping",
+        "opiq_jax.benchmark", "opiq_jax.benchmark.*")),
+    ("the faces: the Python API, the command line, its entry point", (
+        "opiq_jax.api", "opiq_jax.cli", "opiq_jax.launch", "opiq_jax.__main__")),
+)
+
+
+def package_modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (``opiq_jax/envs`` is a link to ``envs/``: followed)."""
+    found = {}
+    for folder, subfolders, files in os.walk(ROOT / "opiq_jax", followlinks=True):
+        subfolders[:] = [s for s in subfolders if s != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                parts = list(Path(folder, name).relative_to(ROOT).with_suffix("").parts)
+                found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = Path(folder, name)
+    return found
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports anywhere in its source (the deepest module each import names)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    targets = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1] + [node.module] * bool(node.module)) \
+                if node.level else node.module
+            targets += [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    found = set()
+    for target in targets:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = package_modules()
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def layer_of(module: str) -> int | None:
+    for index, (_, patterns) in enumerate(LAYERS):
+        if any(fnmatch(module, pattern) for pattern in patterns):
+            return index
+    return None
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_package_import_graph_has_no_circle():
+    graph = import_graph()
+    assert len(graph) > 40 and "opiq_jax.runner" in graph["opiq_jax.programs"]  # the graph was read
+    assert circles(graph) == []
+
+
+def test_no_module_imports_one_from_a_layer_above_its_own():
+    graph = import_graph()
+    undeclared = sorted(m for m in graph if layer_of(m) is None)
+    assert undeclared == [], f"declare the layer of {undeclared} in tests/test_layers.py (and docs/design.md)"
+    upward = [f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})"
+              for m, targets in sorted(graph.items()) for t in sorted(targets) if layer_of(t) > layer_of(m)]
+    assert upward == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import opiq_jax.trainer\n", [["opiq_jax.a", "opiq_jax.trainer"]]),
+    ("def f():\n    from .trainer import Agent\n", [["opiq_jax.a", "opiq_jax.trainer"]]),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import trainer\n", [["opiq_jax.a", "opiq_jax.trainer"]]),
+    ("import json\n", []),
+])
+def test_the_graph_reader_finds_an_import_wherever_it_stands(tmp_path, source, expected):
+    """A module ``a`` that the trainer imports, importing the trainer back: a circle, however the import is written."""
+    path = tmp_path / "a.py"
+    path.write_text(source)
+    modules = {**package_modules(), "opiq_jax.a": path}
+    graph = {"opiq_jax.trainer": {"opiq_jax.a"}, "opiq_jax.a": imported_modules("opiq_jax.a", path, modules)}
+    assert circles(graph) == expected
