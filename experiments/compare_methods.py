@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 if not __package__:  # run by path (python experiments/compare_methods.py): import as python -m does, from the root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from opiq_jax.program_processes import share_device_memory
+from opiq_jax.launch import share_device_memory
 
 share_device_memory(sys.argv[1:])  # before JAX starts: with --programs parallel the programs' processes need the GPU
 

@@ -44,6 +44,8 @@ METRICS_KEPT = "tests/test_faults.py::test_rows_no_checkpoint_covers_are_kept_as
 SWEEP_LABELS = "tests/test_sweep.py::test_every_runs_label_names_the_hyperparameters_it_trains_with"
 MEMORY_FREED = ("tests/test_runner.py::test_programs_trained_one_after_another_free_the_device_memory_of_the_one_"
                 "before")
+CHECKED_ONCE = "tests/test_runner.py::test_the_grouping_into_programs_and_the_memory_check_happen_once_per_experiment"
+LAYERS = "tests/test_layers.py::test_the_package_import_graph_has_no_circle"
 SCHEDULES = "tests/test_trainer.py::test_updates_target_copies_and_epsilon_follow_the_environment_steps"
 N_STEP_CHAIN = "tests/test_trainer.py::test_n_step_q_plus_target_by_hand"
 
@@ -243,6 +245,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("metrics-keeps-stale-rows", "opiq_jax/metrics_file.py",
            "            atomic_write_bytes(path, data[: record.size])", "            pass",
            "resume keeps the rows of a chunk written after the checkpoint", (RESUME,)),
+    Mutant("programs-check-memory-again", "opiq_jax/programs.py",
+           "    out, groups = Path(out), experiment.programs\n",
+           "    out, groups = Path(out), experiment.programs\n"
+           "    require_fits(state_bytes_per_run(experiment.static), len(experiment.runs))\n",
+           "the programs check the memory that the plan checked", (CHECKED_ONCE,)),
+    Mutant("reading-imports-the-programs", "opiq_jax/reading.py",
+           "from .config import StaticConfig\n", "from .config import StaticConfig\nfrom .programs import run_methods\n",
+           "a low module imports one above it (a circle through the host layer)", (LAYERS,)),
     Mutant("runner-deletes-uncovered-metrics", "opiq_jax/runner.py",
            "            set_aside_uncovered(path, say)", "            pass",
            "a run whose checkpoints are gone deletes its metrics", (METRICS_KEPT,)),

@@ -24,12 +24,24 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import STATIC_OPTIONS, Option
+from .benchmark.options import Bench
+from .benchmark.throughput import run_bench
+from .config import STATIC_OPTIONS, Option, stack_hparams
+from .environments import ENVIRONMENTS, GYMNAX
 from .errors import ResultsError, UsageError
+from .experiment import run_keys_for
+from .methods import METHODS
 from .plan import (
     check_count, check_flag, check_interval, check_out, default_out, every_hparam, experiment_from_configs,
-    plan_experiment, settable_static,
+    plan_experiment, plan_rerun, settable_static,
 )
+from .plotting import curves, markdown_table, plot_folder, summary_table
+from .programs import run_methods
+from .reading import experiment_folders, is_finished, read_metrics
+from .results import read_json
+from .runner import restore_checkpoint
+from .sweeping import load_preset, run_sweep, sweep_rows
+from .trainer import master_params
 
 
 def check_path(name: str, value: Any) -> Path:
@@ -77,18 +89,12 @@ class Results:
     def metrics(self) -> list[dict]:
         """The tidy metrics table: one dict per (run, step, metric) with ``run, method, setting, seed, step,
         metric, value`` (a sweep's padding runs left out)."""
-        from .reading import read_metrics
-        from .sweeping import sweep_rows
-
         return sweep_rows(self.folder) if self.is_sweep else read_metrics(self.folder)
 
     @functools.cached_property
     def config(self) -> dict:
         """The resolved configuration: ``static`` (every static option), ``seed`` and ``runs`` (each run's method,
         setting, seed and hyperparameters), with ``programs`` naming each program's parts."""
-        from .results import read_json
-        from .reading import experiment_folders
-
         folders = experiment_folders(self.folder)
         configs = [read_json(f / "config.json") for f in folders]
         if len(configs) == 1:
@@ -99,14 +105,10 @@ class Results:
     @property
     def finished(self) -> bool:
         """Whether every run reached its last step."""
-        from .reading import is_finished
-
         return is_finished(self.folder)
 
     def programs(self) -> list[str]:
         """The programs' folder names (``.`` when the folder is one program)."""
-        from .reading import experiment_folders
-
         return [str(f.relative_to(self.folder)) for f in experiment_folders(self.folder)]
 
     def state(self, program: str | None = None) -> FinalState:
@@ -123,22 +125,16 @@ class Results:
     def summary(self, metric: str = "test_return") -> str:
         """A markdown table per method (and setting): the final median with quartiles and the IQM of the area
         under the curve with its 95% confidence interval over seeds."""
-        from .plotting import markdown_table, summary_table
-
         require_metric(self.metrics, metric, self.folder)
         return markdown_table(summary_table(self.metrics, metric), metric)
 
     def curves(self, metric: str) -> dict[str, dict]:
         """Per method (and setting): ``steps``, the per-seed ``values`` and the median with its quartiles."""
-        from .plotting import curves
-
         require_metric(self.metrics, metric, self.folder)
         return curves(self.metrics, metric)
 
     def plot(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> list[Path]:
         """Draws one PNG per metric into the folder (keywords go to ``opiq_jax.plotting.plot_folder``)."""
-        from .plotting import plot_folder
-
         return list(plot_folder(self.folder, *(() if metrics is None else (tuple(metrics),)), **kwargs))
 
     def nonfinite_runs(self) -> list[dict]:
@@ -163,11 +159,6 @@ def require_metric(rows: list[dict], metric: str, folder: Path) -> None:
 
 def read_final_state(folder: Path, name: str) -> FinalState:
     """The state in ``folder``'s newest sound checkpoint, with the arrays' shapes from its ``config.json``."""
-    from .config import stack_hparams
-    from .runner import restore_checkpoint
-    from .experiment import run_keys_for
-    from .trainer import master_params
-
     experiment = experiment_from_configs(folder)
     hparams = stack_hparams(experiment.hparams())
     run_keys, env_keys = run_keys_for(experiment)
@@ -183,8 +174,6 @@ def read_final_state(folder: Path, name: str) -> FinalState:
 
 def load(folder: str | Path) -> Results:
     """The results folder ``folder`` (written by :func:`train`, :func:`sweep` or the command line)."""
-    from .reading import experiment_folders
-
     folder = check_path("folder", folder)
     if not folder.exists():
         raise ResultsError(f"{folder} does not exist")
@@ -199,8 +188,6 @@ def run_planned(experiment, out: Path, *, progress: bool = True, checkpoint_ever
                 programs: str = "sequential") -> Results:
     """Trains (or resumes) ``experiment`` into ``out``: one program per group of methods (``programs``: see
     :func:`train`)."""
-    from .programs import run_methods
-
     check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,
                        verbose=verbose, max_minutes=max_minutes)
     run_methods(experiment, out, progress=progress, checkpoint_seconds=checkpoint_every,
@@ -272,7 +259,7 @@ def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool =
     programs are not bit-reproducible run to run (the maze's bfloat16 ones differed from the first chunk on,
     ``docs/results/figure-programs``): compare their reruns statistically (``experiments/before_after.py``)."""
     source = check_path("config", config)
-    experiment = experiment_from_configs(source)
+    experiment = plan_rerun(source)
     folder = source.parent if source.is_file() else source
     out = check_out(out, "api") or folder.with_name(folder.name + "-rerun")
     return run_planned(experiment, out, progress=progress, checkpoint_every=checkpoint_every, track=track,
@@ -285,8 +272,6 @@ def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None,
     """Runs (or resumes) a sweep preset: a shipped name (``chain_opiq``, ``maze_baselines``, ...), a JSON file, or
     a dict written like one. Ranks each method's settings by the area under the median curve (the paper's
     protocol) into ``settings.csv`` and ``best.md``; :meth:`Results.ranking` reads them."""
-    from .sweeping import load_preset, run_sweep
-
     loaded = load_preset(preset, style="api")
     out = check_out(out, "api")
     if max_batch_runs is not None:
@@ -306,9 +291,6 @@ def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None,
 def bench(**options: Any) -> dict[str, Any]:
     """Runs ``opiq-jax bench`` with ``options`` (its command-line options by name, e.g. ``envs=("chain",)``,
     ``max_runs=64``); returns the report it also writes to ``out`` (``bench.json``, ``bench.md``)."""
-    from .benchmark.options import Bench
-    from .benchmark.throughput import run_bench
-
     known = {f.name for f in dataclasses.fields(Bench)}
     unknown = sorted(set(options) - known)
     if unknown:
@@ -325,15 +307,11 @@ def bench(**options: Any) -> dict[str, Any]:
 
 def methods() -> dict[str, str]:
     """Every registered method and its one-line description."""
-    from .methods import METHODS
-
     return {name: m.description for name, m in METHODS.items()}
 
 
 def environments() -> dict[str, str]:
     """Every registered environment and its description (plus ``gymnax:NAME``)."""
-    from .environments import ENVIRONMENTS, GYMNAX
-
     return {**{name: e.description for name, e in ENVIRONMENTS.items()}, GYMNAX.name: GYMNAX.description}
 
 

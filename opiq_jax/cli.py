@@ -9,7 +9,9 @@ A run stopped by SIGINT or SIGTERM prints one line and exits with 128 + the sign
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
 import os
 import shlex
 import sys
@@ -20,9 +22,19 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
+from . import multihost
+from .api import run_planned, sweep as run
+from .benchmark.options import Bench
+from .benchmark.throughput import run_bench
 from .config import STATIC_OPTIONS, Option
 from .errors import NonFiniteRuns, PeerFailed, ProgramFailed, Stopped, UsageError
-from .plan import every_hparam, option_defaults, settable_static
+from .experiment import process_share
+from .methods import METHODS
+from .plan import (
+    check_interval, check_out, default_out, describe, every_hparam, option_defaults, parse_grid, plan_experiment,
+    plan_rerun, settable_static,
+)
+from .plotting import plot_folder
 
 PROGRESS_FIELDS = (
     "The progress bar shows, after each chunk: env steps/s (every run's environment steps per second since this "
@@ -95,8 +107,6 @@ def declared(help_text: str) -> Any:
 def train_fields() -> list[tuple[str, Any, Any]]:
     """``train``'s fields: the environment and methods, the loop's options, every static option and every
     hyperparameter, each documented once where it is declared."""
-    from .methods import METHODS
-
     env = STATIC_OPTIONS["env"]
     fields = [
         ("env", Annotated[str, declared(f"{env.doc} Default: chain.")], "chain"),
@@ -184,8 +194,6 @@ def options_given(args: Any) -> dict[str, Any]:
 
 def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
     """``("size=20", "deterministic=True")`` -> ``(("size", 20), ("deterministic", True))``."""
-    import ast
-
     parsed = []
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -200,8 +208,6 @@ def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
 
 def plan_from_args(args: Any):
     """``(experiment, out)`` for ``train``'s arguments: a planned experiment, or a saved one (``--config``)."""
-    from .plan import check_interval, check_out, default_out, experiment_from_configs, parse_grid, plan_experiment
-
     out = check_out(args.out, "cli")
     check_interval("checkpoint_every", args.checkpoint_every, "cli")
     if args.config is not None:
@@ -210,7 +216,7 @@ def plan_from_args(args: Any):
         if changed:
             raise UsageError(f"--config re-runs the saved experiment as it is: drop --{changed[0].replace('_', '-')} "
                              "(or edit the config.json)")
-        experiment = experiment_from_configs(args.config)
+        experiment = plan_rerun(args.config)
         folder = args.config.parent if args.config.is_file() else args.config
         return experiment, out or folder.with_name(folder.name + "-rerun")
     experiment = plan_experiment(args.env, args.method, args.seeds, seed=args.seed, grid=parse_grid(args.grid),
@@ -218,27 +224,9 @@ def plan_from_args(args: Any):
     return experiment, out or default_out(args.env, args.method, args.seeds, experiment.static.total_steps)
 
 
-def join_processes(args: Any) -> tuple[int, int]:
-    """``jax.distributed.initialize`` from the options (or the detected cluster): this process's index and the count."""
-    import jax
-
-    given = [args.num_processes is not None, args.process_id is not None]
-    if not (all(given) or (not any(given) and args.coordinator is None)):
-        raise UsageError("--coordinator, --num-processes and --process-id go together (or none of them, where the "
-                         "cluster is detected)")
-    try:
-        jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
-                                   process_id=args.process_id)
-    except (ValueError, RuntimeError) as e:
-        raise UsageError(f"--distributed: {str(e).splitlines()[0]}") from None
-    return jax.process_index(), jax.process_count()
-
-
 def share_of_this_process(experiment: Any, out: Path, index: int, count: int) -> tuple[Any, Path]:
     """This process's runs and results folder. Runs never communicate, so the processes only agree on who
     trains what: each trains its share on its own devices and writes its own folder."""
-    from .experiment import process_share
-
     try:
         share = process_share(experiment, index, count)
     except ValueError as e:
@@ -248,15 +236,14 @@ def share_of_this_process(experiment: Any, out: Path, index: int, count: int) ->
     return share, out / f"process-{index}"
 
 
-def train(args: Any) -> Path:
-    joined = (args.coordinator, args.num_processes, args.process_id)
-    distributed = args.distributed or any(v is not None for v in joined)
-    if not distributed:
+def train(args: Any, joined: tuple[int, int] | None = None) -> Path:
+    """``train``: on this host, or as this process's share of a run over several hosts (``joined``: this process's
+    index and the number of processes, when :mod:`opiq_jax.launch` joined them before JAX started)."""
+    hosts = (args.coordinator, args.num_processes, args.process_id)
+    if not (args.distributed or any(v is not None for v in hosts)):
         out, flagged = train_here(args, None)
     else:
-        process = join_processes(args)  # before anything imports gymnax (it starts JAX's backend)
-        from . import multihost
-
+        process = joined or multihost.join_hosts(*hosts)  # called as a function: JAX's backend must not be up yet
         try:
             out, flagged = train_here(args, process, should_stop=multihost.failure_of_others)
         except BaseException as e:  # the others stop too, at their next chunk, with their checkpoints
@@ -272,9 +259,6 @@ def train(args: Any) -> Path:
 def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> tuple[Path, list[dict]]:
     """``train`` on this process: plan, run (or resume), then say what was written and what to do next. Returns
     the results folder and the runs that became non-finite."""
-    from .api import run_planned
-    from .plan import describe
-
     experiment, out = plan_from_args(args)
     if process is not None:
         experiment, out = share_of_this_process(experiment, out, *process)
@@ -326,9 +310,6 @@ def end_on_nonfinite(runs: list[dict], allowed: bool) -> None:
 
 
 def sweep(args: Sweep) -> None:
-    from .api import sweep as run
-    from .plan import check_interval, check_out
-
     if args.max_batch_runs is not None and args.max_batch_runs < 1:
         raise UsageError(f"--max-batch-runs must be >= 1, got {args.max_batch_runs}")
     check_interval("checkpoint_every", args.checkpoint_every, "cli")
@@ -341,8 +322,6 @@ def sweep(args: Sweep) -> None:
 
 
 def plot(args: Plot) -> None:
-    from .plotting import plot_folder
-
     if not args.folder.exists():
         raise UsageError(f"{args.folder} does not exist")
     extra = {} if args.metrics is None else {"metrics": tuple(args.metrics)}
@@ -351,8 +330,6 @@ def plot(args: Plot) -> None:
 
 
 def bench(args: Any) -> None:
-    from .benchmark.throughput import run_bench
-
     try:
         args.validate()
     except ValueError as e:
@@ -360,10 +337,8 @@ def bench(args: Any) -> None:
     run_bench(args)
 
 
-def run_command(command: Any) -> None:
-    """Runs the parsed subcommand."""
-    from .benchmark.options import Bench
-
+def run_command(command: Any, joined: tuple[int, int] | None = None) -> None:
+    """Runs the parsed subcommand (``joined``: see :func:`train`)."""
     if isinstance(command, Bench):
         bench(command)
     elif isinstance(command, Sweep):
@@ -371,7 +346,7 @@ def run_command(command: Any) -> None:
     elif isinstance(command, Plot):
         plot(command)
     else:
-        train(command)
+        train(command, joined)
 
 
 def plugins_named(argv: list[str]) -> list[str]:
@@ -393,8 +368,6 @@ def plugins_named(argv: list[str]) -> list[str]:
 
 def load_plugins(modules: list[str]) -> None:
     """Imports each module (found from the working directory too, as ``python -m`` would); one line if one fails."""
-    import importlib
-
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
     for name in modules:
@@ -405,13 +378,10 @@ def load_plugins(modules: list[str]) -> None:
             raise UsageError(f"--plugin {name}: importing it failed ({type(e).__name__}: {first})") from None
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``opiq-jax``: every way a run ends early is one line, with the conventional exit code."""
-    from .benchmark.options import Bench
-    from .program_processes import share_device_memory
-
+def main(argv: list[str] | None = None, joined: tuple[int, int] | None = None) -> None:
+    """The command line: every way a run ends early is one line, with the conventional exit code. The ``opiq-jax``
+    command enters through :func:`opiq_jax.launch.main`, which sets what must precede JAX's backend (``joined``)."""
     argv_list = sys.argv[1:] if argv is None else list(argv)
-    share_device_memory(argv_list)
     try:
         load_plugins(plugins_named(argv_list))
     except UsageError as e:
@@ -419,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     command = tyro.extras.subcommand_cli_from_dict(
         {"train": train_command(), "sweep": Sweep, "plot": Plot, "bench": Bench}, args=argv, prog="opiq-jax")
     try:
-        run_command(command)
+        run_command(command, joined)
     except UsageError as e:  # ResultsError included
         fail(f"error: {e}", 2)
     except Stopped as e:
@@ -436,7 +406,3 @@ def main(argv: list[str] | None = None) -> None:
 def fail(message: str, code: int) -> None:
     print(f"opiq-jax: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
-
-
-if __name__ == "__main__":
-    main()

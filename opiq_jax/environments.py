@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .config import StaticConfig
+from .envs import Maze, RandomisedChain
+from .envs.montezuma import MontezumaPool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,14 +91,10 @@ def static_for_env(env: str, **overrides) -> StaticConfig:
 
 
 def _make_chain(static: StaticConfig):
-    from .envs import RandomisedChain
-
     return RandomisedChain(length=static.chain_length)
 
 
 def _make_maze(static: StaticConfig):
-    from .envs import Maze
-
     return Maze()
 
 
@@ -107,8 +105,6 @@ def _make_gymnax(static: StaticConfig):
 
 
 def _make_montezuma(static: StaticConfig, num_envs: int, seed: int, **overrides):
-    from .envs.montezuma import MontezumaPool
-
     return MontezumaPool(num_envs=num_envs, seed=seed, **overrides)
 
 

@@ -1,14 +1,16 @@
 """What an experiment is, below everything that trains or reads one: its runs, their keys, its programs.
 
 An :class:`Experiment` is runs (:class:`RunSpec`: method, setting label, seed, hyperparameters) that train as one
-compiled program. :func:`split_by_program` is the one place a mix of methods is grouped into programs (a part with
-networks of its own compiles into a program of its own); :func:`run_keys_for` is the one place a run's keys come
-from (its seed alone, so comparisons stay paired); :func:`keys_to_data` is how they are saved.
+compiled program. :attr:`Experiment.programs` is the one place a mix of methods is grouped into programs (a part
+with networks of its own compiles into a program of its own), once per experiment; :func:`run_keys_for` is the one
+place a run's keys come from (its seed alone, so comparisons stay paired); :func:`keys_to_data` is how they are
+saved.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import jax
@@ -16,7 +18,7 @@ import jax.numpy as jnp
 
 from .config import StaticConfig, hparam_options, hparams_to_dict, make_hparams
 from .environments import ENVIRONMENT_ORIGINS
-from .methods import METHODS, get_method, origins, program_name, program_parts, run_hparams_off
+from .methods import METHODS, method_program, origins, program_parts, run_hparams_off
 from .parts import get_part
 
 
@@ -32,8 +34,8 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class Experiment:
-    """Runs that train as one program: ``static.parts`` must hold every part of the runs' methods (see
-    :func:`split_by_program`, which makes such experiments from any mix of methods)."""
+    """Runs of any mix of methods. Those of one compiled program train together (:attr:`programs`); ``static.parts``
+    holds every part of that program, and is filled in when the runs make one program and it is left empty."""
 
     static: StaticConfig
     runs: tuple[RunSpec, ...]
@@ -41,12 +43,25 @@ class Experiment:
     shared_mask_seed: int = 12345
 
     def __post_init__(self):
-        """A static configuration without parts gets its runs' program's parts, when they make one program."""
-        if self.static.parts or not all(r.method in METHODS for r in self.runs):
-            return
-        if len({program_name(get_method(r.method).part_names) for r in self.runs}) == 1:
-            parts = program_parts({r.method for r in self.runs})
-            object.__setattr__(self, "static", dataclasses.replace(self.static, parts=parts))
+        """Groups the runs into programs (once: :attr:`programs` reads it); a static configuration without parts
+        gets its runs' program's parts, when they make one program."""
+        groups = program_groups(self.runs) if all(r.method in METHODS for r in self.runs) else None
+        object.__setattr__(self, "_groups", groups)
+        if not self.static.parts and groups is not None and len(groups) == 1:
+            (runs,) = groups.values()
+            object.__setattr__(self, "static", dataclasses.replace(self.static, parts=program_parts(
+                {r.method for r in runs})))
+
+    @functools.cached_property
+    def programs(self) -> dict[str, Experiment]:
+        """One experiment per compiled program, in order of first appearance: methods whose parts all share programs
+        train together; a part with networks of its own (DORA, RND, BSP) makes a program of its own. Each program's
+        ``static.parts`` is the union of its methods' parts. Built once per experiment."""
+        if self._groups is None:
+            raise ValueError("an experiment of unregistered methods cannot be split into programs: register them")
+        return {name: dataclasses.replace(self, runs=runs, static=dataclasses.replace(
+                    self.static, parts=program_parts({r.method for r in runs})))
+                for name, runs in self._groups.items()}
 
     def hparams(self) -> list[dict]:
         """Every run's hyperparameters as the program needs them: its parts' defaults, the ``off`` values of the
@@ -92,20 +107,17 @@ def run_keys_for(experiment: Experiment) -> tuple[jax.Array, jax.Array]:
     return run_keys, env_keys
 
 
-def split_by_program(experiment: Experiment) -> dict[str, Experiment]:
-    """One experiment per compiled program, in order of first appearance: methods whose parts all share
-    programs train together; a part with networks of its own (DORA, RND, BSP) makes a program of its own.
-    Each program's ``static.parts`` is the union of its methods' parts."""
+def program_groups(runs: tuple[RunSpec, ...]) -> dict[str, tuple[RunSpec, ...]]:
+    """The runs of each compiled program (:func:`opiq_jax.methods.method_program`), in order of first appearance."""
     groups: dict[str, list[RunSpec]] = {}
-    for run in experiment.runs:
-        groups.setdefault(program_name(get_method(run.method).part_names), []).append(run)
-    return {
-        name: dataclasses.replace(
-            experiment, runs=tuple(runs),
-            static=dataclasses.replace(experiment.static, parts=program_parts({r.method for r in runs})),
-        )
-        for name, runs in groups.items()
-    }
+    for run in runs:
+        groups.setdefault(method_program(run.method), []).append(run)
+    return {name: tuple(members) for name, members in groups.items()}
+
+
+def split_by_program(experiment: Experiment) -> dict[str, Experiment]:
+    """``experiment.programs``: one experiment per compiled program (grouped once per experiment)."""
+    return experiment.programs
 
 
 def process_share(experiment: Experiment, index: int, count: int) -> Experiment:

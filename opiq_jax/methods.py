@@ -127,6 +127,11 @@ def program_name(part_names: Iterable[str]) -> str:
     return "-".join(own) or "plain"
 
 
+def method_program(method: str) -> str:
+    """The program ``method``'s runs train in: the one rule that groups methods into programs."""
+    return program_name(get_method(method).part_names)
+
+
 def program_parts(methods: Iterable[str]) -> tuple[str, ...]:
     """The parts of a program training ``methods``, in registry order: the union of theirs, and the paper's parts
     that share programs (pseudocounts, optimism: no state, switched off by their ``off`` values).

@@ -21,9 +21,30 @@ from __future__ import annotations
 import jax
 from jax.errors import JaxRuntimeError
 
-from .errors import PeerFailed
+from .errors import PeerFailed, UsageError
 
 DONE, FAILED = "opiq_jax/done/", "opiq_jax/failed/"
+
+
+def join_hosts(coordinator: str | None, num_processes: str | int | None, process_id: str | int | None
+               ) -> tuple[int, int]:
+    """``jax.distributed.initialize`` from the command line's options (or the cluster it detects: SLURM, Open MPI,
+    Cloud TPU): this process's index and the number of processes. Call before anything starts JAX's backend."""
+    given = [num_processes is not None, process_id is not None]
+    if not (all(given) or (not any(given) and coordinator is None)):
+        raise UsageError("--coordinator, --num-processes and --process-id go together (or none of them, where the "
+                         "cluster is detected)")
+    try:
+        count = None if num_processes is None else int(num_processes)
+        index = None if process_id is None else int(process_id)
+    except ValueError:
+        raise UsageError(f"--num-processes and --process-id take whole numbers, got {num_processes!r} and "
+                         f"{process_id!r}") from None
+    try:
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=count, process_id=index)
+    except (ValueError, RuntimeError) as e:
+        raise UsageError(f"--distributed: {str(e).splitlines()[0]}") from None
+    return jax.process_index(), jax.process_count()
 
 
 def _client():
@@ -63,4 +84,4 @@ def finish(wait_ms: int = 60_000) -> None:
     jax.distributed.shutdown()
 
 
-__all__ = ["PeerFailed", "failure_of_others", "finish", "report_failure"]
+__all__ = ["PeerFailed", "failure_of_others", "finish", "join_hosts", "report_failure"]

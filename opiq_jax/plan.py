@@ -12,6 +12,8 @@ This module imports no JAX backend (nothing of gymnax), so the command line can 
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import difflib
 import itertools
 import math
@@ -22,10 +24,15 @@ from typing import Any
 
 from .config import RUNNER_SET, STATIC_OPTIONS, Option, StaticConfig, Style, hparam_options, static_option
 from .environments import ENVIRONMENTS, environment_names, environment_spec
-from .methods import method_hparams
+from .envs.montezuma import ENVPOOL_MISSING
 from .errors import ResultsError, UsageError
-from .methods import METHODS, get_method
+from .experiment import Experiment, RunSpec
+from .memory import check_fits
+from .methods import METHODS, get_method, method_hparams, method_program, program_parts
 from .parts import PARTS, get_part
+from .reading import experiment_folders
+from .results import read_json
+from .trainer import make_path
 
 
 def label(name: str, style: Style) -> str:
@@ -115,8 +122,6 @@ def check_environment(env: str, style: Style) -> None:
     except ValueError:
         raise UsageError(f"unknown {label('env', style)} {env!r}: use {environment_names()}") from None
     if spec.name == "montezuma":
-        from .envs.montezuma import ENVPOOL_MISSING
-
         try:
             import envpool  # noqa: F401
         except ImportError:
@@ -269,8 +274,6 @@ def plan_experiment(env: str = "chain", methods: Sequence[str] = ("opiq",), seed
                     style: Style = "api"):
     """The :class:`~opiq_jax.runner.Experiment` of ``methods`` x settings x ``seeds`` on ``env`` (nothing
     compiled or allocated), with every input checked."""
-    from .experiment import Experiment, RunSpec
-
     check_environment(env, style)
     methods = check_methods(methods, style)
     seeds = check_seeds(seeds, style)
@@ -279,7 +282,7 @@ def plan_experiment(env: str = "chain", methods: Sequence[str] = ("opiq",), seed
     grid = checked_grid(grid, style)
     require_used([*fixed, *grid], methods, style)
     static = static_with(env, static_overrides, style)
-    check_memory(static, methods, {m: len(settings_of(m, fixed, grid)) * len(seeds) for m in methods})
+    check_memory(static, {m: len(settings_of(m, fixed, grid)) * len(seeds) for m in methods})
     runs = []
     try:
         for method in methods:
@@ -291,23 +294,21 @@ def plan_experiment(env: str = "chain", methods: Sequence[str] = ("opiq",), seed
     return Experiment(static=static, runs=tuple(runs), seed=seed)
 
 
-def check_memory(static: StaticConfig, methods: Sequence[str], runs_per_method: Mapping[str, int]) -> None:
-    """A one-line error when a program's runs cannot fit in device memory, before any run is built (a huge
-    ``seeds`` must fail here, not exhaust the host's memory)."""
-    import dataclasses
-
-    from .methods import program_name, program_parts
-    from .memory import check_fits
-
+def check_memory(static: StaticConfig, runs_per_method: Mapping[str, int]) -> None:
+    """The experiment's one memory check, before any run is built (a huge ``seeds`` must fail here, not exhaust the
+    host's memory) and any file is written: every program's runs against the device's free memory, in one line
+    naming what would fit instead (:func:`opiq_jax.memory.check_fits`); a large state is announced."""
     programs: dict[str, list[str]] = {}
-    for method in methods:
-        programs.setdefault(program_name(get_method(method).part_names), []).append(method)
-    try:
-        for members in programs.values():
-            parts = program_parts(members)
-            check_fits(dataclasses.replace(static, parts=parts), sum(runs_per_method[m] for m in members))
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    for method in runs_per_method:
+        programs.setdefault(method_program(method), []).append(method)
+    for members in programs.values():
+        check_fits(dataclasses.replace(static, parts=program_parts(members)),
+                   sum(runs_per_method[m] for m in members), note=print)
+
+
+def runs_per_method(experiment: Experiment) -> dict[str, int]:
+    """How many runs each method of ``experiment`` has (a saved experiment's, for :func:`check_memory`)."""
+    return dict(collections.Counter(r.method for r in experiment.runs))
 
 
 POOL_ONLY = ("envs_per_run", "overlap")
@@ -343,8 +344,6 @@ def static_with(env: str, overrides: dict[str, Any], style: Style) -> StaticConf
 
 def check_gymnax(static: StaticConfig) -> None:
     """Builds a gymnax environment once, so that a missing package or an unknown name fails here, in one line."""
-    from .trainer import make_path
-
     try:
         make_path(static)
     except (ValueError, ImportError, TypeError) as e:
@@ -362,8 +361,6 @@ def default_out(env: str, methods: Sequence[str], seeds: int | Sequence[int], to
 
 def config_files(path: str | Path) -> list[Path]:
     """The ``config.json`` files of a saved experiment: the file itself, or every one in a results folder."""
-    from .reading import experiment_folders
-
     path = Path(path)
     if path.is_file():
         return [path]
@@ -378,9 +375,6 @@ def config_files(path: str | Path) -> list[Path]:
 def experiment_from_configs(path: str | Path):
     """The experiment a saved ``config.json`` (or a results folder, per-program subfolders included) describes,
     exactly: the same static configuration, base seed and runs with their hyperparameters."""
-    from .results import read_json
-    from .experiment import Experiment, RunSpec
-
     saved = [read_json(f) for f in config_files(path)]
     statics = [{k: v for k, v in s["static"].items() if k != "parts"} for s in saved]
     if any(s != statics[0] for s in statics) or len({(s.get("seed"), s.get("shared_mask_seed")) for s in saved}) > 1:
@@ -398,6 +392,14 @@ def experiment_from_configs(path: str | Path):
         check_seed("seed", value, "api")
     return Experiment(static=static, runs=runs, seed=int(saved[0].get("seed", 0)),
                       shared_mask_seed=int(saved[0].get("shared_mask_seed", 12345)))
+
+
+def plan_rerun(path: str | Path) -> Experiment:
+    """The experiment a saved ``config.json`` (or results folder) describes (:func:`experiment_from_configs`), its
+    memory checked as a new experiment's is."""
+    experiment = experiment_from_configs(path)
+    check_memory(experiment.static, runs_per_method(experiment))
+    return experiment
 
 
 def require_registered(path: Path, env: str, methods: list[str], plugins: list[str]) -> None:

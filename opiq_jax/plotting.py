@@ -26,9 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import StaticConfig
+from .envs.maze import MAZE_SIZE
 from .errors import UsageError
-from .results import CONFIG_FILE, read_json
+from .methods import program_name
 from .reading import experiment_folders, read_metrics
+from .results import CONFIG_FILE, read_json
 from .stats import iqm, iqm_curve_ci, stratified_bootstrap_ci
 
 DEFAULT_METRICS = ("train_return", "test_return", "states_visited", "max_return", "rooms_visited")
@@ -198,8 +201,6 @@ def environment_label(static: dict) -> str:
     if env == "chain":
         return f"chain of {static.get('chain_length', '?')} states"
     if env == "maze":
-        from .envs.maze import MAZE_SIZE
-
         return f"maze {MAZE_SIZE}x{MAZE_SIZE}"
     if env == "montezuma":
         return "Montezuma's Revenge"
@@ -235,8 +236,6 @@ def describe(configs: list[dict] | list[list[dict]], last_step: int | None = Non
 def _experiment_identity(config: dict) -> str:
     """What must agree for folders to be one experiment: everything but the runs and the program's parts.
     Static fields missing from an older config count as their defaults (as the runner's resume check does)."""
-    from .config import StaticConfig
-
     static = {**json.loads(json.dumps(asdict(StaticConfig()))), **config.get("static", {})}
     static.pop("parts", None)
     rest = {k: v for k, v in config.items() if k not in ("runs", "static")}
@@ -246,8 +245,6 @@ def _experiment_identity(config: dict) -> str:
 def _experiment_root(folder: Path, out: Path, config: dict) -> Path:
     """The folder an experiment was written to: ``folder`` less a per-program subfolder (named after its
     program, as :func:`~opiq_jax.runner.run_methods` writes them) and per-process or per-batch folders."""
-    from .methods import program_name
-
     try:
         program = program_name(config.get("static", {}).get("parts", ()))
     except (KeyError, ValueError):  # a part this installation does not register: not a program subfolder we know

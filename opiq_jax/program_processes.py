@@ -17,6 +17,7 @@ is one CUDA graph, launched once), which changes how kernels are launched, not w
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import os
 import signal
@@ -25,10 +26,14 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 from tqdm.auto import tqdm
 
 from .errors import NonFiniteRuns, ProgramFailed, ResultsError, Stopped, UsageError
+from .plan import experiment_from_configs
+from .reading import require_same_experiment
 from .results import CONFIG_FILE, METRICS_FILE, FolderLock, atomic_write_bytes, prepare_folder
+from .runner import run_experiment
 from .stop_signals import SignalHandlers
 
 COMMAND_BUFFER_FLAGS = (
@@ -54,21 +59,9 @@ def child_environment(base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def share_device_memory(argv: list[str]) -> None:
-    """For a command line that asks for ``--programs parallel``: this process does not take 75 % of the GPU's
-    memory when JAX starts (importing gymnax starts it), so the programs' processes get it. Call before
-    anything imports gymnax or opiq_jax's trainer."""
-    asked = any(a == "--programs=parallel" or (a == "--programs" and argv[i + 1:i + 2] == ["parallel"])
-                for i, a in enumerate(argv))
-    if asked:
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-
-
 def holds_device_memory() -> str | None:
     """A line for the user when this process took most of a GPU's memory at start (JAX's default), which the
     programs' processes then lack; None on a CPU or with preallocation off."""
-    import jax
-
     if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() in ("false", "0"):
         return None
     if jax.default_backend() != "gpu":
@@ -114,8 +107,6 @@ def last_logged_step(folder: Path) -> int:
 def write_program_config(folder: Path, experiment, say=print) -> None:
     """The program's ``config.json``, from which its process rebuilds it, written under the folder's lock;
     refuses a folder of another experiment, or one that another process is writing."""
-    from .reading import require_same_experiment
-
     prepare_folder(folder)
     with FolderLock(folder, warn=say):
         require_same_experiment(folder, experiment)
@@ -211,7 +202,7 @@ def start_programs(todo: dict, folders: dict[str, Path], options: dict, signals:
 
 
 def run_programs_at_once(todo: dict, out: Path, *, progress: bool = True, say=print, **options) -> None:
-    """Trains every program of ``todo`` (the unfinished ones of ``runner.split_by_program``) at once, each in a
+    """Trains every program of ``todo`` (the unfinished ones of ``Experiment.programs``) at once, each in a
     process of its own writing ``out/<program>``; ``options``: :func:`opiq_jax.runner.run_experiment`'s loop options
     (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track) and ``plugins``, the modules each process
     imports first (they register the methods, parts and environments not of the paper). The processes rebuild
@@ -263,10 +254,7 @@ def program_main(argv: list[str]) -> int:
     ``config.json`` is in FOLDER; the exit code says how it ended (0: done or time-boxed)."""
     folder, options, parent_pid = Path(argv[0]), json.loads(argv[1]), int(argv[2])
     end_with_parent(parent_pid)
-    import importlib
 
-    from .plan import experiment_from_configs
-    from .runner import run_experiment
 
     try:
         for module in options.pop("plugins", []):  # the parent's: they register the program's own methods

@@ -14,8 +14,8 @@ import jax
 
 from .compiled import is_pool
 from .errors import UsageError
-from .experiment import Experiment, split_by_program
-from .memory import check_fits, require_fits, state_bytes_per_run
+from .experiment import Experiment
+from .memory import require_fits, state_bytes_per_run
 from .program_processes import run_programs_at_once
 from .reading import program_finished
 from .results import prepare_folder
@@ -29,7 +29,8 @@ def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequen
                 **kwargs) -> dict[str, object]:
     """Runs ``experiment`` (any mix of methods) as one program per group; a single program uses ``out`` itself.
 
-    Keyword arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call. ``programs``:
+    Each program's memory was checked when the experiment was planned (:func:`opiq_jax.plan.check_memory`). Keyword
+    arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call. ``programs``:
     ``sequential`` trains the programs one after another in this process; ``parallel`` trains them at once,
     each in a process of its own (:mod:`opiq_jax.program_processes`; on one GPU under NVIDIA MPS). Returns the
     final state of a single program. Of several trained one after another, each program's state leaves the
@@ -38,16 +39,15 @@ def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequen
     """
     if programs not in PROGRAM_MODES:
         raise UsageError(f"programs must be one of {', '.join(PROGRAM_MODES)}, got {programs!r}")
-    out = Path(out)
-    groups = split_by_program(experiment)
+    out, groups = Path(out), experiment.programs
+    if programs == "parallel" and len(groups) > 1:  # each program was checked alone (the plan): now all at once
+        check_parallel(groups)
     if len(groups) == 1:
         (name, group), = groups.items()
         return {name: run_experiment(group, out, **kwargs)}
     prepare_folder(out, kind="programs")
     if programs == "parallel":
         return run_in_processes(groups, out, kwargs)
-    for name, group in groups.items():  # fail before training anything if some group cannot fit
-        check_fits(group.static, len(group.runs))
     max_seconds, started, states = kwargs.pop("max_seconds", None), time.monotonic(), {}
     for name, group in groups.items():
         left = None if max_seconds is None else max_seconds - (time.monotonic() - started)
@@ -60,9 +60,17 @@ def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequen
     return states
 
 
+def check_parallel(groups: dict[str, Experiment]) -> None:
+    """Every program's state at once on the device they share (each run's share rounded up: no looser than the
+    sum), or a one-line :class:`~opiq_jax.errors.DoesNotFit`."""
+    num_runs = sum(len(g.runs) for g in groups.values())
+    total = sum(state_bytes_per_run(g.static) * len(g.runs) for g in groups.values())
+    require_fits(-(-total // num_runs), num_runs)
+
+
 def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) -> dict[str, object]:
-    """:func:`run_methods` with ``programs="parallel"``: checks that the programs' states fit on the device at
-    once, then trains every program in a process of its own (this process only waits for them)."""
+    """:func:`run_methods` with ``programs="parallel"`` (their memory checked): trains every program in a process of
+    its own (this process only waits for them)."""
     if options.get("should_stop") is not None:
         raise UsageError("programs='parallel' runs on one host: a run over several hosts trains its programs one "
                          "after another")
@@ -75,10 +83,6 @@ def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) ->
                          "or environments registered in a script or notebook: move the registration into a module "
                          "and import it (or pass --plugin MODULE), or train the programs one after another")
     loop = Loop(verbose=options.get("verbose", True))
-    # every program's state at once on the device they share (each run's share rounded up: no looser than the sum)
-    num_runs = sum(len(g.runs) for g in groups.values())
-    total = sum(state_bytes_per_run(g.static) * len(g.runs) for g in groups.values())
-    require_fits(-(-total // num_runs), num_runs)
     todo = {name: g for name, g in groups.items() if not program_finished(out / name)}
     run_programs_at_once(todo, out, progress=options.pop("progress", True), say=loop.say, plugins=plugins,
                          **{k: v for k, v in options.items() if k != "should_stop"})

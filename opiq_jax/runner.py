@@ -39,13 +39,14 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from . import tracking
 from .compiled import compile_chunk, is_pool, shape_trainer, start_shapes, trainer_for
 from .config import StaticConfig, stack_hparams
 from .devices import shard_over_devices
 from .environments import environment_spec
 from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped
 from .experiment import Experiment, keys_from_data, keys_to_data, run_keys_for
-from .memory import check_fits, state_bytes_per_run
+from .memory import state_bytes_per_run
 from .metrics_file import (
     METRICS_HEADER, MetricsLedger, MetricsRecord, append_metric_rows, resume_metrics, resume_metrics_without_copy,
     rows_without_checkpoint, set_aside_uncovered,
@@ -57,7 +58,6 @@ from .results import (
 )
 from .stop_signals import SignalHandlers
 from .trainer import Trainer
-
 
 # ------------------------------------------------------------------------------------ memory
 
@@ -202,6 +202,8 @@ def run_experiment(experiment: Experiment, out: str | Path, progress: bool = Tru
         (:class:`PeerFailed`: another process of a run over several hosts failed).
       track: ``none``, or ``tensorboard`` to stream each method's aggregates per chunk (the ``tracking`` extra).
       pool_overrides: options of a pool environment's emulators (EnvPool's, e.g. ``max_episode_steps``).
+    Its device memory is checked by the caller, once, before anything is written (:func:`opiq_jax.programs.run_methods`,
+    a sweep's batches, the parent of programs in processes of their own: :func:`opiq_jax.memory.check_fits`).
     Returns the final training state (None when the folder's metrics show the run finished and it keeps no
     checkpoint: nothing was trained). Raises :class:`Stopped` after SIGINT or SIGTERM (progress checkpointed).
     """
@@ -226,7 +228,6 @@ def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
     the folder's metrics show the run finished (its checkpoints deleted: nothing to train, nothing to resume)."""
     static = experiment.static
     require_same_experiment(out, experiment, loop.say)
-    check_fits(static, len(experiment.runs), note=loop.say)
     atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
     hparams = stack_hparams(experiment.hparams())
     run_keys, env_keys = run_keys_for(experiment)
@@ -273,9 +274,7 @@ def make_tracker(kind: str, out: Path, experiment: Experiment):
     """The tracker of ``kind`` (``none``: None), given the resolved configuration."""
     if kind == "none":
         return None
-    from .tracking import make_tracker as make
-
-    return make(kind, out, experiment.to_json())
+    return tracking.make_tracker(kind, out, experiment.to_json())
 
 
 def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, trainer: Trainer, state,

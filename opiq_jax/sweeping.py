@@ -44,7 +44,7 @@ from .results import atomic_write_bytes, prepare_folder, read_json
 from .plotting import area_under_median, area_under_median_ci, curves
 from .runner import run_experiment
 from .reading import is_finished, read_metrics, require_same_experiment
-from .memory import available_device_bytes, runs_that_fit, state_bytes_per_run
+from .memory import available_device_bytes, check_fits, runs_that_fit, state_bytes_per_run
 from .experiment import Experiment, RunSpec, split_by_program
 
 BATCH_PREFIX = "batch_"
@@ -274,10 +274,11 @@ def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_
             continue
         print(f"sweep: batch {i + 1}/{len(batches)}", flush=True)
         try:
-            run_experiment(batch, folder, progress=progress, checkpoint_seconds=checkpoint_seconds, track=track)
+            check_fits(batch.static, len(batch.runs), note=print)
         except DoesNotFit as e:  # a resume on a card with less free memory than the one that planned the batches
             raise DoesNotFit(f"{e}; this sweep's batches were planned when it started ({PLAN_FILE}): resume it "
                              "where it fits, or start it again into a new --out with --max-batch-runs") from None
+        run_experiment(batch, folder, progress=progress, checkpoint_seconds=checkpoint_seconds, track=track)
     ranking = rank_settings(out, preset.metric)
     write_tables(out, ranking, preset.metric)
     return ranking

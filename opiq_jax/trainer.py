@@ -44,6 +44,8 @@ from .mlp_backward import SQUARE_SUMS
 from .networks import in_compute_precision, init_params, make_bootstrapped_network, make_network
 from .parts import Example, Part, checked_metrics, checked_output, checked_state, get_part
 from .paths import Batch, Decision, Outcome, StepRecord
+from .paths.compact import CompactPath
+from .paths.pool import PoolPath
 from .state import ChunkStats, Counts, RunState, RunStats, TrainState
 from .targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
 
@@ -128,12 +130,9 @@ def make_path(static: StaticConfig, env: Any = None) -> Any:
     be given: it is started by the host loop with every run's emulators)."""
     spec = environment_spec(static.env)
     if spec.kind == "pool":
-        from .paths.pool import PoolPath
-
         if env is None:
             raise ValueError(f"{static.env} is a pool environment: pass its pool (or PoolShapes) to make_train")
         return PoolPath(env, static)
-    from .paths.compact import CompactPath
 
     return CompactPath(spec.make(static) if env is None else env, static)
 

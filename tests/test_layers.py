@@ -50,11 +50,12 @@ def package_modules() -> dict[str, Path]:
     return found
 
 
-def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules that ``name`` imports anywhere in its source (the deepest module each import names)."""
+def imported_modules(name: str, path: Path, modules: dict[str, Path], tree: ast.AST | None = None) -> set[str]:
+    """The package's modules that ``name`` imports anywhere in its source (or in ``tree``, a part of it): the
+    deepest module each import names."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     targets = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree or ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -150,3 +151,35 @@ def test_the_graph_reader_finds_an_import_wherever_it_stands(tmp_path, source, e
     modules = {**package_modules(), "opiq_jax.a": path}
     graph = {"opiq_jax.trainer": {"opiq_jax.a"}, "opiq_jax.a": imported_modules("opiq_jax.a", path, modules)}
     assert circles(graph) == expected
+
+
+def function_local_imports() -> set[tuple[str, str]]:
+    """``(module, imported module)`` for every import of the package's own modules inside a function."""
+    modules, found = package_modules(), set()
+    for name, path in modules.items():
+        for function in ast.walk(ast.parse(path.read_text())):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = ast.Module(body=function.body, type_ignores=[])
+                found |= {(name, target) for target in imported_modules(name, path, modules, body)}
+    return found
+
+
+def test_imports_stand_at_the_top_of_their_modules_but_the_entry_points_and_gymnax():
+    """The entry point joins the hosts before the command line (and with it the trainer, which starts JAX's
+    backend) is imported; gymnax's registry is imported only for a gymnax environment."""
+    assert function_local_imports() == {("opiq_jax.launch", "opiq_jax.cli"),
+                                        ("opiq_jax.environments", "opiq_jax.envs.gymnax_adapter")}
+
+
+def test_the_opiq_jax_command_enters_through_the_launcher_which_refuses_half_a_host_list_in_one_line():
+    import subprocess
+    import sys
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"opiq-jax": "opiq_jax.launch:main"}
+    ended = subprocess.run([sys.executable, "-m", "opiq_jax", "train", "--num-processes", "2"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert ended.returncode == 2 and ended.stdout == "", ended
+    assert ended.stderr.strip() == ("opiq-jax: error: --coordinator, --num-processes and --process-id go together (or "
+                                    "none of them, where the cluster is detected)")

@@ -188,7 +188,7 @@ def test_two_processes_through_jax_distributed_match_one_process(tmp_path):
     common = ["--env", "chain", "--method", "opiq", "dqn_pc", "--seeds", "2", "--steps", "600", "--log-every", "200",
               "--chain-length", "8", "--hidden", "16", "--buffer-size", "300", "--no-progress", "--no-plot"]
     port, env = free_port(), {**os.environ, "JAX_PLATFORMS": "cpu"}
-    children = [subprocess.Popen([sys.executable, "-m", "opiq_jax.cli", "train", *common, "--out", str(tmp_path / "multi"),
+    children = [subprocess.Popen([sys.executable, "-m", "opiq_jax", "train", *common, "--out", str(tmp_path / "multi"),
                                   "--coordinator", f"localhost:{port}", "--num-processes", "2", "--process-id", str(i)],
                                  cwd=Path(__file__).parents[1], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True) for i in range(2)]
@@ -282,7 +282,7 @@ def test_a_failing_process_tells_the_other_which_stops_with_one_line_and_its_che
     (tmp_path / "multi").mkdir()
     (tmp_path / "multi" / "process-1").write_text("a file where process 1's folder should be")
     port, env = free_port(), {**os.environ, "JAX_PLATFORMS": "cpu"}
-    children = [subprocess.Popen([sys.executable, "-m", "opiq_jax.cli", "train", *common, "--out", str(tmp_path / "multi"),
+    children = [subprocess.Popen([sys.executable, "-m", "opiq_jax", "train", *common, "--out", str(tmp_path / "multi"),
                                   "--coordinator", f"localhost:{port}", "--num-processes", "2", "--process-id", str(i)],
                                  cwd=Path(__file__).parents[1], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True) for i in range(2)]
@@ -357,3 +357,20 @@ def test_runs_that_do_not_fit_are_refused_before_anything_starts_with_what_would
     assert 64 < buffer < 20_000 and memory.fits_in(static, buffer, 4, free, memory.MEMORY_HEADROOM)
     assert not memory.fits_in(static, int(buffer * 1.2), 4, free, memory.MEMORY_HEADROOM)  # the largest, nearly
     assert not (tmp_path / "x").exists()
+
+
+def test_the_grouping_into_programs_and_the_memory_check_happen_once_per_experiment(tmp_path, monkeypatch):
+    """A mix of three methods in two programs: the experiment's runs are grouped once, and each program's memory is
+    checked once, by the plan (before anything is built or written), not again by the programs or the loop."""
+    from opiq_jax import experiment as experiment_module, memory
+
+    grouped, checked = [], []
+    real_groups, real_runs_that_fit = experiment_module.program_groups, memory.runs_that_fit
+    monkeypatch.setattr(experiment_module, "program_groups", lambda runs: grouped.append(len(runs)) or real_groups(runs))
+    monkeypatch.setattr(memory, "runs_that_fit", lambda per_run, *args: checked.append(per_run) or
+                        real_runs_that_fit(per_run, *args))  # every memory check asks this, whoever imported it
+    main(["train", "--chain-length", "8", "--hidden", "16", "--steps", "300", "--log-every", "150", "--buffer-size",
+          "300", "--seeds", "2", "--method", "opiq", "dqn_pc", "dqn_rnd", "--out", str(tmp_path / "x"), "--no-plot",
+          "--no-progress"])
+    assert grouped.count(6) == 1  # the whole experiment (each program's own experiment groups its own runs)
+    assert len(checked) == 2 and len(set(checked)) == 2  # the plain program's and RND's, once each

@@ -5,7 +5,6 @@ importing the trainer (which imports gymnax, and gymnax starts JAX's backend, wh
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -14,6 +13,7 @@ import tyro
 
 from ..config import STATIC_OPTIONS, StaticConfig, Style
 from ..methods import METHODS, program_parts
+from ..plan import static_with
 
 
 def _doc(name: str, defaults: str | None = None) -> str:
@@ -106,6 +106,5 @@ class Bench:
                 overrides["hidden"] = tuple(self.hidden)
         if self.buffer_size is not None:
             overrides["buffer_size"] = self.buffer_size
-        from ..plan import static_with
 
         return static_with(env, overrides, style)

@@ -1,0 +1,64 @@
+"""The ``opiq-jax`` command's entry point: what must come before JAX starts its backend, then the command line.
+
+Two settings only take effect before the backend starts, and importing the trainer starts it (its modules build
+arrays at import): a run over several hosts joins them with ``jax.distributed.initialize``, and ``--programs
+parallel`` keeps this process from taking 75 % of the GPU's memory for itself. :func:`main` reads both from the
+raw arguments, then imports the command line (:mod:`opiq_jax.cli`): the one import inside a function that the
+package keeps, and the reason it exists. Everything else imports at the top of its module.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import UsageError
+from .multihost import join_hosts
+
+HOST_OPTIONS = ("--coordinator", "--num-processes", "--process-id")
+
+
+def option_values(argv: list[str], names: tuple[str, ...]) -> dict[str, str]:
+    """The values ``argv`` gives the options ``names`` (``--name VALUE`` or ``--name=VALUE``), before any parser."""
+    found = {}
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in names:
+            found[name] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    return found
+
+
+def share_device_memory(argv: list[str]) -> None:
+    """For ``--programs parallel``: this process does not take 75 % of the GPU's memory when JAX starts, so the
+    programs' processes get it."""
+    if option_values(argv, ("--programs",)).get("--programs") == "parallel":
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def hosts_asked(argv: list[str]) -> dict[str, str] | None:
+    """``train``'s options that join several hosts, or None when the command trains on this host alone."""
+    if not argv or argv[0] != "train":
+        return None
+    given = option_values(argv, HOST_OPTIONS)
+    return given if given or "--distributed" in argv else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``opiq-jax``: the backend's settings from the raw arguments, then the command line."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    share_device_memory(argv)
+    hosts = hosts_asked(argv)
+    joined = None
+    if hosts is not None:
+        try:
+            joined = join_hosts(hosts.get("--coordinator"), hosts.get("--num-processes"), hosts.get("--process-id"))
+        except UsageError as e:
+            print(f"opiq-jax: error: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
+    from .cli import main as command_line  # after the backend's settings above: the reason this module exists
+
+    command_line(argv, joined)
+
+
+if __name__ == "__main__":
+    main()
