@@ -21,6 +21,9 @@ into ``--out`` (default: the ``--after`` folder):
 GPU runs of the same command differ slightly from one another (scatter-adds and reductions are not
 ordered), so identical points are expected only on the CPU; the curves say whether the learning
 changed.
+
+Reaches inside: opiq_jax.plotting and opiq_jax.stats, for the per-seed areas and the paired statistics that its
+tables are made of (the API gives curves, not these).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ protocol), and draws that setting's median and 25-75% band: ``m_comparison_<metr
 episode return and the greedy test return, plus ``m_comparison.md`` with the chosen settings.
 
 Run: ``python -m experiments.chain_m_comparison --sweep results/sweep-chain_opiq``
+
+Reaches inside: opiq_jax.plotting, to draw the comparison with the figures' own curve helper.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ Run: ``python -m experiments.compare_methods --env chain --out results/chain`` (
 100k steps) or ``--env maze`` (the paper: 8 seeds, 1M steps). With ``--max-minutes`` it stops cleanly
 and the same command resumes; the figures and tables are drawn after every invocation, from whatever
 has run (the tables' ``last step`` column says how far each method got).
+
+Reaches inside: opiq_jax.launch, whose share_device_memory must run before JAX starts (as the opiq-jax command's
+does), and opiq_jax.plotting for the figures' tables.
 """
 
 from __future__ import annotations

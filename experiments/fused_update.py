@@ -28,6 +28,9 @@ layer alone (the trainer's covers every parameter; the arithmetic is the same).
 
 Run: ``python -m experiments.fused_update --runs 4096`` (the chain: K = N = 256, batch 64; every tile of
 ``--tiles`` is a variant). It also times the Gram matrices' norm alone.
+
+Reaches inside: the trainer's optimiser and the bench's bandwidth probe, to time one optimiser step against the
+memory traffic it needs.
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ over runs as in the trainer), in float32 and bfloat16:
 
 Every variant reads the same ``MazeConv`` parameters and computes the same function (checked against
 ``MazeConv`` before timing). Run: ``python -m experiments.maze_network_variants --runs 512``.
+
+Reaches inside: opiq_jax.networks, to time the maze network's own layers one by one.
 """
 
 from __future__ import annotations

@@ -35,6 +35,9 @@ take about 1.5 minutes on a quiet 2-core CPU, compile included; ``--steps 200000
 With the paper's opaque blue, OPIQ's maps show little more than white (Q+ >= 100 at every
 never-tried pair) around the visited region, and once OPIQ has visited all 340 cells (about 200k
 steps in our maze runs) they are all blue: ``--visited-alpha 0.35`` shows the values underneath.
+
+Reaches inside: the compiled trainer, the maze's layout and the optimism bonus, to evaluate a trained Q-network (and
+Q+) at every cell.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ the rooms visited, ``summary.md``, and the projected wall-clock of the paper's f
 
 Needs the Atari extra: ``pip install -e '.[atari]'``. Run:
 ``python -m experiments.montezuma --steps 500000 --seeds 2 --out results/montezuma``.
+
+Reaches inside: opiq_jax.plotting, for the figures and tables of the Montezuma page.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Scaling over the local devices: the same runs on one device, then sharded over all of them.
 
-The runs axis is split over the devices with ``jax.sharding`` (``runner.shard_over_devices``), and
-each device runs the chunk on its own runs (``runner.chunk_program``): runs never communicate, so the
+The runs axis is split over the devices with ``jax.sharding`` (``devices.shard_over_devices``), and
+each device runs the chunk on its own runs (``compiled.chunk_program``): runs never communicate, so the
 step needs no collective. For each number of runs this times the compiled trainer's chunk on device 0
 alone and split over every local device, after a warm-up that fills the replay past one batch, and
 reports the ratio. ``--partitioners per-device gspmd`` also times the program that leaves the split to
@@ -11,6 +11,9 @@ convolutions cannot be partitioned, so XLA gathers its inputs onto every device.
 Writes ``scaling.json`` and ``scaling.md`` into ``--out``.
 
 Run on a machine with several GPUs: ``python -m experiments.multi_gpu_scaling --env chain --runs 1024 2048``.
+
+Reaches inside: the compiled chunk and the runs' placement, to time one device against the runs split over all of
+them.
 """
 
 from __future__ import annotations
@@ -77,6 +80,13 @@ def count_collectives(hlo_text: str) -> int:
                for name in COLLECTIVES)
 
 
+def gspmd_program(train_chunk, state):
+    """``train_chunk`` jitted for ``state``'s placement with the split left to XLA's partitioner (the trainer's
+    before it ran each device on its own runs: ``opiq_jax.compiled.chunk_program``)."""
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    return jax.jit(train_chunk, donate_argnums=0, out_shardings=(shardings, jax.tree.leaves(shardings.runs)[0]))
+
+
 def steps_per_second(static, num_runs: int, sharded: bool, repeats: int, partitioner: str = "per-device") -> tuple[float, int]:
     """The fastest timed chunk's env steps per second, and the collectives in the compiled chunk."""
     experiment = bench_experiment(static, num_runs)
@@ -84,7 +94,8 @@ def steps_per_second(static, num_runs: int, sharded: bool, repeats: int, partiti
     state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
     if sharded:
         state = shard_over_devices(state, num_runs, say=None)
-    train_chunk = chunk_program(trainer.train_chunk, state, partitioner).lower(state).compile()
+    program = gspmd_program if partitioner == "gspmd" else chunk_program
+    train_chunk = program(trainer.train_chunk, state).lower(state).compile()
     collectives = count_collectives(train_chunk.as_text())
     state = run_until_learning(train_chunk, state, static)
     seconds = []

@@ -18,6 +18,8 @@ own, so the traced wall-clock is slower than the trainer's (the op times are not
 which mode it ran in).
 
 Run: ``python -m experiments.profile_step --env chain --runs 1024`` (or ``--env maze --runs 512``).
+
+Reaches inside: the compiled chunk and the bench's helpers, to profile one chunk's operations.
 """
 
 from __future__ import annotations

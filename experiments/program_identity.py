@@ -13,6 +13,9 @@ maze's convolutions, so the GPU-only Pallas kernels are not compared.) It prints
 ``--out``/``program_identity.md``; it exits 1 if any program differs.
 
 Both revisions must have ``opiq_jax.plan.plan_experiment`` (every revision since the Python API).
+
+Reaches inside: the compiled trainers (in a script run in each revision), to lower every program and compare
+revisions.
 """
 
 from __future__ import annotations

@@ -10,13 +10,16 @@ of three ways, after compiling it and filling its replay past one batch:
 * ``threads``: every program in one process, each driven by a thread of its own, all timed at once;
 * ``processes``: every program in a process of its own, all timed at once (the processes wait for each
   other at a barrier after compiling);
-* ``joint``: every program's step in one compiled scan (``opiq_jax.trainer.joint_train_chunk``).
+* ``joint``: every program's step in one compiled scan (``experiments.joint_programs.joint_train_chunk``).
 
 For each it projects the wall-clock of ``--full-steps`` steps (the paper's 1M for the maze): the sum of
 the programs' times when they run one after another, the longest when they run at once. Writes
 ``overlap_<mode>.json`` and ``overlap_<mode>.md`` into ``--out``.
 
 Run: ``python -m experiments.program_overlap --env maze --mode processes``.
+
+Reaches inside: the trainer and the compiled chunks, to step several programs in one scan
+(experiments/joint_programs.py).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from opiq_jax.config import stack_hparams
 from opiq_jax.plan import plan_experiment
 from opiq_jax.compiled import chunk_program, compiled_trainer
 from opiq_jax.experiment import Experiment, run_keys_for, split_by_program
-from opiq_jax.trainer import joint_train_chunk
+from experiments.joint_programs import joint_train_chunk
 
 FIGURE_METHODS = tuple(dict.fromkeys(BASELINES + ABLATIONS))
 

@@ -39,6 +39,9 @@ the same height) and ``M = 2``.
 Numbers in ``regression_illustration.json``: "at the data" means the training inputs; "far from the data"
 means points of an evenly spaced grid over ``[-2, 2]`` whose distance to the nearest training input is at
 least ``--far-distance``. ``spread`` is the standard deviation across the networks, averaged over points.
+
+Reaches inside: opiq_jax.networks and the optimism bonus, to fit the paper's regression illustration with the
+package's own MLP.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ with an older checkout given by ``--before`` (a folder holding that revision's `
 Writes ``ring_cost.md`` and ``ring_cost.json`` into ``--out``. Needs EnvPool.
 
     python -m experiments.ring_cost --out docs/results/ring-cost --before /tmp/old
+
+Reaches inside: the compiled trainer (in a script run in each revision), to time one chunk's replay writes across
+revisions.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from.
 It writes ``comparison.json`` (options, counts, the first differences), ``comparison.md``, ``run_info.json``
 (device, seconds of each sweep) and the sweep folders (``one/``, ``three/``: preset, plan, settings, best
 settings and each batch's metrics, gzipped; the checkpoints are removed).
+
+Reaches inside: opiq_jax.sweeping's selection helpers, to compare every value and both selections of two sweeps.
 """
 
 from __future__ import annotations

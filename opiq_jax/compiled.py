@@ -90,22 +90,20 @@ def compile_chunk(trainer: Trainer, state, name: str, say: Callable[[str], None]
 _COMPILED: dict = {}
 
 
-def chunk_program(train_chunk: Callable, state, partitioner: str = "per-device") -> Callable:
+def chunk_program(train_chunk: Callable, state) -> Callable:
     """``train_chunk`` jitted (its state donated) for ``state``'s placement; the metrics follow the runs.
 
     With the runs split over several devices, each device runs the chunk on its own runs (``shard_map``):
     runs never communicate, so the program needs no collective. Leaving the split to XLA's partitioner
-    (``partitioner="gspmd"``, kept for experiments/multi_gpu_scaling.py) gathers the inputs of every
-    custom call, which it cannot partition: the maze's Pallas convolutions then ran on all runs on every
-    device, and two H100s gave 1.31x one instead of about 1.9x.
+    (experiments/multi_gpu_scaling.py measures it) gathers the inputs of every custom call, which it cannot
+    partition: the maze's Pallas convolutions then ran on all runs on every device, and two H100s gave 1.31x one
+    instead of about 1.9x.
     """
     shardings = jax.tree.map(lambda x: x.sharding, state)
     runs_sharding = jax.tree.leaves(shardings.runs)[0]
     mesh = runs_mesh(state)
-    if mesh is None or partitioner == "gspmd":
+    if mesh is None:
         return jax.jit(train_chunk, donate_argnums=0, out_shardings=(shardings, runs_sharding))
-    if partitioner != "per-device":
-        raise ValueError(f"partitioner must be per-device or gspmd, got {partitioner!r}")
     specs = jax.tree.map(lambda x: x.sharding.spec, state)
     per_device = jax.shard_map(train_chunk, mesh=mesh, in_specs=(specs,), out_specs=(specs, PartitionSpec("runs")),
                                check_vma=False)  # the step counter is computed alike on every device

@@ -10,9 +10,6 @@
   steps of every run at once, then the chunk's metrics (one value per run for each of
   ``trainer.metric_names``).
 
-:func:`joint_train_chunk` steps several programs (several structures, each with its own runs) in one
-scan, each exactly as in a program of its own.
-
 The agent is DQN with the exploration parts of ``static.parts`` (:mod:`opiq_jax.parts`), called at
 fixed places; nothing here names a method. What differs between environments (how they are stepped,
 what the replay stores, what is counted) is the observation path's (:mod:`opiq_jax.paths`).
@@ -43,7 +40,7 @@ from .environments import environment_spec
 from .mlp_backward import SQUARE_SUMS
 from .networks import in_compute_precision, init_params, make_bootstrapped_network, make_network
 from .parts import Example, Part, checked_metrics, checked_output, checked_state, get_part
-from .paths import Batch, Decision, Outcome, StepRecord
+from .paths import Batch, Decision, ObservationPath, Outcome, StepRecord
 from .paths.compact import CompactPath
 from .paths.pool import PoolPath
 from .state import ChunkStats, Counts, RunState, RunStats, TrainState
@@ -115,17 +112,16 @@ def square_sum_probes(network, obs_shape: tuple[int, ...]) -> chex.ArrayTree:
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def uses_target_table(static: StaticConfig, path: Any) -> bool:
+def uses_target_table(static: StaticConfig, path: ObservationPath) -> bool:
     """Whether the targets look the target network's values up per cell (``StaticConfig.target_values``)."""
-    has_cell_table = getattr(path, "has_cell_table", False)
-    if static.target_values == "table" and not has_cell_table:
+    if static.target_values == "table" and not path.has_cell_table:
         raise ValueError(f"target_values='table' needs an environment with a cell table (chain, maze), not {static.env!r}")
     if static.target_values == "auto":
-        return has_cell_table and static.precision == "bfloat16"
+        return path.has_cell_table and static.precision == "bfloat16"
     return static.target_values == "table"
 
 
-def make_path(static: StaticConfig, env: Any = None) -> Any:
+def make_path(static: StaticConfig, env: Any = None) -> ObservationPath:
     """The observation path of ``static.env``: its environment built from the registry, or ``env`` (a pool must
     be given: it is started by the host loop with every run's emulators)."""
     spec = environment_spec(static.env)
@@ -140,7 +136,7 @@ def make_path(static: StaticConfig, env: Any = None) -> Any:
 class Agent:
     """What the trainer's functions and the exploration parts share: configuration, networks, optimiser, path."""
 
-    def __init__(self, static: StaticConfig, path: Any):
+    def __init__(self, static: StaticConfig, path: ObservationPath):
         self.static, self.path = static, path
         self.parts = tuple(get_part(name) for name in static.parts)
         for part in self.parts:
@@ -545,23 +541,6 @@ def env_step(agent: Agent, state: TrainState, _) -> tuple[TrainState, None]:
     return TrainState(step=stored, env=shared, runs=copy_target_if_due(agent, runs, stored)), None
 
 
-def joint_env_step(agents: tuple[Agent, ...], states: tuple[TrainState, ...], _) -> tuple[tuple[TrainState, ...], None]:
-    """One environment step of several programs' runs (:func:`joint_train_chunk`), each in the strict order of
-    :func:`env_step`. Their step counters and schedules are equal, so one ``lax.cond`` trains them all and one
-    copies their targets."""
-    acted = [act_and_record(agent, state) for agent, state in zip(agents, states)]
-    stored = states[0].step + 1
-    runs = tuple(runs for _, runs in acted)
-    with jax.named_scope("update"):
-        runs = jax.lax.cond(due_to_train(agents[0], stored),
-                            lambda rs: tuple(train_runs(a, r) for a, r in zip(agents, rs)), lambda rs: rs, runs)
-    with jax.named_scope("target_copy"):
-        runs = jax.lax.cond(due_to_copy(agents[0], stored),
-                            lambda rs: tuple(jax.vmap(functools.partial(copy_target, a))(r) for a, r in zip(agents, rs)),
-                            lambda rs: rs, runs)
-    return tuple(TrainState(step=stored, env=shared, runs=r) for (shared, _), r in zip(acted, runs)), None
-
-
 def overlapped_step(agent: Agent, carry: tuple, _) -> tuple[tuple, None]:
     """One environment step of every run while learning: the update runs while the emulators step.
 
@@ -663,32 +642,6 @@ def with_chunk_metrics(agent: Agent, state: TrainState) -> tuple[TrainState, dic
     return state.replace(runs=runs), metrics
 
 
-def same_schedule(agents: tuple[Agent, ...]) -> str | None:
-    """Why ``agents`` cannot share one scan (:func:`joint_train_chunk`), or None if they can."""
-    fields = ("log_every", "total_steps", "batch_size", "train_every", "target_update")
-    first = agents[0]
-    for agent in agents[1:]:
-        differ = [f for f in fields if getattr(agent.static, f) != getattr(first.static, f)]
-        if differ or agent.envs_per_run != first.envs_per_run:
-            return f"their {', '.join(differ) or 'environments per run'} differ"
-    if any(agent.path.overlaps for agent in agents):
-        return "a pool environment overlaps its updates with its emulators"
-    return None
-
-
-def joint_train_chunk(agents: tuple[Agent, ...], states: tuple[TrainState, ...]) -> tuple[tuple, tuple]:
-    """``train_chunk`` of several programs (one per structure: DORA, RND, ... each with its own runs) in one
-    scan. Each program's runs do exactly what they do in a program of their own; the GPU then runs the
-    small programs' steps in one compiled loop instead of one loop after another."""
-    reason = same_schedule(agents)
-    if reason is not None:
-        raise ValueError(f"these programs cannot train in one scan: {reason}")
-    length = agents[0].static.log_every // agents[0].envs_per_run
-    states, _ = jax.lax.scan(functools.partial(joint_env_step, tuple(agents)), tuple(states), None, length=length)
-    results = [with_chunk_metrics(agent, state) for agent, state in zip(agents, states)]
-    return tuple(s for s, _ in results), tuple(m for _, m in results)
-
-
 @dataclasses.dataclass(frozen=True)
 class Trainer:
     """The compiled experiment's pure functions and what they were built from."""
@@ -707,14 +660,6 @@ class Trainer:
     def network(self):
         return self.agent.q_network
 
-    def targets(self, run: RunState, batch: Batch) -> tuple[jax.Array, jax.Array]:
-        """The n-step targets of one run's ``batch`` (see :func:`targets_for`)."""
-        return targets_for(self.agent, run, batch)
-
-    def batch_of(self, run: RunState, windows: Any, exists: jax.Array) -> Batch:
-        """The minibatch of hand-picked compact ``windows`` of one run, as the trainer would sample it."""
-        return with_counts(self.agent, run, self.agent.path.batch_of(run, windows, exists))
-
     def action_values(self, run: RunState, obs: jax.Array) -> jax.Array:
         """``[E, A]``: what one run acts greedily on in ``obs`` (``[E, *obs_shape]``), counts as they are."""
         agent = self.agent
@@ -732,5 +677,4 @@ def make_train(static: StaticConfig, env: Any = None) -> Trainer:
                    train_chunk=functools.partial(train_chunk, agent), metric_names=agent.metric_names())
 
 
-__all__ = ["Agent", "ChunkStats", "METRIC_DOCS", "RunState", "TrainState", "Trainer", "joint_train_chunk", "make_optimiser",
-           "make_train"]
+__all__ = ["Agent", "ChunkStats", "METRIC_DOCS", "RunState", "TrainState", "Trainer", "make_optimiser", "make_train"]

@@ -1,5 +1,5 @@
-"""Several programs in one scan (``trainer.joint_train_chunk``) train each program's runs exactly as a program of
-their own does: every state leaf and every metric bit-identical, chunk after chunk."""
+"""Several programs in one scan (``experiments.joint_programs.joint_train_chunk``) train each program's runs exactly as
+a program of their own does: every state leaf and every metric bit-identical, chunk after chunk."""
 
 import os
 import subprocess
@@ -14,7 +14,7 @@ from opiq_jax.config import stack_hparams
 from opiq_jax.plan import plan_experiment
 from opiq_jax.compiled import compiled_trainer
 from opiq_jax.experiment import run_keys_for, split_by_program
-from opiq_jax.trainer import joint_train_chunk
+from experiments.joint_programs import joint_train_chunk
 from tests.conftest import xla_flags_without
 
 # The chain with small networks; 40 steps per chunk, so the first chunk fills the replay past one batch

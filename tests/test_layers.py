@@ -183,3 +183,35 @@ def test_the_opiq_jax_command_enters_through_the_launcher_which_refuses_half_a_h
     assert ended.returncode == 2 and ended.stdout == "", ended
     assert ended.stderr.strip() == ("opiq-jax: error: --coordinator, --num-processes and --process-id go together (or "
                                     "none of them, where the cluster is detected)")
+
+
+def test_the_trainer_and_the_parts_read_the_path_through_its_declared_contract():
+    """Both paths implement every method of ``ObservationPath``; what the trainer and the parts read of a path is
+    declared there (capabilities included: never probed with getattr), and the trainer never types it ``Any``."""
+    import re
+
+    from opiq_jax.paths import ObservationPath
+    from opiq_jax.paths.compact import CompactPath
+    from opiq_jax.paths.pool import PoolPath
+
+    for path in (CompactPath, PoolPath):
+        assert issubclass(path, ObservationPath) and not path.__abstractmethods__, path
+    readers = [ROOT / "opiq_jax" / "trainer.py", *sorted((ROOT / "opiq_jax" / "parts").glob("*.py"))]
+    sources = {p.name: p.read_text() for p in readers}
+    read = {name for text in sources.values() for name in re.findall(r"\bpath\.([a-z_]+)", text)}
+    declared = {*dir(ObservationPath), *ObservationPath.__annotations__}
+    assert len(read) > 20 and read <= declared, sorted(read - declared)
+    assert not re.search(r"getattr\((agent\.|self\.)?path\b", "".join(sources.values()))
+    assert not re.search(r"path: Any\b", sources["trainer.py"])
+
+
+def test_experiments_use_the_public_api_or_say_in_one_line_why_they_reach_inside():
+    """An experiment that imports a module of the package (not ``opiq_jax`` itself) says why in its docstring."""
+    silent = []
+    for path in sorted((ROOT / "experiments").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        inside = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                  and (node.module or "").startswith("opiq_jax.")}
+        if inside and "Reaches inside: " not in (ast.get_docstring(tree) or ""):
+            silent.append(f"{path.name}: {sorted(inside)}")
+    assert silent == []

@@ -28,6 +28,7 @@ from opiq_jax.results import (
 )
 from opiq_jax.trainer import make_train, sample_batch
 from tests.fake_pool import FakePool
+from tests.training import targets_of
 
 GAMMA = 0.99
 
@@ -266,7 +267,7 @@ def test_montezuma_n_step_q_plus_target_with_mixed_monte_carlo_by_hand(pool_chun
         batch = sample_batch(trainer.agent, run, key)
         memory = jax.tree.map(lambda x: x[0], run.memory)
         starts = frame_replay.sample(memory, jax.random.split(key, 1)[0], static.batch_size, n).slots
-        return trainer.targets(run, batch)[0][:, 0], batch.weights, starts
+        return targets_of(trainer, run, batch)[0][:, 0], batch.weights, starts
 
     targets, weights, starts = map(np.asarray, sampled(run, key))
     codes = frame_codes(ring["frames"])

@@ -1,10 +1,12 @@
-"""Training an experiment in the tests: the runner's compiled trainer, chunk after chunk, kept on the host."""
+"""Training an experiment in the tests: the runner's compiled trainer, chunk after chunk, kept on the host; the
+trainer's targets of hand-made minibatches (the trainer's internals, which only the tests read this way)."""
 
 import jax
 
 from opiq_jax.config import stack_hparams
 from opiq_jax.compiled import compiled_trainer
 from opiq_jax.experiment import Experiment, run_keys_for
+from opiq_jax.trainer import targets_for, with_counts
 
 
 def train_chunks(experiment: Experiment, chunks: int | None = None):
@@ -21,7 +23,18 @@ def train_chunks(experiment: Experiment, chunks: int | None = None):
     return initial, jax.device_get(state), history
 
 
+def targets_of(trainer, run, batch):
+    """The n-step targets of one run's ``batch``, as the trainer computes them (``trainer.targets_for``)."""
+    return targets_for(trainer.agent, run, batch)
+
+
+def batch_of(trainer, run, windows, exists):
+    """The minibatch of hand-picked compact ``windows`` of one run, as the trainer would sample it (its counts
+    read as the trainer reads them)."""
+    return with_counts(trainer.agent, run, trainer.path.batch_of(run, windows, exists))
+
+
 def compiled_targets(trainer):
-    """``(run, windows, exists) -> trainer.targets(run, trainer.batch_of(run, windows, exists))`` compiled as one
-    program: called op by op, each of its many operations would compile on its own."""
-    return jax.jit(lambda run, windows, exists: trainer.targets(run, trainer.batch_of(run, windows, exists)))
+    """``(run, windows, exists) -> targets_of(trainer, run, batch_of(trainer, run, windows, exists))`` compiled as
+    one program: called op by op, each of its many operations would compile on its own."""
+    return jax.jit(lambda run, windows, exists: targets_of(trainer, run, batch_of(trainer, run, windows, exists)))

@@ -17,7 +17,7 @@ from ..config import Option, StaticConfig
 from ..errors import PartError
 
 if TYPE_CHECKING:  # types only: a part reads the run's state and the path's records, never the trainer
-    from ..paths import Batch, StepRecord
+    from ..paths import Batch, ObservationPath, StepRecord
     from ..state import RunState
 
 
@@ -27,7 +27,7 @@ class AgentView(Protocol):
     Q-network's. A part that needs more than this reaches past its interface."""
 
     static: StaticConfig
-    path: Any  # the observation path (opiq_jax.paths): obs_of, bonus_obs, recent_reached_obs
+    path: ObservationPath
     num_actions: int
     num_heads: int
     network_name: str

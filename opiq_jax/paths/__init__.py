@@ -1,6 +1,7 @@
 """Observation paths: what differs between environments in how they are stepped, stored and seen.
 
-The one trainer (:mod:`opiq_jax.trainer`) is written against a path object; two exist:
+The one trainer (:mod:`opiq_jax.trainer`) is written against :class:`ObservationPath`, the declared contract;
+two paths implement it:
 
 * :class:`~opiq_jax.paths.compact.CompactPath`: environments stepped inside the compiled program, one
   per run under ``vmap`` (chain, maze, gymnax environments, your own); the replay stores compact
@@ -15,8 +16,9 @@ run (``E``, 1 for compact paths). This module holds the types the trainer and th
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import abc
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import jax
 from flax import struct
@@ -88,4 +90,139 @@ class Batch:
         return value
 
 
-__all__ = ["Batch", "Decision", "Outcome", "StepRecord"]
+class ObservationPath(abc.ABC):
+    """What the trainer asks of an environment family: how its environments are stepped, what the replay keeps, what
+    is counted and what is seen. The trainer is written against this class alone; :class:`~opiq_jax.paths.compact.
+    CompactPath` and :class:`~opiq_jax.paths.pool.PoolPath` implement it.
+
+    What a path can do beyond the common contract is declared, never probed: ``has_test_episode``,
+    ``has_cell_table`` and ``overlaps`` say which of the optional methods below it implements. Per-run methods run
+    under the trainer's ``vmap`` over runs (``run`` is one run's state); ``runs`` methods see every run at once.
+    """
+
+    kind: ClassVar[str]
+    """``compact`` (stepped in the program) or ``pool`` (an EnvPool pool): a part declares the kinds it works with."""
+    num_actions: int
+    envs_per_run: int
+    """``E``: the environments each run acts in at once (1 for compact paths)."""
+    obs_shape: tuple[int, ...]
+    """What the Q-network reads of one state."""
+    visit_sizes: Mapping[str, int]
+    """The visit metrics it tracks (``states_visited``, ``rooms_visited``, ...) and how many distinct things each
+    can count."""
+    metric_names: tuple[str, ...] = ()
+    """Its own metrics, returned by :meth:`metrics`."""
+    has_test_episode: ClassVar[bool] = False
+    """Whether a greedy test episode is played in the program (:meth:`test_return`)."""
+    has_cell_table: bool = False
+    """Whether every state is one of a finite table of cells (:meth:`cell_table_obs`): the target values may then
+    be looked up per cell (``target_values``)."""
+    overlaps: bool = False
+    """Whether the environment's step may overlap the learner's update (:meth:`send`, then :meth:`receive`)."""
+
+    # ---------------------------------------------------------------- starting
+    @abc.abstractmethod
+    def initial(self, start: Any, num_runs: int) -> tuple[Any, Any]:
+        """``(shared state, per-run starts)`` from what the environment's reset returned (None: nothing)."""
+
+    @abc.abstractmethod
+    def init_env(self, reset_key: jax.Array, env_key: jax.Array, start: Any) -> Any:
+        """One run's environment data (``run.env``)."""
+
+    @abc.abstractmethod
+    def init_memory(self, env: Any, start: Any) -> Any:
+        """One run's replay (``run.memory``)."""
+
+    @abc.abstractmethod
+    def init_count_features(self, hash_key: jax.Array, env: Any) -> Any:
+        """What turns one run's states into sketch columns (``run.counts.features``)."""
+
+    @abc.abstractmethod
+    def example_item(self, env: Any) -> Any:
+        """One item of the replay as a part's ``init`` may shape its state after (None where the replay has none)."""
+
+    @abc.abstractmethod
+    def initial_visits(self, env: Any, start: Any) -> dict[str, jax.Array]:
+        """Per visit metric, what one run has seen at the start (bool[size])."""
+
+    def restart(self, state: Any, pool: Any) -> Any:
+        """``state`` with its environments started afresh after a resume (a pool's emulators are not saved)."""
+        del pool
+        return state
+
+    # ---------------------------------------------------------------- acting and stepping
+    @abc.abstractmethod
+    def observations(self, env: Any) -> jax.Array:
+        """``[E, *obs_shape]``: what one run acts on now."""
+
+    @abc.abstractmethod
+    def count_keys(self, env: Any) -> jax.Array:
+        """``[E, ...]``: what the counts are keyed by for the current states (see :meth:`count_columns`)."""
+
+    @abc.abstractmethod
+    def count_columns(self, run: Any, key: jax.Array) -> jax.Array:
+        """``int32[rows]``: the sketch columns of one state's count key."""
+
+    @abc.abstractmethod
+    def step(self, shared: Any, runs: Any, decision: Decision) -> tuple[Any, Any, Outcome]:
+        """Every run's environments stepped with ``decision``: ``(shared, runs, outcome)``."""
+
+    def send(self, shared: Any, decision: Decision) -> Any:
+        """Starts the step of ``decision`` (``overlaps`` only): the learner runs while the environments step."""
+        raise NotImplementedError(f"the {self.kind} path does not overlap its step (overlaps is False)")
+
+    def receive(self, shared: Any, runs: Any) -> tuple[Any, Any, Outcome]:
+        """Ends the step that :meth:`send` started (``overlaps`` only)."""
+        raise NotImplementedError(f"the {self.kind} path does not overlap its step (overlaps is False)")
+
+    # ---------------------------------------------------------------- remembering
+    @abc.abstractmethod
+    def remember(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[Any, Any]:
+        """``(replay, item)``: one run's replay with the step stored, and what was stored (None if nothing)."""
+
+    @abc.abstractmethod
+    def after_record(self, runs: Any, outcome: Outcome) -> Any:
+        """Every run after its step was stored (the pool path refills the stacks of episodes that ended)."""
+
+    @abc.abstractmethod
+    def visits(self, run: Any, decision: Decision, outcome: Outcome) -> dict[str, jax.Array]:
+        """Per visit metric, the indices one run's step reached."""
+
+    # ---------------------------------------------------------------- learning
+    @abc.abstractmethod
+    def sample(self, run: Any, key: jax.Array) -> Batch:
+        """A minibatch of ``n``-step windows from one run's replay."""
+
+    @abc.abstractmethod
+    def bonus_obs(self, obs: jax.Array) -> jax.Array:
+        """Observations as a bonus network (RND's, DORA's) reads them."""
+
+    @abc.abstractmethod
+    def recent_reached_obs(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
+        """The states the last ``count`` stored steps reached, and which of them exist."""
+
+    def cell_table_obs(self, run: Any) -> jax.Array:
+        """``[num_cells, *obs_shape]``: the observation of every cell (``has_cell_table`` only)."""
+        raise NotImplementedError(f"the {self.kind} path has no cell table (has_cell_table is False)")
+
+    # ---------------------------------------------------------------- reporting
+    @abc.abstractmethod
+    def start_state(self, run: Any) -> tuple[jax.Array, jax.Array]:
+        """One run's start state: its observation and count key (for ``q_start`` and ``qplus_start``)."""
+
+    def test_return(self, run: Any, greedy_action: Any, reset_key: jax.Array, steps_key: jax.Array) -> jax.Array:
+        """The return of one greedy episode (``has_test_episode`` only)."""
+        raise NotImplementedError(f"the {self.kind} path plays no test episode (has_test_episode is False)")
+
+    @abc.abstractmethod
+    def metrics(self, run: Any) -> dict[str, jax.Array]:
+        """One run's values of ``metric_names``."""
+
+    # ---------------------------------------------------------------- what only compact paths offer
+    def obs_of(self, run: Any, compact: jax.Array) -> jax.Array:
+        """The observations of stored compact states (``kind == "compact"``: a part that declares ``paths =
+        ("compact",)``, DORA, may read the replay's windows through it)."""
+        raise NotImplementedError(f"the {self.kind} path stores no compact states")
+
+
+__all__ = ["Batch", "Decision", "ObservationPath", "Outcome", "StepRecord"]

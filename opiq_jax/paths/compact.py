@@ -21,7 +21,7 @@ from .. import counts, replay
 from ..config import StaticConfig
 from ..envs.base import CompactEnvironment
 from ..targets import window_mask
-from . import Batch, Decision, Outcome
+from . import Batch, Decision, ObservationPath, Outcome
 
 
 @struct.dataclass
@@ -53,7 +53,7 @@ class CountFeatures:
     cell_columns: jax.Array  # int32[num_cells, rows]: every cell's columns (with a cell table), else int32[0, rows]
 
 
-class CompactPath:
+class CompactPath(ObservationPath):
     """In-program environments and a compact replay (module docstring)."""
 
     kind = "compact"
@@ -108,10 +108,6 @@ class CompactPath:
 
         env, outcome = jax.vmap(one)(runs.env, decision.actions, decision.env_key)
         return shared, runs.replace(env=env), outcome
-
-    def restart(self, state: Any, **_: Any) -> Any:
-        """Nothing to restart after a resume: the environments' state is in the checkpoint."""
-        return state
 
     # ------------------------------------------------------------------ counting
 

@@ -35,7 +35,7 @@ from flax import struct
 from .. import counts, frame_replay
 from ..config import StaticConfig
 from ..envs.montezuma import StepOutput, clip_reward, newest_frame
-from . import Batch, Decision, Outcome
+from . import Batch, Decision, ObservationPath, Outcome
 
 NUM_ROOMS = 256  # RAM byte 3 takes byte values; Montezuma has 24 rooms per level
 
@@ -62,7 +62,7 @@ def to_network_input(stack: jax.Array) -> jax.Array:
     return jnp.moveaxis(stack, -3, -1)
 
 
-class PoolPath:
+class PoolPath(ObservationPath):
     """EnvPool stepping and a frame replay (module docstring)."""
 
     kind = "pool"
