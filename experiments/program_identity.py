@@ -60,6 +60,7 @@ def lowerable(program):
 
 
 envs, precisions, methods = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3].split(",")
+storage = dict(weight_storage=sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] != "default" else {}
 hashes = {}
 for env in envs:
     for precision in precisions:
@@ -68,7 +69,7 @@ for env in envs:
             chosen = [m for m in methods if m != "dqn_dora"]
         else:
             options, chosen = dict(steps=200, log_every=100), methods
-        experiment = plan_experiment(env, chosen, 2, options=dict(options, precision=precision))
+        experiment = plan_experiment(env, chosen, 2, options=dict(options, precision=precision, **storage))
         for name, program in split_by_program(experiment).items():
             init, train_chunk, start = lowerable(program)
             state = jax.eval_shape(init, *run_keys_for(program), stack_hparams(program.hparams()), *start)
@@ -90,6 +91,9 @@ class Args:
     """Environments whose programs are lowered."""
     precisions: tuple[str, ...] = ("float32", "bfloat16")
     """Precisions whose programs are lowered."""
+    weight_storage: str = "default"
+    """``packed`` lowers the programs with bfloat16 weights packed into float32 (give ``--precisions bfloat16``);
+    ``default``: the configuration's own."""
     methods: tuple[str, ...] = ("opiq", "dqn_pc", "dqn_dora", "dqn_rnd", "bsp")
     """Methods whose programs are lowered (the default: one of each structure, with two in the plain program)."""
     out: Path = Path("results/program_identity")
@@ -99,7 +103,7 @@ class Args:
 def program_hashes(tree: Path, args: Args) -> dict[str, str]:
     """The hash of every program's lowered text in the revision checked out at ``tree`` (a process of its own)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(tree)}
-    argv = [",".join(args.envs), ",".join(args.precisions), ",".join(args.methods)]
+    argv = [",".join(args.envs), ",".join(args.precisions), ",".join(args.methods), args.weight_storage]
     result = subprocess.run([sys.executable, "-c", LOWER_PROGRAMS, *argv], cwd=tree, env=env, capture_output=True,
                             text=True)
     if result.returncode != 0:
@@ -140,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     old, new = hashes_at(args.against, args), hashes_at(args.after, args)
     rows = compare(old, new)
     after = args.after or "this working tree"
-    lines = [f"Lowered programs of {args.against} (before) and {after} (after), CPU.", "",
+    storage = "" if args.weight_storage == "default" else f", weight storage {args.weight_storage}"
+    lines = [f"Lowered programs of {args.against} (before) and {after} (after), CPU{storage}.", "",
              "| program | before | after | same |", "|---|---|---|---|"]
     lines += [f"| {r['program']} | {r['before']} | {r['after']} | {'yes' if r['same'] else '**no**'} |" for r in rows]
     differ = sum(not r["same"] for r in rows)
