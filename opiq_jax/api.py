@@ -26,7 +26,7 @@ from typing import Any
 
 from .benchmark.options import Bench
 from .benchmark.throughput import run_bench
-from .config import STATIC_OPTIONS, Option, stack_hparams
+from .config import LOOP_DEFAULTS, STATIC_OPTIONS, SWEEP_DEFAULTS, Option, stack_hparams
 from .environments import ENVIRONMENTS, GYMNAX
 from .errors import ResultsError, UsageError
 from .experiment import run_keys_for
@@ -182,10 +182,11 @@ def load(folder: str | Path) -> Results:
     return Results(folder)
 
 
-def run_planned(experiment, out: Path, *, progress: bool = True, checkpoint_every: float = 60.0,
-                stop_on_nonfinite: bool = False, track: str = "none", verbose: bool = True,
-                should_stop: Callable[[], str | None] | None = None, max_minutes: float | None = None,
-                programs: str = "sequential") -> Results:
+def run_planned(experiment, out: Path, *, progress: bool = LOOP_DEFAULTS["progress"],
+                checkpoint_every: float = LOOP_DEFAULTS["checkpoint_every"],
+                stop_on_nonfinite: bool = LOOP_DEFAULTS["stop_on_nonfinite"], track: str = LOOP_DEFAULTS["track"],
+                verbose: bool = True, should_stop: Callable[[], str | None] | None = None,
+                max_minutes: float | None = None, programs: str = LOOP_DEFAULTS["programs"]) -> Results:
     """Trains (or resumes) ``experiment`` into ``out``: one program per group of methods (``programs``: see
     :func:`train`)."""
     check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,
@@ -207,8 +208,10 @@ def check_loop_options(*, checkpoint_every: float, max_minutes: float | None = N
 
 def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
           steps: int | None = None, out: str | Path | None = None, grid: Mapping[str, Sequence[float]] | None = None,
-          seed: int = 0, progress: bool = True, checkpoint_every: float = 60.0, stop_on_nonfinite: bool = False,
-          track: str = "none", verbose: bool = True, max_minutes: float | None = None, programs: str = "sequential",
+          seed: int = 0, progress: bool = LOOP_DEFAULTS["progress"],
+          checkpoint_every: float = LOOP_DEFAULTS["checkpoint_every"],
+          stop_on_nonfinite: bool = LOOP_DEFAULTS["stop_on_nonfinite"], track: str = LOOP_DEFAULTS["track"],
+          verbose: bool = True, max_minutes: float | None = None, programs: str = LOOP_DEFAULTS["programs"],
           **options: Any) -> Results:
     """Trains ``methods`` x ``seeds`` (x every setting of ``grid``) on ``env`` as few compiled programs as possible.
 
@@ -252,8 +255,9 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
                        programs=programs)
 
 
-def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool = True,
-          checkpoint_every: float = 60.0, track: str = "none", verbose: bool = True) -> Results:
+def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool = LOOP_DEFAULTS["progress"],
+          checkpoint_every: float = LOOP_DEFAULTS["checkpoint_every"], track: str = LOOP_DEFAULTS["track"],
+          verbose: bool = True) -> Results:
     """Trains the experiment a saved ``config.json`` (or a results folder) describes, exactly, into ``out``
     (default: ``<folder>-rerun`` beside the original). Same inputs on a CPU: the same numbers. On a GPU some
     programs are not bit-reproducible run to run (the maze's bfloat16 ones differed from the first chunk on,
@@ -267,8 +271,9 @@ def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool =
 
 
 def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None, *, max_batch_runs: int | None = None,
-          precision: str | None = None, progress: bool = True, checkpoint_every: float = 300.0,
-          track: str = "none") -> Results:
+          precision: str | None = None, progress: bool = SWEEP_DEFAULTS["progress"],
+          checkpoint_every: float = SWEEP_DEFAULTS["checkpoint_every"],
+          track: str = SWEEP_DEFAULTS["track"]) -> Results:
     """Runs (or resumes) a sweep preset: a shipped name (``chain_opiq``, ``maze_baselines``, ...), a JSON file, or
     a dict written like one. Ranks each method's settings by the area under the median curve (the paper's
     protocol) into ``settings.csv`` and ``best.md``; :meth:`Results.ranking` reads them."""

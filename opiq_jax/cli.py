@@ -26,7 +26,7 @@ from . import multihost
 from .api import run_planned, sweep as run
 from .benchmark.options import Bench
 from .benchmark.throughput import run_bench
-from .config import STATIC_OPTIONS, Option
+from .config import LOOP_OPTIONS, STATIC_OPTIONS, SWEEP_OPTIONS, Option
 from .errors import NonFiniteRuns, PeerFailed, ProgramFailed, Stopped, UsageError
 from .experiment import process_share
 from .methods import METHODS
@@ -47,6 +47,13 @@ TRAIN_DOC = (
     "metrics.csv, checkpoints, run_info.json, plots). Running the same command again resumes it; SIGINT or SIGTERM "
     "stops it at the next chunk with a checkpoint. " + PROGRESS_FIELDS)
 
+def loop_field(name: str) -> tuple[str, Any, Any, str]:
+    """A loop option's field as its declaration gives it (:data:`opiq_jax.config.LOOP_OPTIONS`)."""
+    option = LOOP_OPTIONS[name]
+    kind = Literal[option.choices] if option.choices is not None else option.type  # type: ignore[valid-type]
+    return name, kind, option.default, option.doc
+
+
 LOOP_FIELDS: list[tuple[str, Any, Any, str]] = [
     ("seeds", int, 4, "Independent runs per method (and grid setting)."),
     ("out", str | None, None, "Results folder (default results/<env>-<methods>-seeds<N>-steps<S>). An existing folder "
@@ -57,22 +64,15 @@ LOOP_FIELDS: list[tuple[str, Any, Any, str]] = [
     ("config", Path | None, None, "Re-run the experiment a saved config.json (or results folder) describes, exactly; "
      "combine with --out (default: <folder>-rerun), not with experiment options."),
     ("seed", int, 0, "Base seed; run i of every method uses seed i under it (method comparisons are paired)."),
-    ("checkpoint_every", float, 60.0, "Seconds between checkpoints (0: after every chunk); the last chunk and a stop "
-     "always write one."),
-    ("stop_on_nonfinite", bool, False, "Stop the whole experiment when a run's loss, Q-values or parameters become "
-     "NaN or infinite (default: flag that run in the metrics, say so, and go on)."),
-    ("allow_nonfinite", bool, False, "Exit with 0 even when some runs became NaN or infinite (default: the command "
-     "finishes, writes everything, then exits with 1)."),
-    ("track", Literal["none", "tensorboard"], "none", "Stream each method's aggregates per chunk (median, IQM, "
-     "quartiles) and the configuration to TensorBoard event files in <out>/tensorboard (pip install -e "
-     "'.[tracking]')."),
-    ("programs", Literal["sequential", "parallel"], "sequential", "When the methods make several programs (DORA, RND "
-     "and BSP add one each): train them one after another, or at once, each in a process of its own (on one GPU "
-     "faster only under NVIDIA MPS: start it with nvidia-cuda-mps-control -d)."),
+    loop_field("checkpoint_every"),
+    loop_field("stop_on_nonfinite"),
+    loop_field("allow_nonfinite"),
+    loop_field("track"),
+    loop_field("programs"),
     ("plugin", tuple[str, ...], (), "Modules to import first (MODULE.PATH, importable from the working directory): "
      "they register methods, parts or environments of your own (opiq_jax.register_method, register_environment), "
      "which --method and --env then accept."),
-    ("progress", bool, True, "Show a progress bar (its fields: see above)."),
+    loop_field("progress"),
     ("plot", bool, True, "Draw the plots into the results folder at the end."),
     ("distributed", bool, False, "Several hosts: join them with jax.distributed.initialize() (detected on SLURM, Open "
      "MPI and Cloud TPU, or given by --coordinator, --num-processes and --process-id) and train this process's share "
@@ -167,16 +167,15 @@ class Sweep:
     """Cap on runs per compiled batch (default: as many as fit in device memory)."""
     precision: Annotated[Literal["float32", "bfloat16"] | None, tyro.conf.arg(help=STATIC_OPTIONS["precision"].help(
         "the preset's (float32 in the shipped ones); the default results folder then ends in -bfloat16"))] = None
-    checkpoint_every: float = 300.0
-    """Seconds between checkpoints of a batch (0: after every chunk); a stop always writes one."""
-    track: Literal["none", "tensorboard"] = "none"
-    """Stream each setting's aggregates per chunk to TensorBoard event files (pip install -e '.[tracking]')."""
-    allow_nonfinite: bool = False
-    """Exit with 0 even when some runs became NaN or infinite (default: exit with 1 after writing everything)."""
+    checkpoint_every: Annotated[float, declared(SWEEP_OPTIONS["checkpoint_every"].help())] = (
+        SWEEP_OPTIONS["checkpoint_every"].default)
+    track: Annotated[Literal["none", "tensorboard"], declared(SWEEP_OPTIONS["track"].help())] = (
+        SWEEP_OPTIONS["track"].default)
+    allow_nonfinite: Annotated[bool, declared(SWEEP_OPTIONS["allow_nonfinite"].help())] = (
+        SWEEP_OPTIONS["allow_nonfinite"].default)
     plugin: tuple[str, ...] = ()
     """Modules to import first, which register methods, parts or environments of your own."""
-    progress: bool = True
-    """Show a progress bar."""
+    progress: Annotated[bool, declared(SWEEP_OPTIONS["progress"].help())] = SWEEP_OPTIONS["progress"].default
 
 
 def options_given(args: Any) -> dict[str, Any]:

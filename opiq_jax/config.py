@@ -285,3 +285,36 @@ def stack_hparams(settings: Sequence[HParams]) -> HParams:
 def hparams_to_dict(hparams: HParams) -> dict[str, list[float] | float]:
     """JSON-friendly form of (possibly stacked) hyperparameters."""
     return {k: np.asarray(v).tolist() for k, v in hparams.items()}
+
+
+# ------------------------------------------------------------------------------------ how an experiment is run
+
+LOOP_OPTIONS: dict[str, Option] = {option.name: option for option in (
+    Option("checkpoint_every", 60.0, "Seconds between checkpoints (0: after every chunk); the last chunk and a stop "
+           "always write one.", minimum=0.0),
+    Option("stop_on_nonfinite", False, "Stop the whole experiment when a run's loss, Q-values or parameters become NaN "
+           "or infinite (default: flag that run in the metrics, say so, and go on).", type=bool),
+    Option("allow_nonfinite", False, "Exit with 0 even when some runs became NaN or infinite (default: the command "
+           "finishes, writes everything, then exits with 1).", type=bool),
+    Option("track", "none", "Stream each method's aggregates per chunk (median, IQM, quartiles) and the configuration "
+           "to TensorBoard event files in <out>/tensorboard (pip install -e '.[tracking]').",
+           choices=("none", "tensorboard"), type=str),
+    Option("programs", "sequential", "When the methods make several programs (DORA, RND and BSP add one each): train "
+           "them one after another, or at once, each in a process of its own (on one GPU faster only under NVIDIA MPS: "
+           "start it with nvidia-cuda-mps-control -d).", choices=("sequential", "parallel"), type=str),
+    Option("progress", True, "Show a progress bar.", type=bool),
+)}
+"""How an experiment is run, not what it trains: declared once for the command line, the Python API and the loop
+(:func:`opiq_jax.runner.run_experiment`), which take their names, defaults, documentation and checks from here."""
+
+SWEEP_OPTIONS: dict[str, Option] = {
+    **{name: LOOP_OPTIONS[name] for name in ("track", "allow_nonfinite", "progress")},
+    "checkpoint_every": dataclasses.replace(
+        LOOP_OPTIONS["checkpoint_every"], default=300.0,
+        doc="Seconds between checkpoints of a batch (0: after every chunk); a stop always writes one."),
+}
+"""A sweep's loop options: the loop's, with a longer checkpoint interval (a sweep trains many long batches)."""
+
+LOOP_DEFAULTS: dict[str, Any] = {name: option.default for name, option in LOOP_OPTIONS.items()}
+"""The loop options' defaults, for the signatures that take them (the loop names the interval checkpoint_seconds)."""
+SWEEP_DEFAULTS: dict[str, Any] = {name: option.default for name, option in SWEEP_OPTIONS.items()}

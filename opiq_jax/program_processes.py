@@ -29,6 +29,7 @@ from pathlib import Path
 import jax
 from tqdm.auto import tqdm
 
+from .config import LOOP_DEFAULTS
 from .errors import NonFiniteRuns, ProgramFailed, ResultsError, Stopped, UsageError
 from .plan import experiment_from_configs
 from .reading import require_same_experiment
@@ -201,7 +202,8 @@ def start_programs(todo: dict, folders: dict[str, Path], options: dict, signals:
                                                   process_group=0)
 
 
-def run_programs_at_once(todo: dict, out: Path, *, progress: bool = True, say=print, **options) -> None:
+def run_programs_at_once(todo: dict, out: Path, *, progress: bool = LOOP_DEFAULTS["progress"], say=print,
+                         **options) -> None:
     """Trains every program of ``todo`` (the unfinished ones of ``Experiment.programs``) at once, each in a
     process of its own writing ``out/<program>``; ``options``: :func:`opiq_jax.runner.run_experiment`'s loop options
     (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track) and ``plugins``, the modules each process

@@ -13,6 +13,7 @@ from pathlib import Path
 import jax
 
 from .compiled import is_pool
+from .config import LOOP_DEFAULTS, LOOP_OPTIONS
 from .errors import UsageError
 from .experiment import Experiment
 from .memory import require_fits, state_bytes_per_run
@@ -22,11 +23,11 @@ from .results import prepare_folder
 from .runner import Loop, run_experiment
 
 
-PROGRAM_MODES = ("sequential", "parallel")
+PROGRAM_MODES = LOOP_OPTIONS["programs"].choices
 
 
-def run_methods(experiment: Experiment, out: str | Path, programs: str = "sequential", keep_states: bool = False,
-                **kwargs) -> dict[str, object]:
+def run_methods(experiment: Experiment, out: str | Path, programs: str = LOOP_DEFAULTS["programs"],
+                keep_states: bool = False, **kwargs) -> dict[str, object]:
     """Runs ``experiment`` (any mix of methods) as one program per group; a single program uses ``out`` itself.
 
     Each program's memory was checked when the experiment was planned (:func:`opiq_jax.plan.check_memory`). Keyword

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 
 from . import tracking
 from .compiled import compile_chunk, is_pool, shape_trainer, start_shapes, trainer_for
-from .config import StaticConfig, stack_hparams
+from .config import LOOP_DEFAULTS, StaticConfig, stack_hparams
 from .devices import shard_over_devices
 from .environments import environment_spec
 from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped
@@ -75,14 +75,14 @@ from .trainer import Trainer
 class Loop:
     """How the host loop behaves: :func:`run_experiment`'s keyword arguments (documented there)."""
 
-    progress: bool = True
-    checkpoint_seconds: float = 60.0
+    progress: bool = LOOP_DEFAULTS["progress"]
+    checkpoint_seconds: float = LOOP_DEFAULTS["checkpoint_every"]
     stop_after_chunks: int | None = None
     max_seconds: float | None = None
-    stop_on_nonfinite: bool = False
+    stop_on_nonfinite: bool = LOOP_DEFAULTS["stop_on_nonfinite"]
     verbose: bool = True
     should_stop: Callable[[], str | None] | None = None
-    track: str = "none"
+    track: str = LOOP_DEFAULTS["track"]
 
     def say(self, message: str) -> None:
         """One line for the user (above the progress bar), unless quiet."""
@@ -179,10 +179,11 @@ def report_nonfinite(metrics: dict, experiment: Experiment, step: int, flagged: 
                             "the metrics and checkpoint up to this chunk are kept")
 
 
-def run_experiment(experiment: Experiment, out: str | Path, progress: bool = True, checkpoint_seconds: float = 60.0,
+def run_experiment(experiment: Experiment, out: str | Path, progress: bool = LOOP_DEFAULTS["progress"],
+                   checkpoint_seconds: float = LOOP_DEFAULTS["checkpoint_every"],
                    stop_after_chunks: int | None = None, max_seconds: float | None = None,
-                   stop_on_nonfinite: bool = False, verbose: bool = True,
-                   should_stop: Callable[[], str | None] | None = None, track: str = "none",
+                   stop_on_nonfinite: bool = LOOP_DEFAULTS["stop_on_nonfinite"], verbose: bool = True,
+                   should_stop: Callable[[], str | None] | None = None, track: str = LOOP_DEFAULTS["track"],
                    **pool_overrides) -> object:
     """Trains every run of ``experiment`` to ``static.total_steps``, resuming from ``out`` if possible.
 

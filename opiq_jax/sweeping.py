@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import RUNNER_SET, STATIC_OPTIONS, StaticConfig, Style, static_option
+from .config import RUNNER_SET, STATIC_OPTIONS, SWEEP_DEFAULTS, StaticConfig, Style, static_option
 from .methods import method_hparams
 from .errors import DoesNotFit, ResultsError, UsageError
 from .methods import get_method, program_name
@@ -256,8 +256,9 @@ def require_same_preset(out: Path, preset: Preset) -> None:
                            "or delete it")
 
 
-def run_sweep(preset: Preset, out: str | Path, progress: bool = True, max_batch_runs: int | None = None,
-              checkpoint_seconds: float = 300.0, track: str = "none") -> list[dict]:
+def run_sweep(preset: Preset, out: str | Path, progress: bool = SWEEP_DEFAULTS["progress"],
+              max_batch_runs: int | None = None, checkpoint_seconds: float = SWEEP_DEFAULTS["checkpoint_every"],
+              track: str = SWEEP_DEFAULTS["track"]) -> list[dict]:
     """Runs (or resumes) every batch, then writes ``settings.csv`` and ``best.md``; returns the ranking."""
     out = prepare_folder(Path(out), kind="sweep")
     require_same_preset(out, preset)

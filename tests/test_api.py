@@ -171,3 +171,69 @@ def test_a_user_envs_folder_in_the_working_directory_changes_nothing(tmp_path):
                          env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ""})
     assert run.returncode == 0, run.stderr[-3000:]
     assert int(run.stdout.strip().splitlines()[-1].split()[0]) > 0
+
+
+LOOP_NAMES = ("checkpoint_every", "checkpoint_seconds", "stop_on_nonfinite", "allow_nonfinite", "track", "programs")
+
+
+def literal_defaults(source: str) -> list[str]:
+    """Where ``source`` gives one of the loop's options a literal default (a signature's or a dataclass field's)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        pairs = []
+        if isinstance(node, ast.arguments):
+            positional = node.posonlyargs + node.args
+            pairs = [*zip(positional[len(positional) - len(node.defaults):], node.defaults),
+                     *zip(node.kwonlyargs, node.kw_defaults)]
+            pairs = [(arg.arg, default) for arg, default in pairs]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            pairs = [(node.target.id, node.value)]
+        found += [f"{name} (line {value.lineno})" for name, value in pairs
+                  if name in LOOP_NAMES and isinstance(value, ast.Constant)]
+    return found
+
+
+def test_loop_options_are_declared_once_and_every_face_takes_them_from_the_declaration():
+    """The loop's and the sweep's options (config.LOOP_OPTIONS, SWEEP_OPTIONS) give the command line, the Python
+    API and the loop their defaults; no other module writes one of its own. The bench's static options are the
+    trainer's declarations, with its one documented difference."""
+    import inspect
+    import typing
+
+    from opiq_jax import api, cli, runner, sweeping
+    from opiq_jax.benchmark.options import BENCH_DEFAULTS, Bench
+    from opiq_jax.config import LOOP_OPTIONS, SWEEP_OPTIONS
+
+    train_fields = {f.name: f.default for f in dataclasses.fields(cli.train_command())}
+    train_signature = inspect.signature(api.train).parameters
+    for name, option in LOOP_OPTIONS.items():
+        assert train_fields[name] == option.default, name
+        if name != "allow_nonfinite":  # the command's exit code: the API raises nothing for it
+            assert train_signature[name].default == option.default, name
+    loop = runner.Loop()
+    assert (loop.checkpoint_seconds, loop.track, loop.stop_on_nonfinite, loop.progress) == tuple(
+        LOOP_OPTIONS[n].default for n in ("checkpoint_every", "track", "stop_on_nonfinite", "progress"))
+    sweep_fields = {f.name: f.default for f in dataclasses.fields(cli.Sweep)}
+    for name, option in SWEEP_OPTIONS.items():
+        assert sweep_fields[name] == option.default, name
+        if name != "allow_nonfinite":
+            assert inspect.signature(api.sweep).parameters[name].default == option.default, name
+    assert inspect.signature(sweeping.run_sweep).parameters["checkpoint_seconds"].default == 300.0
+    written = {str(p.relative_to(ROOT)): literal_defaults(p.read_text()) for p in sorted((ROOT / "opiq_jax").rglob("*.py"))
+               if p.name != "config.py"}
+    assert {path: found for path, found in written.items() if found} == {}
+    hints = typing.get_type_hints(Bench, include_extras=True)
+    for name in BENCH_DEFAULTS:
+        assert STATIC_OPTIONS[name].doc in hints[name].__metadata__[0].help, name
+        if STATIC_OPTIONS[name].choices:
+            assert set(STATIC_OPTIONS[name].choices) <= set(typing.get_args(typing.get_args(hints[name])[0])), name
+    assert Bench().count_features == "exact" != STATIC_OPTIONS["count_features"].default
+
+
+def test_the_loop_options_check_finds_a_literal_default():
+    assert literal_defaults("def f(x, checkpoint_every: float = 60.0, *, track='none'):\n    pass\n") == [
+        "checkpoint_every (line 1)", "track (line 1)"]
+    assert literal_defaults("class C:\n    programs: str = 'sequential'\n    other: int = 3\n") == ["programs (line 2)"]
+    assert literal_defaults("def f(track=DEFAULTS['track']):\n    pass\n") == []

@@ -1,9 +1,11 @@
-"""The options of ``opiq-jax bench``, in a module of their own: the command line parses them without
-importing the trainer (which imports gymnax, and gymnax starts JAX's backend, which must wait for
-``jax.distributed.initialize`` in ``opiq-jax train --distributed``)."""
+"""The options of ``opiq-jax bench``: how it measures (its own fields), and the static options it measures with,
+generated from their one declaration (:data:`opiq_jax.config.STATIC_OPTIONS`): the same names, types, choices,
+checks and documentation as ``opiq-jax train``'s. Where the bench's default differs from the trainer's, it is
+declared once below (:data:`BENCH_DEFAULTS`), with the reason."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +18,31 @@ from ..methods import METHODS, program_parts
 from ..plan import static_with
 
 
-def _doc(name: str, defaults: str | None = None) -> str:
-    """A shared option's help, from its one declaration (:mod:`opiq_jax.config`)."""
-    return STATIC_OPTIONS[name].help(defaults)
+BENCH_DEFAULTS: dict[str, tuple[Any, str | None]] = {
+    "count_features": ("exact", "exact (the same counts as the plain baseline's dense table: the two are compared)"),
+    "chain_length": (STATIC_OPTIONS["chain_length"].default, None),
+    "precision": (STATIC_OPTIONS["precision"].default, "float32; the plain baseline is always float32"),
+    "weight_storage": (STATIC_OPTIONS["weight_storage"].default, None),
+    "mlp_backward": (STATIC_OPTIONS["mlp_backward"].default, None),
+    "maze_torso": (STATIC_OPTIONS["maze_torso"].default, None),
+    "target_values": (STATIC_OPTIONS["target_values"].default, None),
+    "buffer_size": (None, "the environment's"),
+    "hidden": (None, "the environment's"),
+}
+"""The static options the bench measures with: its default for each (None: the environment's) and how its help
+states that default (None: as the declaration does)."""
+
+
+def static_field(name: str) -> tuple[str, Any, Any]:
+    """The bench's field for the static option ``name``: the declaration's type, choices and help."""
+    option, (default, shown) = STATIC_OPTIONS[name], BENCH_DEFAULTS[name]
+    kind = Literal[option.choices] if option.choices is not None else option.type  # type: ignore[valid-type]
+    kind = kind | None if default is None else kind
+    return name, Annotated[kind, tyro.conf.arg(help=option.help(shown))], dataclasses.field(default=default)
+
+
+BenchStatic = dataclasses.make_dataclass("BenchStatic", [static_field(name) for name in BENCH_DEFAULTS])
+"""The static options of :class:`Bench`, generated from their declarations."""
 
 
 def runs_schedule(max_runs: int, min_runs: int = 1) -> list[int]:
@@ -29,7 +53,7 @@ def runs_schedule(max_runs: int, min_runs: int = 1) -> list[int]:
 
 
 @dataclass
-class Bench:
+class Bench(BenchStatic):
     """Throughput of the compiled trainer for 1, 2, 4, ... runs, side by side with a plain baseline."""
 
     envs: tuple[Literal["chain", "maze"], ...] = ("chain", "maze")
@@ -51,17 +75,6 @@ class Bench:
     """Environment steps per run (one Python dispatch each) in one timed interval of the plain baseline."""
     method: Annotated[str, tyro.conf.arg(help=(
         "Method whose paper setting every run uses: " + ", ".join(METHODS) + ". Default: opiq."))] = "opiq"
-    count_features: Annotated[Literal["exact", "simhash"], tyro.conf.arg(help=_doc(
-        "count_features", "exact (the same counts as the plain baseline's dense table)"))] = "exact"
-    chain_length: Annotated[int, tyro.conf.arg(help=_doc("chain_length"))] = 100
-    precision: Annotated[Literal["float32", "bfloat16"], tyro.conf.arg(help=_doc(
-        "precision", "float32; the plain baseline is always float32"))] = "float32"
-    weight_storage: Annotated[Literal["float32", "packed"], tyro.conf.arg(help=_doc("weight_storage"))] = "float32"
-    mlp_backward: Annotated[Literal["auto", "xla", "pallas"], tyro.conf.arg(help=_doc("mlp_backward"))] = "auto"
-    maze_torso: Annotated[Literal["auto", "xla", "pallas"], tyro.conf.arg(help=_doc("maze_torso"))] = "auto"
-    target_values: Annotated[Literal["auto", "table", "network"], tyro.conf.arg(help=_doc("target_values"))] = "auto"
-    buffer_size: Annotated[int | None, tyro.conf.arg(help=_doc("buffer_size", "the environment's"))] = None
-    hidden: Annotated[tuple[int, ...] | None, tyro.conf.arg(help=_doc("hidden"))] = None
     probe_bytes: int | None = None
     """Bytes of the bandwidth probe array (default 2 GiB on an accelerator, 256 MiB on CPU)."""
     matmul_size: int | None = None
