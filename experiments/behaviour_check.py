@@ -61,7 +61,8 @@ class Args:
 
 def train(tree: Path, env: str, seeds: int, out: Path) -> None:
     """``opiq-jax train`` of every method in the source tree ``tree`` (its own modules first on the path)."""
-    command = [sys.executable, "-m", "opiq_jax", "train", *COMMANDS[env], "--method", *METHODS,
+    entry = "opiq_jax" if (tree / "opiq_jax" / "__main__.py").exists() else "opiq_jax.cli"  # older revisions
+    command = [sys.executable, "-m", entry, "train", *COMMANDS[env], "--method", *METHODS,
                "--seeds", str(seeds), "--out", str(out), "--no-plot", "--no-progress"]
     environ = {**os.environ, "PYTHONPATH": str(tree), "JAX_PLATFORMS": "cpu"}
     print(f"behaviour_check: {tree.name}: {' '.join(command[2:])}", flush=True)

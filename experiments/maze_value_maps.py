@@ -68,7 +68,6 @@ from opiq_jax.parts.optimism import optimism_bonus
 # offer: the trainer of the results folder's configuration does (its environment, network and count lookup).
 from opiq_jax.plan import experiment_from_configs
 from opiq_jax.compiled import compiled_trainer
-from opiq_jax.trainer import master_params
 
 BASE_METHODS = ("dqn_pc", "opiq")
 # Methods that differ from these only in numbers (HParams), so all share one compiled program; methods
@@ -157,7 +156,7 @@ def cell_tables(trainer, run) -> dict[str, jax.Array]:
     columns = jax.vmap(lambda c: trainer.agent.count_columns(run, c))(compacts)
     n = jax.vmap(lambda cols: counts.query_all_actions(run.counts.sketch, cols))(columns)
     q_values = trainer.network.apply
-    return dict(q=q_values(master_params(run), obs), q_target=q_values(run.target_params, obs), counts=n)
+    return dict(q=q_values(trainer.agent.weights.master(run), obs), q_target=q_values(run.target_params, obs), counts=n)
 
 
 def used_values(q: jax.Array, q_target: jax.Array, n: jax.Array, c_action, c_bootstrap, m) -> tuple[jax.Array, jax.Array]:

@@ -41,7 +41,7 @@ from .reading import experiment_folders, is_finished, read_metrics
 from .results import read_json
 from .runner import restore_checkpoint
 from .sweeping import load_preset, run_sweep, sweep_rows
-from .trainer import master_params
+from .weights import master_params
 
 
 def check_path(name: str, value: Any) -> Path:
@@ -169,7 +169,7 @@ def read_final_state(folder: Path, name: str) -> FinalState:
     runs = tuple({"method": r.method, "setting": r.setting, "seed": r.seed, "hparams": dict(r.hparams)}
                  for r in experiment.runs)
     return FinalState(program=name, step=chunk * experiment.static.log_every, runs=runs,
-                      params=master_params(state.runs), counts=state.runs.counts, state=state.runs)
+                      params=master_params(experiment.static, state.runs), counts=state.runs.counts, state=state.runs)
 
 
 def load(folder: str | Path) -> Results:

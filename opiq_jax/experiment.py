@@ -29,7 +29,7 @@ class RunSpec:
     method: str
     setting: str  # a label of the hyperparameters, e.g. "m=0.5,c_action=1"
     seed: int
-    hparams: dict  # the method's hyperparameters (environments.method_hparams); others of its program take defaults
+    hparams: dict  # the method's hyperparameters (methods.method_hparams); others of its program take defaults
 
 
 @dataclass(frozen=True)

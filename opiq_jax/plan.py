@@ -1,4 +1,4 @@
-"""From what a user asks for to an :class:`~opiq_jax.runner.Experiment`: the one place where the command line
+"""From what a user asks for to an :class:`~opiq_jax.experiment.Experiment`: the one place where the command line
 and the Python API turn an environment, methods, seeds, a grid and options into runs.
 
 Options are looked up by the names users write (``steps``, ``m``, ``c_action``, ``bsp_heads``, ...) in their
@@ -272,7 +272,7 @@ def plan_experiment(env: str = "chain", methods: Sequence[str] = ("opiq",), seed
                     seed: int = 0,
                     grid: Mapping[str, Sequence[float]] | None = None, options: Mapping[str, Any] | None = None,
                     style: Style = "api"):
-    """The :class:`~opiq_jax.runner.Experiment` of ``methods`` x settings x ``seeds`` on ``env`` (nothing
+    """The :class:`~opiq_jax.experiment.Experiment` of ``methods`` x settings x ``seeds`` on ``env`` (nothing
     compiled or allocated), with every input checked."""
     check_environment(env, style)
     methods = check_methods(methods, style)

@@ -244,7 +244,7 @@ def _experiment_identity(config: dict) -> str:
 
 def _experiment_root(folder: Path, out: Path, config: dict) -> Path:
     """The folder an experiment was written to: ``folder`` less a per-program subfolder (named after its
-    program, as :func:`~opiq_jax.runner.run_methods` writes them) and per-process or per-batch folders."""
+    program, as :func:`~opiq_jax.programs.run_methods` writes them) and per-process or per-batch folders."""
     try:
         program = program_name(config.get("static", {}).get("parts", ()))
     except (KeyError, ValueError):  # a part this installation does not register: not a program subfolder we know

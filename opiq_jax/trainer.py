@@ -34,17 +34,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from . import counts, packed_state
+from . import counts
 from .config import HParams, StaticConfig, hparam_options
 from .environments import environment_spec
-from .mlp_backward import SQUARE_SUMS
-from .networks import in_compute_precision, init_params, make_bootstrapped_network, make_network
+from .mlp_backward import SQUARE_SUMS, LeanBackward, XlaBackward
+from .networks import init_params, make_bootstrapped_network, make_network
 from .parts import Example, Part, checked_metrics, checked_output, checked_state, get_part
 from .paths import Batch, Decision, ObservationPath, Outcome, StepRecord
 from .paths.compact import CompactPath
 from .paths.pool import PoolPath
 from .state import ChunkStats, Counts, RunState, RunStats, TrainState
+from .target_values import target_values
 from .targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
+from .weights import WeightStorage, sgd_step, weight_storage
 
 METRIC_DOCS = {
     "train_return": "mean return of the training episodes that ended in the chunk (NaN if none)",
@@ -93,12 +95,13 @@ def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:
     return static.maze_torso == "pallas" or (static.precision == "bfloat16" and jax.default_backend() == "gpu")
 
 
-def uses_lean_backward(static: StaticConfig, net_name: str, parts: tuple) -> bool:
-    """Whether the Q-network's backward pass is :mod:`mlp_backward`'s (``StaticConfig.mlp_backward``): under packed
-    storage, for the one-headed MLP with no part rescaling its gradients (the kernels' square sums are of the
-    gradients as the backward pass writes them); ``auto`` on GPUs only. Other programs keep XLA's, as
-    ``maze_torso`` leaves networks without the maze's convolutions alone."""
-    if static.mlp_backward == "xla" or static.weight_storage != "packed":
+def uses_lean_backward(static: StaticConfig, net_name: str, parts: tuple, weights: WeightStorage) -> bool:
+    """Whether the Q-network's backward pass is :mod:`mlp_backward`'s (``StaticConfig.mlp_backward``): where the
+    weight storage's step takes the kernels' square sums (packed storage), for the one-headed MLP with no part
+    rescaling its gradients (the kernels' square sums are of the gradients as the backward pass writes them);
+    ``auto`` on GPUs only. Other programs keep XLA's, as ``maze_torso`` leaves networks without the maze's
+    convolutions alone."""
+    if static.mlp_backward == "xla" or not weights.takes_square_sums:
         return False
     rescaled = any(type(p).scale_gradients is not Part.scale_gradients for p in parts)
     applies = (net_name == "mlp" and len(static.hidden) > 0 and not rescaled  # no hidden layer: nothing to probe
@@ -110,15 +113,6 @@ def square_sum_probes(network, obs_shape: tuple[int, ...]) -> chex.ArrayTree:
     """Zeros for the probes of :mod:`mlp_backward`'s layers (the ``square_sums`` collection ``network`` makes)."""
     shapes = jax.eval_shape(network.init, jax.random.key(0), jnp.zeros((1, *obs_shape)))[SQUARE_SUMS]
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-
-def uses_target_table(static: StaticConfig, path: ObservationPath) -> bool:
-    """Whether the targets look the target network's values up per cell (``StaticConfig.target_values``)."""
-    if static.target_values == "table" and not path.has_cell_table:
-        raise ValueError(f"target_values='table' needs an environment with a cell table (chain, maze), not {static.env!r}")
-    if static.target_values == "auto":
-        return path.has_cell_table and static.precision == "bfloat16"
-    return static.target_values == "table"
 
 
 def make_path(static: StaticConfig, env: Any = None) -> ObservationPath:
@@ -149,19 +143,19 @@ class Agent:
         self.num_heads = heads[0] if heads else 1
         self.network_name = network_name(static, path.obs_shape)
         self.compute_dtype = jnp.dtype(static.precision)
-        self.mixed_precision = self.compute_dtype != jnp.float32
-        self.packed = static.weight_storage == "packed"
-        self.lean_backward = uses_lean_backward(static, self.network_name, self.parts)
+        self.optimiser = make_optimiser(static)
+        self.weights = weight_storage(static, self.optimiser)
+        self.lean_backward = uses_lean_backward(static, self.network_name, self.parts, self.weights)
         if self.num_heads > 1:
             self.q_network = make_bootstrapped_network(self.network_name, self.num_actions, self.num_heads,
                                                        static.hidden, self.compute_dtype)
         else:
             self.q_network = make_network(self.network_name, self.num_actions, static.hidden, self.compute_dtype,
                                           uses_pallas_torso(static, self.network_name), self.lean_backward)
-        self.square_sum_probes = square_sum_probes(self.q_network, path.obs_shape) if self.lean_backward else None
-        self.optimiser = make_optimiser(static)
+        self.backward = (LeanBackward(square_sum_probes(self.q_network, path.obs_shape), self.compute_dtype)
+                         if self.lean_backward else XlaBackward())
         self.uses_counts = any(part.uses_counts for part in self.parts)
-        self.table = uses_target_table(static, path)
+        self.targets = target_values(static, path)
         self.hparam_options = hparam_options(self.parts)
 
     def make_network(self, num_outputs: int):
@@ -180,10 +174,8 @@ class Agent:
         return out.reshape(lead + out.shape[1:])
 
     def sgd_step(self, params, opt_state, grads, lr: jax.Array):
-        """One clipped RMSProp step of ``params`` with the run's learning rate."""
-        grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)  # bfloat16 under mixed precision
-        updates, opt_state = self.optimiser.update(grads, opt_state, params)
-        return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
+        """One clipped RMSProp step of float32 ``params`` with the run's learning rate (the parts' networks)."""
+        return sgd_step(self.optimiser, params, opt_state, grads, lr)
 
     @staticmethod
     def init_key(run_key: jax.Array, name: str) -> jax.Array:
@@ -195,8 +187,8 @@ class Agent:
         return jax.random.fold_in(base, zlib.crc32(name.encode()) & 0x7FFFFFFF)
 
     def forward_params(self, run: RunState):
-        """What acting, the loss and the test episodes evaluate: ``params`` itself in float32."""
-        return run.compute_params if self.mixed_precision else run.params
+        """What acting, the loss and the test episodes evaluate (the weight storage's)."""
+        return self.weights.forward(run)
 
     def head_values(self, run: RunState, params, obs: jax.Array) -> jax.Array:
         """``[B, K, A]``: what each head acts and bootstraps on (the network's values, adjusted by the parts)."""
@@ -242,47 +234,20 @@ def contributions(agent: Agent, hook: str, shape: tuple[int, ...], *args) -> jax
 # ---------------------------------------------------------------------------------- init
 
 
-def master_params(run: RunState):
-    """``run``'s weights in float32 (any number of leading runs axes): ``params``, or under packed storage the
-    compute copy and the low bytes unpacked (:mod:`packed_state`)."""
-    return run.params if run.params is not None else packed_state.unpack_tree(run.compute_params, run.params_low)
-
-
-def compute_copy(agent: Agent, params):
-    """What the forward passes read of float32 weights ``params``: their bfloat16 copy under mixed precision
-    (float32 storage), else None (``params`` itself)."""
-    return in_compute_precision(params, agent.compute_dtype) if agent.mixed_precision else None
-
-
 def with_initial_weights(agent: Agent, run: RunState, params, key: jax.Array) -> RunState:
-    """``run`` with the float32 weights ``params`` and a fresh optimiser, stored as the configuration says."""
-    if agent.packed:
-        compute, lows = packed_state.pack_tree(params, jax.random.bits(key, (), jnp.uint32))
-        return run.replace(params=None, compute_params=compute, params_low=lows,
-                           opt_state=packed_state.init_accumulator(params))
-    return run.replace(params=params, compute_params=compute_copy(agent, params),
-                       opt_state=agent.optimiser.init(params))
+    """``run`` with the float32 weights ``params`` and a fresh optimiser, stored as the agent's storage keeps them."""
+    return agent.weights.initial(run, params, key)
 
 
 def learning_step(agent: Agent, run: RunState, grads, key: jax.Array, square_sums=None) -> RunState:
     """``run`` after one clipped RMSProp step of its Q-network on ``grads`` (``key``: packed storage's
     rounding; ``square_sums``: the lean backward pass's sums of squares of some of them)."""
-    lr = run.hparams["lr"]
-    if agent.packed:
-        compute, lows, accumulator = packed_state.rmsprop_step(
-            agent.static, run.compute_params, run.params_low, run.opt_state, grads, lr,
-            jax.random.bits(key, (), jnp.uint32), square_sums)
-        return run.replace(compute_params=compute, params_low=lows, opt_state=accumulator)
-    params, opt_state = agent.sgd_step(run.params, run.opt_state, grads, lr)
-    return run.replace(params=params, opt_state=opt_state, compute_params=compute_copy(agent, params))
+    return agent.weights.step(run, grads, key, square_sums)
 
 
 def with_target(agent: Agent, run: RunState, params) -> RunState:
-    """``run`` with ``params`` as its target network (and that network's values at every cell)."""
-    run = run.replace(target_params=params)
-    if agent.table:
-        run = run.replace(target_table=agent.head_values(run, params, agent.path.cell_table_obs(run)))
-    return run
+    """``run`` with ``params`` as its target network, and what the target values read of it."""
+    return agent.targets.copied(agent, run.replace(target_params=params))
 
 
 def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, start: Any) -> RunState:
@@ -423,10 +388,7 @@ def targets_for(agent: Agent, run: RunState, batch: Batch) -> tuple[jax.Array, j
     partial, discount, _ = jax.vmap(n_step_return, in_axes=(0, 0, 0, None))(
         batch.rewards + intrinsic, batch.terminated, batch.included, agent.static.gamma
     )
-    if agent.table:
-        q_next = run.target_table[batch.next_cells]  # [B, K, A]
-    else:
-        q_next = agent.head_values(run, run.target_params, batch.next_obs)
+    q_next = agent.targets.next_values(agent, run, batch)  # [B, K, A]
     bonus = contributions(agent, "bootstrap_bonus", (batch.rewards.shape[0], agent.num_actions), run, batch)
     values = jnp.max(q_next, axis=-1) if bonus is None else bootstrap_value(
         q_next, jnp.broadcast_to(bonus[:, None, :], q_next.shape))
@@ -450,12 +412,7 @@ def td_loss_per_head(params, agent: Agent, run: RunState, batch: Batch, targets:
 def loss_and_gradients(agent: Agent, run: RunState, batch: Batch, targets: jax.Array):
     """``(loss, grads, square_sums)``: the TD loss and its gradients in the forward passes' weights; with the
     lean backward pass also the square sums of the kernels' gradients (:mod:`mlp_backward`), else None."""
-    params = agent.forward_params(run)
-    if not agent.lean_backward:
-        return *jax.value_and_grad(td_loss_per_head)(params, agent, run, batch, targets), None
-    probed = {**params, SQUARE_SUMS: agent.square_sum_probes}
-    loss, grads = jax.value_and_grad(td_loss_per_head)(probed, agent, run, batch, targets)
-    return loss, {k: v for k, v in grads.items() if k != SQUARE_SUMS}, grads[SQUARE_SUMS]
+    return agent.backward.value_and_grad(td_loss_per_head, agent.forward_params(run), agent, run, batch, targets)
 
 
 def update(agent: Agent, run: RunState) -> RunState:
@@ -609,7 +566,7 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
         n0 = counts.query_all_actions(run.counts.sketch, agent.count_columns(run, start_key))[None]
     bonus = contributions(agent, "action_bonus", (1, agent.num_actions), run, start_obs[None], n0)
     nonfinite = (stats.nonfinite | ~jnp.isfinite(stats.chunk.loss_sum) | ~jnp.all(jnp.isfinite(q0))
-                 | ~all_finite(master_params(run)))
+                 | ~all_finite(agent.weights.master(run)))
     metrics.update({
         "max_return": jnp.where(jnp.isfinite(stats.max_return), stats.max_return, jnp.nan),
         **{name: jnp.sum(seen).astype(jnp.float32) for name, seen in stats.visited.items()},

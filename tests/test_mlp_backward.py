@@ -20,7 +20,8 @@ from opiq_jax.parts import get_part
 from opiq_jax.runner import METRICS_FILE, run_experiment
 from opiq_jax.compiled import compiled_trainer
 from opiq_jax.experiment import Experiment, RunSpec
-from opiq_jax.trainer import master_params, uses_lean_backward
+from opiq_jax.trainer import uses_lean_backward
+from opiq_jax.weights import master_params, weight_storage
 
 PACKED = static_for_env("chain", chain_length=16, total_steps=300, log_every=100, buffer_size=300, hidden=(32, 32),
                         batch_size=16, precision="bfloat16", weight_storage="packed")
@@ -152,14 +153,18 @@ def test_packed_step_with_square_sums_is_the_step_with_the_norm_read_from_the_gr
 
 def test_which_programs_take_the_lean_backward_pass():
     pallas = dataclasses.replace(PACKED, mlp_backward="pallas")
-    opiq = (get_part("optimism"),)
-    assert uses_lean_backward(pallas, "mlp", opiq)
-    assert not uses_lean_backward(PACKED, "mlp", opiq)  # auto: GPUs only (this is the CPU)
-    assert not uses_lean_backward(dataclasses.replace(pallas, mlp_backward="xla"), "mlp", opiq)
-    assert not uses_lean_backward(pallas, "maze_conv", opiq)
-    bsp = dataclasses.replace(pallas, parts=("bsp",))
-    assert not uses_lean_backward(bsp, "mlp", (get_part("bsp"),))  # several heads, rescaled torso gradients
-    assert not uses_lean_backward(dataclasses.replace(pallas, hidden=()), "mlp", opiq)  # no layer to probe
+    opiq, packed = (get_part("optimism"),), weight_storage(PACKED)
+
+    def lean(static, net_name="mlp", parts=opiq, storage=packed):
+        return uses_lean_backward(static, net_name, parts, storage)
+
+    assert lean(pallas)
+    assert not lean(PACKED)  # auto: GPUs only (this is the CPU)
+    assert not lean(dataclasses.replace(pallas, mlp_backward="xla"))
+    assert not lean(pallas, "maze_conv")
+    assert not lean(dataclasses.replace(pallas, parts=("bsp",)), parts=(get_part("bsp"),))  # heads, rescaled torso
+    assert not lean(dataclasses.replace(pallas, hidden=()))  # no layer to probe
+    assert not lean(pallas, storage=weight_storage(dataclasses.replace(pallas, weight_storage="float32")))  # no sums
     dora = compiled_trainer(dataclasses.replace(pallas, parts=("dora",)))[0].agent
     assert dora.lean_backward and not dora.make_network(1).lean_backward  # DORA's E-network keeps XLA's
     with pytest.raises(ValueError, match="mlp_backward pallas needs weight_storage packed"):
@@ -200,7 +205,7 @@ def test_the_trainers_update_with_the_kernels_is_the_update_with_xlas_backward_p
     static = dataclasses.replace(PACKED, grad_clip=grad_clip)
     want = one_update(dataclasses.replace(static, mlp_backward="xla"), run)
     got = one_update(dataclasses.replace(static, mlp_backward="pallas"), run)
-    for before, a, b in zip(*(jax.tree.leaves(master_params(r)) for r in (run, want, got))):
+    for before, a, b in zip(*(jax.tree.leaves(master_params(PACKED, r)) for r in (run, want, got))):
         want_step, got_step = np.asarray(a) - before, np.asarray(b) - before
         assert np.max(np.abs(want_step)) > 0  # the update moved every leaf
         np.testing.assert_allclose(got_step, want_step, rtol=0, atol=1e-6 * np.max(np.abs(want_step)))
@@ -210,7 +215,7 @@ def test_the_trainers_update_with_the_kernels_is_the_update_with_xlas_backward_p
 def test_the_kernels_square_sums_make_the_gradients_norm(run_after_100_steps):
     """The trainer's square sums with the other leaves' give the global norm optax computes from the gradients."""
     agent = compiled_trainer(dataclasses.replace(PACKED, mlp_backward="pallas"))[0].agent
-    assert set(agent.square_sum_probes) == {"Dense_0", "Dense_1"}  # both layers of 16 -> 32 -> 32 fit
+    assert set(agent.backward.probes) == {"Dense_0", "Dense_1"}  # both layers of 16 -> 32 -> 32 fit
     run = run_after_100_steps
     batch = trainer.sample_batch(agent, run, jax.random.key(1))
     targets, _ = trainer.targets_for(agent, run, batch)
@@ -229,5 +234,5 @@ def test_runs_with_the_kernels_train_and_resume_bit_identically(tmp_path):
     run_experiment(experiment, out, progress=False, checkpoint_seconds=0, stop_after_chunks=1, verbose=False)
     run_experiment(experiment, out, progress=False, checkpoint_seconds=0, verbose=False)
     assert (out / METRICS_FILE).read_bytes() == (tmp_path / "whole" / METRICS_FILE).read_bytes()
-    weights = master_params(whole.runs)
+    weights = master_params(PACKED, whole.runs)
     assert all(np.all(np.isfinite(w)) for w in jax.tree.leaves(weights))

@@ -19,7 +19,8 @@ from opiq_jax.runner import METRICS_FILE, run_experiment
 from opiq_jax.results import CHECKPOINT_FILE
 from opiq_jax.compiled import compiled_trainer
 from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
-from opiq_jax.trainer import learning_step, make_optimiser, master_params
+from opiq_jax.trainer import learning_step, make_optimiser
+from opiq_jax.weights import master_params
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=300, log_every=50, buffer_size=300, hidden=(16,),
                         precision="bfloat16", weight_storage="packed")
@@ -160,12 +161,12 @@ def test_packed_runs_train_and_store_packed_state(straight):
     assert runs.params is None
     assert {x.dtype for x in jax.tree.leaves(runs.params_low)} == {np.dtype(np.uint8)}
     assert {x.dtype for x in jax.tree.leaves(runs.opt_state)} == {jnp.dtype(jnp.bfloat16)}
-    weights = master_params(runs)
+    weights = master_params(STATIC, runs)
     assert {x.dtype for x in jax.tree.leaves(weights)} == {np.dtype(np.float32)}
     kernel = np.asarray(weights["params"]["Dense_0"]["kernel"])
     assert np.all(np.isfinite(kernel))
     _, init, _ = compiled_trainer(STATIC)
-    start = master_params(init(*run_keys_for(EXPERIMENT), stack_hparams(EXPERIMENT.hparams())).runs)
+    start = master_params(STATIC, init(*run_keys_for(EXPERIMENT), stack_hparams(EXPERIMENT.hparams())).runs)
     assert not np.array_equal(np.asarray(start["params"]["Dense_0"]["kernel"]), kernel)  # it learned
 
 
@@ -181,11 +182,11 @@ def test_learning_step_on_packed_storage_follows_float32_storage():
     grads = jax.tree.map(lambda c: (0.01 * jax.random.normal(jax.random.key(4), c.shape)).astype(c.dtype),
                          run.compute_params)
     packed = jax.jit(lambda r: learning_step(packed_agent, r, grads, jax.random.key(5)))(run)
-    clip_state, rms_state = float32_agent.optimiser.init(master_params(run))
-    float32_run = run.replace(params=master_params(run), params_low=None, opt_state=(clip_state, rms_state._replace(
+    clip_state, rms_state = float32_agent.optimiser.init(master_params(STATIC, run))
+    float32_run = run.replace(params=master_params(STATIC, run), params_low=None, opt_state=(clip_state, rms_state._replace(
         nu=jax.tree.map(lambda n: n.astype(jnp.float32), accumulator))))
     expected = jax.jit(lambda r: learning_step(float32_agent, r, grads, jax.random.key(5)))(float32_run)
-    for got, want, before in zip(jax.tree.leaves(master_params(packed)), jax.tree.leaves(expected.params),
+    for got, want, before in zip(jax.tree.leaves(master_params(STATIC, packed)), jax.tree.leaves(expected.params),
                                  jax.tree.leaves(float32_run.params)):
         np.testing.assert_allclose(got, want, rtol=2**-15, atol=0)
         assert not np.array_equal(np.asarray(want), np.asarray(before))  # the step moved every leaf
@@ -200,5 +201,5 @@ def test_packed_resume_is_bit_identical_and_the_api_unpacks(straight, tmp_path):
     assert (out / METRICS_FILE).read_bytes() == (reference / METRICS_FILE).read_bytes()
     kernel = read_final_state(out, "plain").params["params"]["Dense_0"]["kernel"]  # unpacked by the API
     reference_state = read_final_state(reference, "plain").state
-    np.testing.assert_array_equal(kernel, master_params(reference_state)["params"]["Dense_0"]["kernel"])
+    np.testing.assert_array_equal(kernel, master_params(STATIC, reference_state)["params"]["Dense_0"]["kernel"])
     assert kernel.dtype == np.float32

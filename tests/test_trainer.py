@@ -17,7 +17,8 @@ from opiq_jax.parts import Part
 from opiq_jax.paths.compact import Transition
 from opiq_jax.compiled import compiled_trainer
 from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
-from opiq_jax.trainer import make_path, uses_target_table
+from opiq_jax.trainer import make_path, make_train
+from opiq_jax.target_values import uses_target_table
 from tests.training import compiled_targets, train_chunks
 
 CHAIN = 20  # horizon 29: a random walk almost never reaches the right end
@@ -242,3 +243,28 @@ def test_updates_target_copies_and_epsilon_follow_the_environment_steps():
     finally:
         METHODS.pop("dqn_tally")
         PARTS.pop("test_tally")
+
+
+def test_performance_modes_are_strategies_the_agent_chooses_once():
+    """How the weights are stored and where the target values come from are objects chosen when the agent is built;
+    the trainer asks them, and tests none of the modes itself."""
+    import inspect
+    import re
+
+    from opiq_jax import trainer
+    from opiq_jax.target_values import NetworkTargets, TableTargets
+    from opiq_jax.weights import ComputeCopyWeights, Float32Weights, PackedWeights
+
+    chain = static_for_env("chain", chain_length=8, hidden=(16,), total_steps=100, log_every=100)
+    chosen = {}
+    for overrides in ({}, {"precision": "bfloat16"}, {"precision": "bfloat16", "weight_storage": "packed"},
+                      {"precision": "bfloat16", "target_values": "network"}):
+        agent = make_train(dataclasses.replace(chain, **overrides)).agent
+        chosen[tuple(overrides.values())] = (type(agent.weights), type(agent.targets))
+    assert chosen == {(): (Float32Weights, NetworkTargets), ("bfloat16",): (ComputeCopyWeights, TableTargets),
+                      ("bfloat16", "packed"): (PackedWeights, TableTargets),
+                      ("bfloat16", "network"): (ComputeCopyWeights, NetworkTargets)}
+    source = inspect.getsource(trainer)
+    assert not re.search(r"params is (not )?None", source)
+    assert not re.search(r"\bagent\.(packed|mixed_precision|table)\b|self\.(packed|mixed_precision|table)\b", source)
+    assert not re.search(r"weight_storage ?[!=]=|target_values ?[!=]=|\.precision ?[!=]= ?\"float32\"", source)

@@ -38,14 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from ..config import StaticConfig, stack_hparams
-from ..methods import method_hparams
-from ..memory import available_device_bytes, fits, state_bytes_per_run, tree_bytes
 from ..compiled import compiled_trainer
+from ..config import StaticConfig, stack_hparams
 from ..experiment import Experiment, RunSpec, run_keys_for
-from ..mlp_backward import kernel_fits
-from ..parts import get_part
-from ..trainer import make_path, make_train, network_name, uses_lean_backward, uses_pallas_torso, uses_target_table
+from ..memory import available_device_bytes, fits, state_bytes_per_run, tree_bytes
+from ..methods import method_hparams
+from ..trainer import make_train, uses_pallas_torso
 from .options import Bench, runs_schedule
 from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run, run_plain
 
@@ -125,16 +123,6 @@ class WorkModel:
         return {**dataclasses.asdict(self), "total_bytes": self.total_bytes, "total_flops": self.total_flops}
 
 
-def lean_gradient_bytes(agent, params, batch: int) -> float:
-    """Bytes of the weight gradients the lean backward pass writes with their square sums (not read again for
-    the clip's norm): the probed layers' kernels that :func:`mlp_backward.kernel_fits` takes; 0 without it."""
-    if not agent.lean_backward:
-        return 0.0
-    kernels = [params["params"][layer]["kernel"] for layer in agent.square_sum_probes]
-    fitting = [k for k in kernels if kernel_fits(batch, *k.shape, agent.compute_dtype)]
-    return float(sum(k.size for k in fitting) * agent.compute_dtype.itemsize)
-
-
 def work_model(static: StaticConfig) -> WorkModel:
     """The trainer's work per environment step per run for ``static`` (from shapes only).
 
@@ -177,30 +165,20 @@ def work_model(static: StaticConfig) -> WorkModel:
     num_params = count_params(params)
     param_bytes = float(tree_bytes(params))
     compute_bytes = param_bytes * jnp.dtype(static.precision).itemsize / 4  # what the forward passes read
-    if trainer.agent.packed:  # the update reads and writes the copy and the low bytes; the copy is no extra write
-        stored = float(tree_bytes(shapes.runs.compute_params) + tree_bytes(shapes.runs.params_low))
-        weight_bytes = 2 * stored
-    else:  # float32 read and write, then the bfloat16 copy written under mixed precision
-        weight_bytes = 2 * param_bytes + (compute_bytes if static.precision != "float32" else 0.0)
+    weight_bytes = trainer.agent.weights.update_bytes(param_bytes, shapes.runs)  # the storage's own count
     opt_bytes = float(tree_bytes(shapes.runs.opt_state))  # one run's (the shapes have one run)
     obs_bytes = float(example_obs.size * example_obs.dtype.itemsize)
     fwd = forward_flops(trainer.network, example_obs)
     b, n, a, rows = static.batch_size, static.n_step, env.num_actions, static.sketch_rows
     per_update = 1.0 / static.train_every
     int_bytes = 4.0
-    per_copy = 1.0 / static.target_update
-    if trainer.agent.table:
-        table_bytes = float(tree_bytes(shapes.runs.target_table))  # one run
-        cells = shapes.runs.target_table.shape[1]
-        target_bytes = (3 * compute_bytes + table_bytes) * per_copy + b * a * 4.0 * per_update
-        target_obs, target_forwards = 2 * cells * obs_bytes * per_copy, cells * per_copy
-    else:
-        target_bytes = compute_bytes * per_update + 2 * compute_bytes * per_copy
-        target_obs, target_forwards = 2 * b * obs_bytes * per_update, b * per_update
+    target_bytes, target_obs, target_forwards = trainer.agent.targets.work(static, compute_bytes, obs_bytes,
+                                                                           shapes.runs)
     nbytes = {
         "acting params": compute_bytes,
         "update params": (2 * compute_bytes + weight_bytes) * per_update,
-        "gradients": (3 * compute_bytes - lean_gradient_bytes(trainer.agent, params, static.batch_size)) * per_update,
+        "gradients": (3 * compute_bytes - trainer.agent.backward.unread_gradient_bytes(params, static.batch_size))
+        * per_update,
         "optimiser": 2 * opt_bytes * per_update,
         "target": target_bytes,
         "replay": b * n * item_bytes * per_update + item_bytes,
@@ -534,11 +512,8 @@ def form_note(static: StaticConfig, env: str) -> str:
     """How the targets were computed (``StaticConfig.target_values``), whether the MLP's backward pass was
     the lean one (``StaticConfig.mlp_backward``) and, for the maze, which form its network's convolutions took
     (``StaticConfig.maze_torso``)."""
-    path = make_path(static)
-    table = uses_target_table(static, path)
-    note = ", targets: " + ("the target network's values per cell" if table else "the target network on every batch")
-    if uses_lean_backward(static, network_name(static, path.obs_shape), tuple(get_part(n) for n in static.parts)):
-        note += ", backward: the Pallas weight-gradient kernels (mlp_backward)"
+    agent = make_train(static).agent  # the strategies the agent chose (nothing is compiled)
+    note = ", targets: " + agent.targets.description + agent.backward.bench_note
     if env == "maze":
         note += ", convolutions: " + ("Pallas kernels" if uses_pallas_torso(static, "maze_conv") else "XLA patch GEMMs")
     return note
