@@ -87,6 +87,11 @@ def checkpoint_params(folder: Path) -> dict[str, np.ndarray]:
     from flax import serialization
 
     data = (folder / "checkpoint.msgpack").read_bytes()
+    if data.startswith(b"OPIQCKP2"):  # the streamed form (opiq_jax.results), arrays by their tree paths
+        from opiq_jax.results import read_checkpoint_file
+
+        arrays = read_checkpoint_file(folder / "checkpoint.msgpack").arrays
+        return {key: value for key, value in arrays.items() if key.startswith(".runs.params")}
     magic = b"OPIQCKPT"
     if data.startswith(magic):  # the checksummed form: magic, 32-byte SHA-256, payload
         digest, data = data[len(magic): len(magic) + 32], data[len(magic) + 32:]
