@@ -15,6 +15,8 @@ there and in this working tree (each in its own Python process, on the CPU, in f
 It prints a table (environment, program, rows compared, rows equal, parameter arrays equal) and writes
 it to ``--out``/``behaviour_check.md``; it exits 1 if anything differs. The commands use only
 options that every revision since the first CLI understands.
+
+Reaches inside: opiq_jax.results, to read the Q-network's parameters out of each revision's checkpoints.
 """
 
 from __future__ import annotations

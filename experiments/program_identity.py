@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,17 +99,46 @@ class Args:
     """Methods whose programs are lowered (the default: one of each structure, with two in the plain program)."""
     out: Path = Path("results/program_identity")
     """Folder for ``program_identity.md``."""
+    platform: str = "cpu"
+    """Where the programs are lowered (``gpu``: the GPU-only kernels, the maze's Pallas convolutions and the lean
+    backward pass, are then what ``auto`` picks and are compared too)."""
+    same_path: Path | None = None
+    """Lower both revisions from this one folder, each copied there in turn (its ``opiq_jax/`` and ``envs/``): a GPU
+    kernel's compiled payload names its source files by their absolute paths, so the same program from two folders
+    hashes differently (on a GPU, give this)."""
+    before_tree: Path | None = None
+    """A folder holding the files of ``--against`` (its ``opiq_jax/`` and ``envs/``), used instead of a git worktree
+    on a machine without the repository's history."""
 
 
 def program_hashes(tree: Path, args: Args) -> dict[str, str]:
     """The hash of every program's lowered text in the revision checked out at ``tree`` (a process of its own)."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(tree)}
+    path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)  # the tree's modules first
+    env = {**os.environ, "JAX_PLATFORMS": args.platform, "PYTHONPATH": path}
     argv = [",".join(args.envs), ",".join(args.precisions), ",".join(args.methods), args.weight_storage]
     result = subprocess.run([sys.executable, "-c", LOWER_PROGRAMS, *argv], cwd=tree, env=env, capture_output=True,
                             text=True)
     if result.returncode != 0:
         raise SystemExit(f"program_identity: error: lowering in {tree} failed:\n{result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def device_name(args: Args) -> str:
+    """The first device of ``args.platform``, as JAX names it (a process of its own)."""
+    found = subprocess.run([sys.executable, "-c", "import jax; print(jax.devices()[0].device_kind)"], capture_output=True,
+                           text=True, env={**os.environ, "JAX_PLATFORMS": args.platform})
+    return found.stdout.strip() or "unknown device"
+
+
+def hashes_from(tree: Path, args: Args) -> dict[str, str]:
+    """:func:`program_hashes` of the revision in ``tree``, lowered from ``args.same_path`` when given."""
+    if args.same_path is None:
+        return program_hashes(tree, args)
+    staging = args.same_path.resolve()
+    shutil.rmtree(staging, ignore_errors=True)
+    for part in ("opiq_jax", "envs"):
+        shutil.copytree(tree / part, staging / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    return program_hashes(staging, args)
 
 
 def compare(old: dict[str, str], new: dict[str, str]) -> list[dict]:
@@ -130,22 +160,24 @@ def worktree_at(revision: str, folder: Path) -> Path:
 def hashes_at(revision: str | None, args: Args) -> dict[str, str]:
     """The programs' hashes of ``revision`` (a temporary worktree), or of this working tree for None."""
     if revision is None:
-        return program_hashes(ROOT, args)
+        return hashes_from(ROOT, args)
     with tempfile.TemporaryDirectory() as folder:
         tree = worktree_at(revision, Path(folder))
         try:
-            return program_hashes(tree, args)
+            return hashes_from(tree, args)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv)
-    old, new = hashes_at(args.against, args), hashes_at(args.after, args)
+    old = hashes_from(args.before_tree.resolve(), args) if args.before_tree else hashes_at(args.against, args)
+    new = hashes_at(args.after, args)
     rows = compare(old, new)
     after = args.after or "this working tree"
     storage = "" if args.weight_storage == "default" else f", weight storage {args.weight_storage}"
-    lines = [f"Lowered programs of {args.against} (before) and {after} (after), CPU{storage}.", "",
+    where = "CPU" if args.platform == "cpu" else f"{args.platform.upper()} ({device_name(args)})"
+    lines = [f"Lowered programs of {args.against} (before) and {after} (after), {where}{storage}.", "",
              "| program | before | after | same |", "|---|---|---|---|"]
     lines += [f"| {r['program']} | {r['before']} | {r['after']} | {'yes' if r['same'] else '**no**'} |" for r in rows]
     differ = sum(not r["same"] for r in rows)

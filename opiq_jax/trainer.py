@@ -35,9 +35,10 @@ import jax.numpy as jnp
 import optax
 
 from . import counts
+from .backward import LeanBackward, XlaBackward
 from .config import HParams, StaticConfig, hparam_options
 from .environments import environment_spec
-from .mlp_backward import SQUARE_SUMS, LeanBackward, XlaBackward
+from .mlp_backward import SQUARE_SUMS
 from .networks import init_params, make_bootstrapped_network, make_network
 from .parts import Example, Part, checked_metrics, checked_output, checked_state, get_part
 from .paths import Batch, Decision, ObservationPath, Outcome, StepRecord

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "opiq_jax.devices", "opiq_jax.presets")),
     ("the agent's pieces: observation paths, exploration parts, environment and method registries", (
         "opiq_jax.paths", "opiq_jax.paths.*", "opiq_jax.parts", "opiq_jax.parts.*", "opiq_jax.environments",
-        "opiq_jax.methods", "opiq_jax.weights", "opiq_jax.target_values")),
+        "opiq_jax.methods", "opiq_jax.weights", "opiq_jax.target_values", "opiq_jax.backward")),
     ("the compiled agent", ("opiq_jax.trainer",)),
     ("an experiment: its runs, keys and programs, their compiled chunks, their memory, its results read back", (
         "opiq_jax.experiment", "opiq_jax.compiled", "opiq_jax.memory", "opiq_jax.reading")),
