@@ -50,8 +50,7 @@ TRAIN_DOC = (
 def loop_field(name: str) -> tuple[str, Any, Any, str]:
     """A loop option's field as its declaration gives it (:data:`opiq_jax.config.LOOP_OPTIONS`)."""
     option = LOOP_OPTIONS[name]
-    kind = Literal[option.choices] if option.choices is not None else option.type  # type: ignore[valid-type]
-    return name, kind, option.default, option.doc
+    return name, option.value_type, option.default, option.doc
 
 
 LOOP_FIELDS: list[tuple[str, Any, Any, str]] = [
@@ -85,11 +84,7 @@ LOOP_FIELDS: list[tuple[str, Any, Any, str]] = [
 
 def cli_type(option: Option) -> Any:
     """The command-line type of a declared option: its choices as a Literal, ``None`` meaning "the default"."""
-    if option.choices is not None:
-        return Literal[option.choices] | None  # type: ignore[valid-type]
-    if option.type is bool:
-        return bool
-    return option.type | None
+    return bool if option.type is bool and option.choices is None else option.value_type | None
 
 
 def option_field(name: str, option: Option, defaults: str | None) -> tuple[str, Any, Any]:

@@ -52,6 +52,11 @@ class Option:
     """Whether each environment sets its own default (see ``opiq_jax.environments``)."""
 
     @property
+    def value_type(self) -> Any:
+        """The Python type of a value as a parser takes it: the choices as a ``Literal``, else ``type``."""
+        return Literal[self.choices] if self.choices is not None else self.type  # type: ignore[valid-type]
+
+    @property
     def public_name(self) -> str:
         """The option's name in Python calls and presets' messages (``steps``)."""
         return self.cli or self.name

@@ -71,9 +71,14 @@ class WeightStorage(abc.ABC):
 class Float32Weights(WeightStorage):
     name = "float32"
 
+    def copy(self, params: Any) -> Any:
+        """What the forward passes read besides the float32 weights: nothing here (a compute copy below)."""
+        del params
+        return None
+
     def initial(self, run: RunState, params: Any, key: jax.Array) -> RunState:
         del key
-        return run.replace(params=params, compute_params=None, opt_state=self.optimiser.init(params))
+        return run.replace(params=params, compute_params=self.copy(params), opt_state=self.optimiser.init(params))
 
     def forward(self, run: RunState) -> Any:
         return run.params
@@ -84,33 +89,27 @@ class Float32Weights(WeightStorage):
     def step(self, run: RunState, grads: Any, key: jax.Array, square_sums: Any = None) -> RunState:
         del key, square_sums
         params, opt_state = sgd_step(self.optimiser, run.params, run.opt_state, grads, run.hparams["lr"])
-        return run.replace(params=params, opt_state=opt_state, compute_params=None)
+        return run.replace(params=params, opt_state=opt_state, compute_params=self.copy(params))
 
     def update_bytes(self, param_bytes: float, runs: RunState) -> float:
         return 2 * param_bytes  # the float32 weights read and written
 
 
 class ComputeCopyWeights(Float32Weights):
+    """Float32 master weights, stepped as :class:`Float32Weights` steps them, and their copy in the compute
+    precision, which the forward passes read."""
+
     name = "compute copy"
 
     def copy(self, params: Any) -> Any:
         return in_compute_precision(params, self.compute_dtype)
 
-    def initial(self, run: RunState, params: Any, key: jax.Array) -> RunState:
-        del key
-        return run.replace(params=params, compute_params=self.copy(params), opt_state=self.optimiser.init(params))
-
     def forward(self, run: RunState) -> Any:
         return run.compute_params
 
-    def step(self, run: RunState, grads: Any, key: jax.Array, square_sums: Any = None) -> RunState:
-        del key, square_sums
-        params, opt_state = sgd_step(self.optimiser, run.params, run.opt_state, grads, run.hparams["lr"])
-        return run.replace(params=params, opt_state=opt_state, compute_params=self.copy(params))
-
     def update_bytes(self, param_bytes: float, runs: RunState) -> float:
         # the float32 weights read and written, then their copy written in the compute precision
-        return 2 * param_bytes + param_bytes * self.compute_dtype.itemsize / 4
+        return super().update_bytes(param_bytes, runs) + param_bytes * self.compute_dtype.itemsize / 4
 
 
 class PackedWeights(WeightStorage):

@@ -36,8 +36,7 @@ states that default (None: as the declaration does)."""
 def static_field(name: str) -> tuple[str, Any, Any]:
     """The bench's field for the static option ``name``: the declaration's type, choices and help."""
     option, (default, shown) = STATIC_OPTIONS[name], BENCH_DEFAULTS[name]
-    kind = Literal[option.choices] if option.choices is not None else option.type  # type: ignore[valid-type]
-    kind = kind | None if default is None else kind
+    kind = option.value_type | None if default is None else option.value_type
     return name, Annotated[kind, tyro.conf.arg(help=option.help(shown))], dataclasses.field(default=default)
 
 
