@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import jax
@@ -115,9 +115,10 @@ def option(default: Any, doc: str, **kw: Any) -> Any:
 
 Hidden = tuple[int, ...]
 EnvKwargs = tuple[tuple[str, object], ...]
+PartSettings = tuple[tuple[str, Any], ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class StaticConfig:
     """Shapes and structure of one compiled experiment (everything that is not a traced number)."""
 
@@ -155,13 +156,6 @@ class StaticConfig:
     rms_decay: float = option(0.99, "RMSProp decay (PyTorch's alpha).", minimum=0.0, maximum=1.0)
     rms_eps: float = option(1e-8, "RMSProp epsilon, added outside the square root as PyTorch does.", minimum=0.0,
                             open_minimum=True)
-    bsp_heads: int = option(10, "BSP: Q-heads on the shared torso.", minimum=2)
-    rnd_outputs: int = option(128, "RND: outputs of its target and predictor networks.", minimum=1,
-                              environment_default=True)
-    rnd_batch: int = option(32, "RND: the most recent states its predictor trains on at every update.", minimum=1)
-    dora_buffer_factor: int = option(4, "DORA: its E-network's ring holds this many batches of recent steps.",
-                                     minimum=1)
-    dora_gamma: float = option(0.99, "DORA: discount of the E-values' SARSA.", minimum=0.0, maximum=1.0)
     precision: str = option("float32", "The Q-network's precision: float32 (the paper) or bfloat16 (float32 weights "
                             "and optimiser, bfloat16 forward and backward passes and target network).",
                             choices=("float32", "bfloat16"))
@@ -184,6 +178,34 @@ class StaticConfig:
                                "run.", minimum=1)
     overlap: bool = option(True, "Pool environments (Montezuma): learn while the emulators step (the update sees the "
                            "replay one step late); off: step, store, then train.")
+    part_settings: PartSettings = dataclasses.field(default=())
+    """The exploration parts' own static options that differ from their defaults, as sorted ``(name, value)`` pairs:
+    a part declares them (``Part.static_options``) and they read as attributes (``static.rnd_outputs``)."""
+
+    def __init__(self, **values: Any):
+        """Takes every option by name, a part's (:data:`PART_STATIC_OPTIONS`) as well as the trainer's own."""
+        given = dict(values.pop("part_settings", ()))
+        for name in [name for name in values if name not in CORE_FIELDS]:
+            if name not in PART_STATIC_OPTIONS:
+                raise TypeError(f"StaticConfig got an unknown option {name!r} (a part's static option? its part "
+                                "registers it: import opiq_jax.parts, or your part's module, first)")
+            given[name] = values.pop(name)
+        for field in dataclasses.fields(self):
+            object.__setattr__(self, field.name, values.pop(field.name, field.default))
+        # Only values that differ from the defaults: equal configurations compare (and hash) equal, however written.
+        settled = tuple(sorted((k, v) for k, v in given.items() if v != PART_STATIC_OPTIONS[k].default))
+        object.__setattr__(self, "part_settings", settled)
+
+    def __getattr__(self, name: str) -> Any:
+        """A part's static option: its value here, else its declared default."""
+        if name in PART_STATIC_OPTIONS and name != "part_settings":
+            return dict(self.__dict__.get("part_settings", ())).get(name, PART_STATIC_OPTIONS[name].default)
+        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every option by name, the parts' included (a results folder's ``config.json``)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "part_settings"}
+        return {**values, **{name: getattr(self, name) for name in PART_STATIC_OPTIONS}}
 
     def problems(self, style: Style = "cli") -> list[str]:
         """Every problem of this configuration, one line each, naming options as the user writes them."""
@@ -195,8 +217,6 @@ class StaticConfig:
              f"{name['total_steps']} ({self.total_steps}) must be a multiple of {name['log_every']} ({self.log_every})"),
             (self.buffer_size > self.batch_size,
              f"{name['buffer_size']} ({self.buffer_size}) must exceed {name['batch_size']} ({self.batch_size})"),
-            (self.rnd_batch <= self.buffer_size, f"{name['rnd_batch']} ({self.rnd_batch}) must not exceed "
-             f"{name['buffer_size']} ({self.buffer_size})"),
             (all(getattr(self, f) % e == 0 for f in ("log_every", "target_update", "batch_size", "buffer_size")),
              f"{name['log_every']}, {name['target_update']}, {name['batch_size']} and {name['buffer_size']} must be "
              f"multiples of {name['envs_per_run']} ({e})"),
@@ -210,7 +230,8 @@ class StaticConfig:
              f"{name['mlp_backward']} pallas needs {name['weight_storage']} packed (its optimiser takes the clip's "
              f"norm from the kernels), got {self.weight_storage}"),
         ]
-        return found + [message for ok, message in relations if not ok]
+        parts = [problem for check in PART_RELATIONS.values() for problem in check(self, name)]
+        return found + [message for ok, message in relations if not ok] + parts
 
     def validate(self, style: Style = "cli") -> None:
         """Raises ``ValueError`` with the first of :meth:`problems`."""
@@ -222,11 +243,46 @@ class StaticConfig:
 def _static_options() -> dict[str, Option]:
     types = typing.get_type_hints(StaticConfig)
     return {f.name: dataclasses.replace(f.metadata["option"], name=f.name, type=types[f.name])
-            for f in dataclasses.fields(StaticConfig)}
+            for f in dataclasses.fields(StaticConfig) if "option" in f.metadata}
 
 
 STATIC_OPTIONS: dict[str, Option] = _static_options()
-"""Every :class:`StaticConfig` field's :class:`Option`, by field name."""
+"""Every static option by name: :class:`StaticConfig`'s fields, then the registered parts' own (which
+:func:`register_static_options` adds), so the command line, the API and the checks take them alike."""
+
+CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StaticConfig))
+
+PART_STATIC_OPTIONS: dict[str, Option] = {}
+"""The static options that exploration parts declare (``Part.static_options``), by name."""
+
+PART_RELATIONS: dict[str, Callable[[StaticConfig, Mapping[str, str]], list[str]]] = {}
+"""Per part, the check of its static options against the others (``Part.static_problems``): it takes the
+configuration and how messages name every option, and returns the problems."""
+
+
+def static_option_problem(owner: str, option_: Option) -> str | None:
+    """Why ``owner`` (a part) cannot declare the static option ``option_``, in one line; None if it can."""
+    held = STATIC_OPTIONS.get(option_.name)
+    if not option_.name.isidentifier():
+        return f"part {owner!r}: a static option needs a name that is a Python identifier, got {option_.name!r}"
+    if option_.name in CORE_FIELDS or (held is not None and held != option_):
+        return f"part {owner!r}: static option {option_.name} is already declared elsewhere: choose another name"
+    return None
+
+
+def register_static_options(owner: str, options: Iterable[Option],
+                            relation: Callable[[StaticConfig, Mapping[str, str]], list[str]] | None = None) -> None:
+    """Adds a part's static options (and the check of their relations to the others) to :data:`STATIC_OPTIONS`; a
+    name another declaration holds is a one-line ``ValueError``. Registering the same options again changes nothing."""
+    options = tuple(options)
+    problem = next((p for o in options if (p := static_option_problem(owner, o))), None)
+    if problem:
+        raise ValueError(problem)
+    for option_ in options:
+        STATIC_OPTIONS[option_.name] = PART_STATIC_OPTIONS[option_.name] = option_
+    if relation is not None:
+        PART_RELATIONS[owner] = relation
+
 
 RUNNER_SET = ("env", "parts")
 """Static fields that are not options of their own: the environment is chosen by name, the parts by methods."""

@@ -21,7 +21,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from .config import StaticConfig
+from . import parts  # noqa: F401 (registers the parts' static options, which environments may set: RND's outputs)
+from .config import STATIC_OPTIONS, StaticConfig
 from .envs import Maze, RandomisedChain
 from .envs.montezuma import MontezumaPool
 
@@ -57,7 +58,7 @@ def register_environment(spec: EnvironmentSpec, origin: str | None = None) -> En
     the module registering it (default: the caller's)."""
     if not spec.name or ":" in spec.name:
         raise ValueError(f"an environment's name must be non-empty without ':', got {spec.name!r}")
-    unknown = sorted(set(spec.defaults) - {f.name for f in dataclasses.fields(StaticConfig)})
+    unknown = sorted(set(spec.defaults) - set(STATIC_OPTIONS))
     if unknown:
         raise ValueError(f"environment {spec.name}: unknown static settings {', '.join(unknown)}")
     if spec.name in PAPER_ENVIRONMENTS and ENVIRONMENTS.get(spec.name) not in (None, spec):

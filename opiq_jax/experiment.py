@@ -74,7 +74,7 @@ class Experiment:
         plugins = sorted({*origins(dict.fromkeys(r.method for r in self.runs)),
                           *([ENVIRONMENT_ORIGINS[self.static.env]] if self.static.env in ENVIRONMENT_ORIGINS else [])})
         return {
-            "static": dataclasses.asdict(self.static),
+            "static": self.static.to_dict(),
             "seed": self.seed,
             "shared_mask_seed": self.shared_mask_seed,
             "runs": [

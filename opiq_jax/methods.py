@@ -1,10 +1,11 @@
-"""The paper's methods: each a named composition of exploration parts plus its best settings per environment.
+"""The paper's methods: each a named composition of exploration parts, and their best settings per environment.
 
 ``METHODS`` is the registry; :func:`register_method` adds one (with any new parts it brings), so a new
-method is one module of parts plus one line of registration. A method's settings are the paper's best
-hyperparameters (appendix, "The best hyperparameters we found were") per settings family: ``chain``,
-``maze`` and ``montezuma`` (a gymnax environment uses the chain's; see :mod:`opiq_jax.environments`).
-Where the paper gives no best value for a variant the nearest one it gives is used, and ``notes`` says so.
+method is one module of parts plus one line of registration. The settings are one table (``SETTINGS``): the
+paper's best hyperparameters (appendix, "The best hyperparameters we found were") per settings family, ``chain``,
+``maze`` and ``montezuma`` (a gymnax environment uses the chain's, an Atari game Montezuma's; see
+:mod:`opiq_jax.environments`), then per method. Where the paper gives no best value for a variant the nearest one
+it gives is used, and ``SETTING_NOTES`` says so.
 
 Methods whose parts all share programs (pseudocounts, optimism, or none) train side by side in one
 compiled program, as a vmap over runs; a method with a part of its own (DORA, RND, BSP) compiles into a
@@ -30,11 +31,9 @@ class Method:
     parts: tuple[str | Part, ...]
     """Its exploration parts (names of registered parts, or part objects, which registration registers)."""
     description: str
-    settings: Mapping[str, Mapping[str, float]]
-    """Per settings family (``chain``, ``maze``, ``montezuma``): the hyperparameters it sets; a family
-    missing here means the method is not offered on those environments."""
-    notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Where a setting is a choice of ours rather than the paper's, per family."""
+    settings: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    """A method of your own: per settings family (``chain``, ``maze``, ``montezuma``), the hyperparameters it sets,
+    added to :data:`SETTINGS` when it is registered. The paper's methods keep theirs in that one table."""
 
     @property
     def part_names(self) -> tuple[str, ...]:
@@ -47,6 +46,10 @@ class Method:
 
 METHODS: dict[str, Method] = {}
 """Every registered method by name, in registration order."""
+
+SETTINGS: dict[str, dict[str, Mapping[str, float]]] = {}
+"""The best settings per settings family, then per method: a method missing from a family is not offered on its
+environments. A new family (a new kind of environment) is one :func:`register_settings` call."""
 
 ORIGINS: dict[str, str] = {}
 """The module that registered each method that is not the paper's (``__main__`` for a script or notebook): a
@@ -63,6 +66,11 @@ def register_method(method: Method, origin: str | None = None) -> Method:
         if isinstance(part, Part):
             register_part(part)
     METHODS[method.name] = method
+    if method.name not in PAPER_METHODS:  # a method of yours registered again keeps only the settings it now gives
+        for table in SETTINGS.values():
+            table.pop(method.name, None)
+    for family, values in method.settings.items():
+        SETTINGS.setdefault(family, {})[method.name] = dict(values)
     if method.name not in PAPER_METHODS:
         ORIGINS[method.name] = origin or sys._getframe(1).f_globals.get("__name__", "__main__")
     return method
@@ -86,14 +94,27 @@ def check_method(method: Method) -> None:
     names = [p.name for p in parts]
     if len(set(names)) != len(names):
         raise ValueError(f"method {method.name} names a part twice: {', '.join(names)}")
-    options = hparam_options(parts)
     for family, values in method.settings.items():
-        unknown = sorted(set(values) - set(options))
-        if unknown:
-            raise ValueError(f"method {method.name} sets {', '.join(unknown)} on {family}, which none of its parts "
-                             f"({', '.join(p.name for p in parts) or 'none'}) declares")
-        for name, value in values.items():
-            options[name].check(value, "api", f"method {method.name}: {family} {name}")
+        check_settings(method.name, parts, family, values)
+
+
+def check_settings(method: str, parts: list[Part], family: str, values: Mapping[str, float]) -> None:
+    """A one-line ``ValueError`` when ``values`` are not settings of a method with ``parts`` on ``family``."""
+    options = hparam_options(parts)
+    unknown = sorted(set(values) - set(options))
+    if unknown:
+        raise ValueError(f"method {method} sets {', '.join(unknown)} on {family}, which none of its parts "
+                         f"({', '.join(p.name for p in parts) or 'none'}) declares")
+    for name, value in values.items():
+        options[name].check(value, "api", f"method {method}: {family} {name}")
+
+
+def register_settings(family: str, table: Mapping[str, Mapping[str, float]]) -> None:
+    """Adds (or replaces) the best settings of registered methods on a settings family (``{method: {name: value}}``),
+    all or nothing: every entry is checked first. A family new to :data:`SETTINGS` is a new kind of environment."""
+    for method, values in table.items():
+        check_settings(method, [get_part(name) for name in get_method(method).part_names], family, values)
+    SETTINGS.setdefault(family, {}).update({method: dict(values) for method, values in table.items()})
 
 
 def origins(methods: Iterable[str]) -> list[str]:
@@ -145,64 +166,86 @@ def program_parts(methods: Iterable[str]) -> tuple[str, ...]:
     return canonical_order(shared | {part for m in methods for part in get_method(m).part_names})
 
 
-# The paper's epsilon schedule of every method but epsilon-greedy DQN is the environment's (environments.py).
 _PAPER_METHODS = (
-    Method("dqn", (), "epsilon-greedy DQN (epsilon decayed linearly from 1 to 0.01)", {
-        "chain": dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=100.0),
-        "maze": dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=100_000.0),
-        "montezuma": dict(),
-    }, notes={"montezuma": "the paper gives no epsilon-greedy DQN setting there; it uses the common epsilon "
-                           "schedule (1 to 0.01 over 1M steps) without MMC."}),
-    Method("dqn_pc", ("pseudocounts",), "DQN + pseudocount intrinsic reward beta/sqrt(N)", {
-        "chain": dict(beta=0.1), "maze": dict(beta=0.1), "montezuma": dict(beta=0.01, beta_mmc=0.01),
-    }),
-    Method("dqn_rsubtract", (), "DQN with a constant subtracted from every environment reward", {
-        "chain": dict(reward_subtract=1.0), "maze": dict(reward_subtract=0.1),
-    }, notes={"maze": "the paper runs R-Subtract and Bias only with PC; the variants without PC use the same constants."}),
-    Method("dqn_rsubtract_pc", ("pseudocounts",), "DQN R-Subtract + pseudocounts", {
-        "chain": dict(reward_subtract=1.0, beta=0.1), "maze": dict(reward_subtract=0.1, beta=0.1),
-    }, notes={"chain": "the paper's best R-Subtract setting (subtract 1) is without PC; the +PC variant uses the "
-                       "same constant with beta 0.1."}),
-    Method("dqn_bias", (), "DQN with the output layer's bias initialised optimistically", {
-        "chain": dict(final_bias=1.0), "maze": dict(final_bias=1.0),
-    }, notes={"chain": "the paper's best Bias setting (bias 1) is with PC; the variant without PC uses bias 1 too."}),
-    Method("dqn_bias_pc", ("pseudocounts",), "DQN Bias + pseudocounts", {
-        "chain": dict(final_bias=1.0, beta=0.1), "maze": dict(final_bias=1.0, beta=0.1),
-    }),
-    Method("dqn_dora", ("dora",), "DQN + DORA: generalised counts from an E-value network as intrinsic reward", {
-        "chain": dict(beta_dora=0.01), "maze": dict(beta_dora=0.01),
-    }, notes={"chain": "the paper gives DORA, RND and BSP settings for the maze only; the chain uses the maze's."}),
-    Method("dqn_dora_oa", ("dora",), "DQN + DORA OA: DORA's bonus also added to Q for action selection", {
-        "chain": dict(beta_dora=0.01, beta_dora_action=0.1), "maze": dict(beta_dora=0.01, beta_dora_action=0.1),
-    }),
-    Method("dqn_rnd", ("rnd",), "DQN + RND: random network distillation error as intrinsic reward", {
-        "chain": dict(beta_rnd=10.0), "maze": dict(beta_rnd=10.0), "montezuma": dict(beta_rnd=0.1, beta_mmc=0.01),
-    }),
-    Method("bsp", ("bsp",), "Bootstrapped DQN with randomised prior functions (K heads, a head per episode)", {
-        "chain": dict(beta_bsp=100.0), "maze": dict(beta_bsp=100.0), "montezuma": dict(beta_bsp=0.1, beta_mmc=0.025),
-    }),
-    Method("opiq", ("pseudocounts", "optimism"), "OPIQ: Q+ for action selection and bootstrapping, plus pseudocounts", {
-        "chain": dict(m=0.5, c_action=1.0, c_bootstrap=1.0, beta=0.1),
-        "maze": dict(m=2.0, c_action=100.0, c_bootstrap=0.01, beta=0.1),
-        "montezuma": dict(m=2.0, c_action=0.1, c_bootstrap=0.01, beta=0.01, beta_mmc=0.01),
-    }),
-    Method("opiq_no_ob", ("pseudocounts", "optimism"), "OPIQ without optimistic bootstrapping (Q+ for acting only)", {
-        "chain": dict(m=2.0, c_action=10.0, beta=0.1),
-        "maze": dict(m=2.0, c_action=100.0, beta=0.1),
-        "montezuma": dict(m=2.0, c_action=0.1, beta=0.01, beta_mmc=0.005),
-    }),
-    Method("opiq_no_pc", ("optimism",), "OPIQ without pseudocount intrinsic reward", {
-        "chain": dict(m=2.0, c_action=10.0, c_bootstrap=10.0),
-        "maze": dict(m=2.0, c_action=100.0, c_bootstrap=0.1),
-        "montezuma": dict(m=2.0, c_action=0.1, c_bootstrap=0.01, beta_mmc=0.01),
-    }, notes={"montezuma": "the paper gives no best setting for OPIQ w/o PC there; it uses OPIQ's without beta."}),
+    Method("dqn", (), "epsilon-greedy DQN (epsilon decayed linearly from 1 to 0.01)"),
+    Method("dqn_pc", ("pseudocounts",), "DQN + pseudocount intrinsic reward beta/sqrt(N)"),
+    Method("dqn_rsubtract", (), "DQN with a constant subtracted from every environment reward"),
+    Method("dqn_rsubtract_pc", ("pseudocounts",), "DQN R-Subtract + pseudocounts"),
+    Method("dqn_bias", (), "DQN with the output layer's bias initialised optimistically"),
+    Method("dqn_bias_pc", ("pseudocounts",), "DQN Bias + pseudocounts"),
+    Method("dqn_dora", ("dora",), "DQN + DORA: generalised counts from an E-value network as intrinsic reward"),
+    Method("dqn_dora_oa", ("dora",), "DQN + DORA OA: DORA's bonus also added to Q for action selection"),
+    Method("dqn_rnd", ("rnd",), "DQN + RND: random network distillation error as intrinsic reward"),
+    Method("bsp", ("bsp",), "Bootstrapped DQN with randomised prior functions (K heads, a head per episode)"),
+    Method("opiq", ("pseudocounts", "optimism"), "OPIQ: Q+ for action selection and bootstrapping, plus pseudocounts"),
+    Method("opiq_no_ob", ("pseudocounts", "optimism"), "OPIQ without optimistic bootstrapping (Q+ for acting only)"),
+    Method("opiq_no_pc", ("optimism",), "OPIQ without pseudocount intrinsic reward"),
 )
 
 PAPER_METHODS = frozenset(m.name for m in _PAPER_METHODS)
 """The paper's methods: they cannot be replaced by a registration."""
 
+# The paper's best settings (appendix), one table per settings family: a method missing from a family is not
+# offered there. The epsilon schedule of every method but epsilon-greedy DQN is the environment's (environments.py).
+_PAPER_SETTINGS: dict[str, dict[str, dict[str, float]]] = {
+    "chain": dict(
+        dqn=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=100.0),
+        dqn_pc=dict(beta=0.1),
+        dqn_rsubtract=dict(reward_subtract=1.0),
+        dqn_rsubtract_pc=dict(reward_subtract=1.0, beta=0.1),
+        dqn_bias=dict(final_bias=1.0),
+        dqn_bias_pc=dict(final_bias=1.0, beta=0.1),
+        dqn_dora=dict(beta_dora=0.01),
+        dqn_dora_oa=dict(beta_dora=0.01, beta_dora_action=0.1),
+        dqn_rnd=dict(beta_rnd=10.0),
+        bsp=dict(beta_bsp=100.0),
+        opiq=dict(m=0.5, c_action=1.0, c_bootstrap=1.0, beta=0.1),
+        opiq_no_ob=dict(m=2.0, c_action=10.0, beta=0.1),
+        opiq_no_pc=dict(m=2.0, c_action=10.0, c_bootstrap=10.0),
+    ),
+    "maze": dict(
+        dqn=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=100_000.0),
+        dqn_pc=dict(beta=0.1),
+        dqn_rsubtract=dict(reward_subtract=0.1),
+        dqn_rsubtract_pc=dict(reward_subtract=0.1, beta=0.1),
+        dqn_bias=dict(final_bias=1.0),
+        dqn_bias_pc=dict(final_bias=1.0, beta=0.1),
+        dqn_dora=dict(beta_dora=0.01),
+        dqn_dora_oa=dict(beta_dora=0.01, beta_dora_action=0.1),
+        dqn_rnd=dict(beta_rnd=10.0),
+        bsp=dict(beta_bsp=100.0),
+        opiq=dict(m=2.0, c_action=100.0, c_bootstrap=0.01, beta=0.1),
+        opiq_no_ob=dict(m=2.0, c_action=100.0, beta=0.1),
+        opiq_no_pc=dict(m=2.0, c_action=100.0, c_bootstrap=0.1),
+    ),
+    "montezuma": dict(
+        dqn=dict(),
+        dqn_pc=dict(beta=0.01, beta_mmc=0.01),
+        dqn_rnd=dict(beta_rnd=0.1, beta_mmc=0.01),
+        bsp=dict(beta_bsp=0.1, beta_mmc=0.025),
+        opiq=dict(m=2.0, c_action=0.1, c_bootstrap=0.01, beta=0.01, beta_mmc=0.01),
+        opiq_no_ob=dict(m=2.0, c_action=0.1, beta=0.01, beta_mmc=0.005),
+        opiq_no_pc=dict(m=2.0, c_action=0.1, c_bootstrap=0.01, beta_mmc=0.01),
+    ),
+}
+
+SETTING_NOTES: dict[tuple[str, str], str] = {
+    ("montezuma", "dqn"): "the paper gives no epsilon-greedy DQN setting there; it uses the common epsilon schedule "
+                          "(1 to 0.01 over 1M steps) without MMC.",
+    ("maze", "dqn_rsubtract"): "the paper runs R-Subtract and Bias only with PC; the variants without PC use the same "
+                               "constants.",
+    ("chain", "dqn_rsubtract_pc"): "the paper's best R-Subtract setting (subtract 1) is without PC; the +PC variant "
+                                   "uses the same constant with beta 0.1.",
+    ("chain", "dqn_bias"): "the paper's best Bias setting (bias 1) is with PC; the variant without PC uses bias 1 too.",
+    ("chain", "dqn_dora"): "the paper gives DORA, RND and BSP settings for the maze only; the chain uses the maze's.",
+    ("montezuma", "opiq_no_pc"): "the paper gives no best setting for OPIQ w/o PC there; it uses OPIQ's without beta.",
+}
+"""Where a setting of the table is a choice of ours rather than the paper's: ``(family, method)`` and why."""
+
 for _method in _PAPER_METHODS:
     register_method(_method)
+for _family, _table in _PAPER_SETTINGS.items():
+    register_settings(_family, _table)
 
 
 # ------------------------------------------------------------------------------------ settings per environment
@@ -211,12 +254,13 @@ for _method in _PAPER_METHODS:
 def method_settings(env: str, method: str) -> dict[str, float]:
     """The hyperparameters ``method`` sets on ``env``: the environment's defaults and the method's paper settings."""
     spec, entry = environment_spec(env), get_method(method)
-    if spec.settings not in entry.settings:
-        offered = [m for m, e in METHODS.items() if spec.settings in e.settings]
+    table = SETTINGS.get(spec.settings, {})
+    if method not in table:
+        offered = [m for m in METHODS if m in table]
         raise ValueError(f"{method} is not available on {env}: use one of {', '.join(offered)}")
     options = entry.options()
     defaults = {k: v for k, v in spec.hparams.items() if k in options}
-    return {**defaults, **entry.settings[spec.settings]}
+    return {**defaults, **table[method]}
 
 
 def method_hparams(env: str, method: str, **overrides: float) -> dict[str, float]:

@@ -181,43 +181,6 @@ class NatureDQN(nn.Module):
         return output_layer(self.num_outputs)(x)
 
 
-class FrameConvs(nn.Module):
-    """The Nature network's three convolutions on single 84x84 frames (``[B, 84, 84, 1]`` uint8) scaled to
-    [0, 1], flattened: the torso of RND's networks on Montezuma."""
-
-    @nn.compact
-    def __call__(self, frames: jax.Array) -> jax.Array:
-        x = frames.astype(jnp.float32) / 255.0
-        x = nn.relu(PatchConv(32, (8, 8), (4, 4))(x))
-        x = nn.relu(PatchConv(64, (4, 4), (2, 2))(x))
-        x = nn.relu(PatchConv(64, (3, 3), (1, 1))(x))
-        return jnp.reshape(x, (x.shape[0], -1))
-
-
-class RndTarget(nn.Module):
-    """RND's fixed target network on Montezuma (Burda et al., 2018, with ReLU as the OPIQ paper says):
-    :class:`FrameConvs` and a linear layer."""
-
-    num_outputs: int = 512
-
-    @nn.compact
-    def __call__(self, frames: jax.Array) -> jax.Array:
-        return nn.Dense(self.num_outputs)(FrameConvs()(frames))
-
-
-class RndPredictor(nn.Module):
-    """RND's trained predictor on Montezuma: :class:`FrameConvs` and two more 512-unit layers (larger than the
-    target, as Burda et al. make it)."""
-
-    num_outputs: int = 512
-
-    @nn.compact
-    def __call__(self, frames: jax.Array) -> jax.Array:
-        x = nn.relu(nn.Dense(512)(FrameConvs()(frames)))
-        x = nn.relu(nn.Dense(512)(x))
-        return nn.Dense(self.num_outputs)(x)
-
-
 class Torso(nn.Module):
     """The shared part of a network in BSP: the convolutions (maze, Atari) or the first hidden layer (MLP)."""
 
@@ -292,13 +255,6 @@ def make_bootstrapped_network(name: str, num_outputs: int, num_heads: int, hidde
     if name not in ("mlp", "maze_conv", "nature"):
         raise ValueError(f"unknown network {name!r}; choose mlp, maze_conv or nature")
     return BootstrappedQ(name_=name, num_outputs=num_outputs, num_heads=num_heads, hidden=tuple(hidden), dtype=dtype)
-
-
-def scale_torso_gradients(grads: chex.ArrayTree, factor: float) -> chex.ArrayTree:
-    """Multiplies the gradients of BSP's shared torso by ``factor`` (the paper normalises them by 1/K)."""
-    params = grads["params"]
-    torso = jax.tree.map(lambda g: g * factor, params["torso"])
-    return {**grads, "params": {**params, "torso": torso}}
 
 
 def zero_final_layer(params: chex.ArrayTree) -> chex.ArrayTree:

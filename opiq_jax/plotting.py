@@ -21,7 +21,6 @@ import json
 import re
 import warnings
 from collections import defaultdict
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -236,7 +235,7 @@ def describe(configs: list[dict] | list[list[dict]], last_step: int | None = Non
 def _experiment_identity(config: dict) -> str:
     """What must agree for folders to be one experiment: everything but the runs and the program's parts.
     Static fields missing from an older config count as their defaults (as the runner's resume check does)."""
-    static = {**json.loads(json.dumps(asdict(StaticConfig()))), **config.get("static", {})}
+    static = {**json.loads(json.dumps(StaticConfig().to_dict())), **config.get("static", {})}
     static.pop("parts", None)
     rest = {k: v for k, v in config.items() if k not in ("runs", "static")}
     return json.dumps({"static": static, **rest}, sort_keys=True)

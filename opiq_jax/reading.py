@@ -7,7 +7,6 @@ the subfolders.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -75,7 +74,7 @@ def program_finished(folder: Path) -> bool:
 def same_experiment(saved: dict, config: dict) -> bool:
     """Whether a saved ``config.json`` describes ``config``; static fields added since it was written
     (absent from it) count as their defaults, and where its plugins live does not matter."""
-    defaults = dataclasses.asdict(StaticConfig())
+    defaults = StaticConfig().to_dict()
     static = {k: v for k, v in config["static"].items()
               if k in saved.get("static", {}) or json.loads(json.dumps(v)) != json.loads(json.dumps(defaults.get(k)))}
     def unplugged(c: dict) -> dict:

@@ -40,7 +40,7 @@ from .config import HParams, StaticConfig, hparam_options
 from .environments import environment_spec
 from .mlp_backward import SQUARE_SUMS
 from .networks import init_params, make_bootstrapped_network, make_network
-from .parts import Example, Part, checked_metrics, checked_output, checked_state, get_part
+from .parts import PARTS, Example, Part, checked_metrics, checked_output, checked_state, get_part
 from .paths import Batch, Decision, ObservationPath, Outcome, StepRecord
 from .paths.compact import CompactPath
 from .paths.pool import PoolPath
@@ -67,9 +67,19 @@ METRIC_DOCS = {
 }
 """What each metric of the results' ``metrics.csv`` means."""
 
-INIT_STREAMS = ("prior", "e_network", "predictor", "rnd_target", "head")
-"""Named keys drawn from a run's key for the parts' initial states (``Agent.init_key``), in a fixed order so that a
-part's initial state does not depend on which other parts the program has."""
+STREAM_SLOTS = 5
+"""Named keys for the parts' initial states (``Agent.init_key``) were once drawn as this many splits of a run's part
+key, each name in a fixed slot; the paper's parts declare their slots (``Part.random_streams``) and the trainer keeps
+its own below, so runs reproduce bit for bit. Any other name's key is derived from the name alone."""
+TRAINER_STREAMS = {"head": 4}
+"""The trainer's own named keys: which BSP head each environment acts with first."""
+
+
+def stream_slot(name: str) -> int | None:
+    """The slot of the named key ``name`` (the trainer's, or one a registered part declares), if it has one."""
+    if name in TRAINER_STREAMS:
+        return TRAINER_STREAMS[name]
+    return next((part.random_streams[name] for part in PARTS.values() if name in part.random_streams), None)
 PACKING_STREAM = 0x9AC4
 """``fold_in`` of an update's sampling key giving packed storage's rounding key (the parts' keys fold in 1, 2, ...)."""
 
@@ -181,10 +191,12 @@ class Agent:
     @staticmethod
     def init_key(run_key: jax.Array, name: str) -> jax.Array:
         """A key of its own for the part state ``name`` of a run: from a stream apart from the acting, learning
-        and environment keys, so adding a part changes no other randomness."""
+        and environment keys, and never depending on which other parts the program has, so adding a part changes
+        no other randomness."""
         base = jax.random.fold_in(run_key, 0xBA5E)
-        if name in INIT_STREAMS:
-            return jax.random.split(base, len(INIT_STREAMS))[INIT_STREAMS.index(name)]
+        slot = stream_slot(name)
+        if slot is not None:
+            return jax.random.split(base, STREAM_SLOTS)[slot]
         return jax.random.fold_in(base, zlib.crc32(name.encode()) & 0x7FFFFFFF)
 
     def forward_params(self, run: RunState):

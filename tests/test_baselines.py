@@ -12,7 +12,8 @@ from opiq_jax.config import stack_hparams
 from opiq_jax.environments import static_for_env
 from opiq_jax.methods import method_hparams
 from opiq_jax.methods import METHODS, get_method, program_name, program_parts
-from opiq_jax.networks import make_network, scale_torso_gradients
+from opiq_jax.networks import make_network
+from opiq_jax.parts.bsp import scale_torso_gradients
 from opiq_jax.parts.dora import dora_bonus, dora_sarsa_target
 from opiq_jax.parts.rnd import rnd_bonus, rnd_loss
 from opiq_jax.compiled import compiled_trainer

@@ -193,3 +193,85 @@ def test_the_design_docs_worked_example_runs_verbatim(tmp_path, monkeypatch, cap
     assert "{'dqn_inverse_count': 0.1, 'dqn_pc': 0.0}" in printed
     config = json.loads((tmp_path / "results/inverse-count/config.json").read_text())
     assert config["plugins"] == ["__main__"] and "inverse_count" in config["static"]["parts"]
+
+
+# ------------------------------------------------------------------------------------ a part with networks of its own
+
+
+@struct.dataclass
+class DistillState:
+    params: Any
+    opt_state: Any
+    target: Any
+
+
+class Distill(Part):
+    """RND again, in this file alone: a fixed random network and a predictor of it, whose error is the bonus. Its
+    static option, its networks and its random streams are declared here; registering the method is the one line."""
+
+    name = "distill"
+    hparams = (Option("beta_distill", 0.0, "Scale of the predictor's error as intrinsic reward.", minimum=0.0),)
+    static_options = (Option("distill_outputs", 16, "Outputs of the distilled networks.", minimum=1, type=int),)
+    random_streams = {"distill_predictor": None, "distill_target": None}
+
+    def init(self, agent, run_key, example):
+        network = agent.make_network(agent.static.distill_outputs)
+        params = network.init(agent.init_key(run_key, "distill_predictor"), example.obs[None])
+        target = network.init(agent.init_key(run_key, "distill_target"), example.obs[None])
+        return DistillState(params=params, opt_state=agent.optimiser.init(params), target=target)
+
+    def error(self, agent, state, params, obs, lead):
+        network = agent.make_network(agent.static.distill_outputs)
+        fixed = jax.lax.stop_gradient(agent.apply_flat(network, state.target, obs, lead))
+        return jnp.sum(jnp.square(agent.apply_flat(network, params, obs, lead) - fixed), axis=-1)
+
+    def intrinsic_reward(self, agent, run, batch):
+        state = run.parts[self.name]
+        return run.hparams["beta_distill"] * self.error(agent, state, state.params, batch.reached_obs, batch.actions.ndim)
+
+    def update(self, agent, run, batch, key):
+        state = run.parts[self.name]
+        obs, stored = agent.path.recent_reached_obs(run, agent.static.batch_size)
+        grads = jax.grad(lambda p: jnp.sum(self.error(agent, state, p, obs, 1) * stored))(state.params)
+        params, opt_state = agent.sgd_step(state.params, state.opt_state, grads, run.hparams["lr"])
+        return state.replace(params=params, opt_state=opt_state)
+
+
+def test_a_part_with_its_own_static_option_networks_and_streams_is_one_module(tmp_path):
+    import opiq_jax
+    from opiq_jax.config import PART_STATIC_OPTIONS, STATIC_OPTIONS
+    from opiq_jax.methods import SETTINGS
+
+    register_method(Method("dqn_distill", (Distill(),), "DQN + a distilled random network",
+                           settings={"chain": {"beta_distill": 1.0}}))
+    try:
+        assert STATIC_OPTIONS["distill_outputs"].doc == "Outputs of the distilled networks."
+        with pytest.raises(opiq_jax.UsageError, match="distill_outputs must be >= 1"):
+            opiq_jax.train("chain", ["dqn_distill"], 1, steps=200, distill_outputs=0, out=tmp_path / "bad",
+                           verbose=False, progress=False)
+        results = opiq_jax.train("chain", ["dqn_distill"], 2, steps=400, log_every=200, buffer_size=400,
+                                 distill_outputs=8, out=tmp_path / "distill", verbose=False, progress=False)
+        config = json.loads((tmp_path / "distill" / "config.json").read_text())
+        assert config["static"]["distill_outputs"] == 8
+        state = results.state().state.parts["distill"]
+        assert state.target["params"]["head"]["kernel"].shape[-1] == 8  # the option shaped its networks
+        # each run's fixed network is drawn from its own named stream, and the predictor from another
+        assert not np.allclose(state.target["params"]["head"]["kernel"][0], state.target["params"]["head"]["kernel"][1])
+        rewards = [r["value"] for r in results.metrics if r["metric"] == "intrinsic_reward"]
+        assert rewards and all(v > 0 for v in rewards)
+    finally:
+        METHODS.pop("dqn_distill"), ORIGINS.pop("dqn_distill"), PARTS.pop("distill")
+        SETTINGS["chain"].pop("dqn_distill")
+        STATIC_OPTIONS.pop("distill_outputs"), PART_STATIC_OPTIONS.pop("distill_outputs")
+
+
+@pytest.mark.parametrize("declared, message", [
+    (dict(static_options=(Option("buffer_size", 5, "clash", type=int),)), "static option buffer_size is already"),
+    (dict(static_options=(Option("rnd_batch", 5, "clash", type=int),)), "static option rnd_batch is already"),
+    (dict(random_streams={"predictor": None}), "random stream 'predictor' is part 'rnd''s"),
+])
+def test_a_part_cannot_take_an_option_or_stream_declared_elsewhere(declared, message):
+    clashing = type("Clashing", (Part,), {"name": "clashing", **declared})()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        register_method(Method("dqn_clashing", (clashing,), "clashes"))
+    assert "clashing" not in PARTS and "dqn_clashing" not in METHODS

@@ -13,7 +13,7 @@ import pytest
 
 from opiq_jax.environments import ENVIRONMENTS, EnvironmentSpec, register_environment, static_for_env
 from opiq_jax.methods import method_hparams
-from opiq_jax.networks import RndPredictor, RndTarget
+from opiq_jax.parts.rnd import RndPredictor, RndTarget
 from opiq_jax.paths.pool import PoolShapes
 from opiq_jax.programs import run_methods
 from opiq_jax.reading import read_metrics

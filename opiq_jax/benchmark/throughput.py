@@ -591,7 +591,7 @@ def run_bench(options: Bench) -> dict[str, Any]:
     for env, (static, model, trainer_rows, plain_rows) in measured.items():
         rows = [row_summary(t, p, model, peaks, static.precision) for t, p in pair_rows(trainer_rows, plain_rows)]
         report["envs"][env] = {
-            "static": dataclasses.asdict(static), "work_model": model.to_json(),
+            "static": static.to_dict(), "work_model": model.to_json(),
             "plain_replay_item_bytes": plain_replay_item_bytes(static), "rows": rows,
         }
         tables.append(markdown_table(env, rows, device, peaks, model, static))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 import jax
 import numpy as np
 
-from ..config import Option, StaticConfig
+from ..config import Option, StaticConfig, register_static_options, static_option_problem
 from ..errors import PartError
 
 if TYPE_CHECKING:  # types only: a part reads the run's state and the path's records, never the trainer
@@ -60,7 +60,14 @@ class Part:
     name: ClassVar[str] = ""
     """Its name in methods, results folders and ``run.parts``."""
     hparams: ClassVar[tuple[Option, ...]] = ()
-    """The hyperparameters it brings."""
+    """The hyperparameters it brings (numbers, traced: a sweep varies them inside one program)."""
+    static_options: ClassVar[tuple[Option, ...]] = ()
+    """The static options it brings (shapes and structure: changing one compiles again). Registering the part adds
+    them to the command line and the API (``--rnd-outputs``); they read as ``agent.static.<name>``."""
+    random_streams: ClassVar[Mapping[str, int | None]] = {}
+    """The keys its ``init`` draws (``agent.init_key(run_key, name)``), by name. A new part leaves the value None (its
+    key is derived from the name); the paper's parts give the slot their key had before parts declared their
+    streams, so that a run reproduces its earlier results bit for bit."""
     uses_counts: ClassVar[bool] = False
     """Whether it reads the agent's visit counts (the trainer then keeps the count-min sketch)."""
     shares_program: ClassVar[bool] = False
@@ -72,6 +79,11 @@ class Part:
     """The observation paths it works with (``compact``: in-program environments; ``pool``: EnvPool frames)."""
     metric_names: ClassVar[tuple[str, ...]] = ()
     """The metrics its :meth:`metrics` returns, in the order they are written."""
+
+    def static_problems(self, static: StaticConfig, name: Mapping[str, str]) -> list[str]:
+        """What is wrong with its static options given the others (``name``: how messages name each option)."""
+        del static, name
+        return []
 
     def heads(self, static: StaticConfig) -> int:
         """How many Q-heads the network needs (1: a plain Q-network)."""
@@ -161,12 +173,24 @@ def check_part(part: Part) -> None:
                     " (or set shares_program = False: it then compiles into a program of its own)"))
         for name, value in part.off.items():
             options[name].check(value, "api", f"part {part.name!r}: off {name}")
+    for stream in part.random_streams:
+        holder = next((p for p in PARTS.values() if stream in p.random_streams and p.name != part.name), None)
+        if holder is not None:
+            raise ValueError(f"part {part.name!r}: random stream {stream!r} is part {holder.name!r}'s: choose another "
+                             "name")
+    for option_ in part.static_options:
+        problem = static_option_problem(part.name, option_)
+        if problem:
+            raise ValueError(problem)
+        option_.check(option_.default, "api", f"part {part.name!r}: static option {option_.name}")
 
 
 def register_part(part: Part) -> Part:
     """Adds ``part`` to :data:`PARTS` (:func:`check_part` first). Another object of the same definition replaces the
     registered one (a notebook cell run again); a part of another definition under the name is refused."""
     check_part(part)
+    overrides = type(part).static_problems is not Part.static_problems
+    register_static_options(part.name, part.static_options, part.static_problems if overrides else None)
     PARTS[part.name] = part
     return part
 

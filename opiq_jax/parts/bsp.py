@@ -16,8 +16,14 @@ import chex
 import jax
 
 from ..config import Option
-from ..networks import scale_torso_gradients
 from .base import Part
+
+
+def scale_torso_gradients(grads: chex.ArrayTree, factor: float) -> chex.ArrayTree:
+    """Multiplies the gradients of BSP's shared torso by ``factor`` (the paper normalises them by 1/K)."""
+    params = grads["params"]
+    torso = jax.tree.map(lambda g: g * factor, params["torso"])
+    return {**grads, "params": {**params, "torso": torso}}
 
 
 def with_prior(q_heads: jax.Array, prior_heads: jax.Array, beta_bsp: jax.Array) -> jax.Array:
@@ -32,6 +38,8 @@ class Bsp(Part):
     name = "bsp"
     hparams = (Option("beta_bsp", 0.0, "BSP: scale of each head's fixed random prior, Q_k + beta_bsp * p_k.",
                       minimum=0.0),)
+    static_options = (Option("bsp_heads", 10, "BSP: Q-heads on the shared torso.", minimum=2, type=int),)
+    random_streams = {"prior": 0}
 
     def heads(self, static):
         return static.bsp_heads

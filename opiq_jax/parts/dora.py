@@ -97,6 +97,12 @@ class Dora(Part):
         Option("beta_dora_action", 0.0, "DQN + DORA OA: scale of the action-selection bonus "
                "beta_dora_action / sqrt(-log E(s, a)).", minimum=0.0),
     )
+    static_options = (
+        Option("dora_buffer_factor", 4, "DORA: its E-network's ring holds this many batches of recent steps.",
+               minimum=1, type=int),
+        Option("dora_gamma", 0.99, "DORA: discount of the E-values' SARSA.", minimum=0.0, maximum=1.0),
+    )
+    random_streams = {"e_network": 1}
     paths = ("compact",)
 
     def network(self, agent):

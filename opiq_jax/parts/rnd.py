@@ -16,13 +16,51 @@ from __future__ import annotations
 from typing import Any
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from ..config import Option
-from ..networks import RndPredictor, RndTarget
+from ..networks import PatchConv
 from .base import Part
+
+
+class FrameConvs(nn.Module):
+    """The Nature network's three convolutions on single 84x84 frames (``[B, 84, 84, 1]`` uint8) scaled to
+    [0, 1], flattened: the torso of RND's networks on Montezuma."""
+
+    @nn.compact
+    def __call__(self, frames: jax.Array) -> jax.Array:
+        x = frames.astype(jnp.float32) / 255.0
+        x = nn.relu(PatchConv(32, (8, 8), (4, 4))(x))
+        x = nn.relu(PatchConv(64, (4, 4), (2, 2))(x))
+        x = nn.relu(PatchConv(64, (3, 3), (1, 1))(x))
+        return jnp.reshape(x, (x.shape[0], -1))
+
+
+class RndTarget(nn.Module):
+    """RND's fixed target network on Montezuma (Burda et al., 2018, with ReLU as the OPIQ paper says):
+    :class:`FrameConvs` and a linear layer."""
+
+    num_outputs: int = 512
+
+    @nn.compact
+    def __call__(self, frames: jax.Array) -> jax.Array:
+        return nn.Dense(self.num_outputs)(FrameConvs()(frames))
+
+
+class RndPredictor(nn.Module):
+    """RND's trained predictor on Montezuma: :class:`FrameConvs` and two more 512-unit layers (larger than the
+    target, as Burda et al. make it)."""
+
+    num_outputs: int = 512
+
+    @nn.compact
+    def __call__(self, frames: jax.Array) -> jax.Array:
+        x = nn.relu(nn.Dense(512)(FrameConvs()(frames)))
+        x = nn.relu(nn.Dense(512)(x))
+        return nn.Dense(self.num_outputs)(x)
 
 
 def rnd_bonus(predicted: jax.Array, target: jax.Array, scale: jax.Array) -> jax.Array:
@@ -54,6 +92,18 @@ class Rnd(Part):
     name = "rnd"
     hparams = (Option("beta_rnd", 0.0, "DQN + RND: scale of the intrinsic reward beta_rnd * ||predictor(s') - "
                       "target(s')||^2.", minimum=0.0),)
+    static_options = (
+        Option("rnd_outputs", 128, "RND: outputs of its target and predictor networks.", minimum=1, type=int,
+               environment_default=True),
+        Option("rnd_batch", 32, "RND: the most recent states its predictor trains on at every update.", minimum=1,
+               type=int),
+    )
+    random_streams = {"predictor": 2, "rnd_target": 3}
+
+    def static_problems(self, static, name):
+        if static.rnd_batch <= static.buffer_size:
+            return []
+        return [f"{name['rnd_batch']} ({static.rnd_batch}) must not exceed {name['buffer_size']} ({static.buffer_size})"]
 
     def networks(self, agent):
         """``(predictor, target)`` for this agent's observations."""
