@@ -22,7 +22,7 @@ if not __package__:  # run by path (python experiments/chain_m_comparison.py): i
 import tyro
 
 import opiq_jax
-from opiq_jax.plotting import area_under_median, curves, save_curve_figure
+from opiq_jax.plotting import area_under_median, curves, folder_title, paper_name, save_curve_figure
 
 
 @dataclass
@@ -66,9 +66,10 @@ def main(argv: list[str] | None = None) -> None:
     chosen = best_setting_per_m(rows, args.method, args.metric)
     selected = [dict(r, method=f"M={m_of(r['setting'])}: {r['setting']}") for r in rows
                 if r["method"] == args.method and r["setting"] in chosen.values()]
+    title = folder_title(args.sweep, selected,
+                         heading=f"{paper_name(args.method)}: best setting per M (by area under median {args.metric})")
     for metric in ("train_return", "test_return"):
-        save_curve_figure(args.sweep / f"m_comparison_{metric}.png", curves(selected, metric), metric,
-                          f"chain: {args.method}, best setting per M (by area under median {args.metric})")
+        save_curve_figure(args.sweep / f"m_comparison_{metric}.png", curves(selected, metric), metric, title)
     table = ["| M | best setting |", "|---|---|"] + [f"| {m} | {s} |" for m, s in chosen.items()]
     (args.sweep / "m_comparison.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))

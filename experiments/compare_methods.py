@@ -19,7 +19,8 @@ Every option of ``opiq_jax.train`` (``--steps``, ``--log-every``, ``--count-feat
 Run: ``python -m experiments.compare_methods --env chain --out results/chain`` (the paper: 20 seeds,
 100k steps) or ``--env maze`` (the paper: 8 seeds, 1M steps). With ``--max-minutes`` it stops cleanly
 and the same command resumes; the figures and tables are drawn after every invocation, from whatever
-has run (the tables' ``last step`` column says how far each method got).
+has run (the tables' ``last step`` column says how far each method got). ``--redraw --out <folder>`` only
+draws the figures of a folder again (on any machine, from its metrics).
 
 Reaches inside: opiq_jax.launch, whose share_device_memory must run before JAX starts (as the opiq-jax command's
 does), and opiq_jax.plotting for the figures' tables.
@@ -48,7 +49,14 @@ import tyro  # noqa: E402
 import opiq_jax  # noqa: E402
 from opiq_jax import train  # noqa: E402
 from opiq_jax.config import StaticConfig  # noqa: E402
-from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table  # noqa: E402
+from opiq_jax.plotting import (  # noqa: E402
+    check_one_experiment,
+    curves,
+    folder_title,
+    markdown_table,
+    save_curve_figure,
+    summary_table,
+)
 
 BASELINES = ("opiq", "dqn", "dqn_pc", "dqn_bias", "dqn_bias_pc", "dqn_rsubtract", "dqn_rsubtract_pc",
              "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
@@ -65,6 +73,8 @@ OWN_FIELDS: list[tuple[str, Any, Any, str]] = [
     ("seeds", int | None, None, "Seeds per method (paper: 20 chain, 8 maze)."),
     ("methods", tuple[str, ...], tuple(dict.fromkeys(BASELINES + ABLATIONS)), "Methods to run."),
     ("progress", bool, True, "Show a progress bar."),
+    ("redraw", bool, False, ("Only redraw the figures from --out's metrics (its environment read from the folder): "
+                             "no training, and the tables and run_info.json are left as they are.")),
     ("max_minutes", float | None, None, ("Stop cleanly (checkpoint written) after this many minutes; run the "
                                          "same command again to resume.")),
     ("checkpoint_minutes", float, 5.0, "Minutes between checkpoints."),
@@ -122,18 +132,30 @@ def resolve(args):
                                out=args.out or Path("results") / f"{args.env}-{features}")
 
 
-def report(results: opiq_jax.Results, env: str) -> None:
-    """The figures (baselines, ablations) and tables of every headline metric, from whatever has run."""
-    out, rows, static = results.folder, results.metrics, results.config["static"]
+def draw_figures(results: opiq_jax.Results) -> None:
+    """The figures (baselines, ablations) of every headline metric, from whatever has run."""
+    out, rows = results.folder, results.metrics
+    # The configs as plotting reads them, not results.config: that needs every program's parts, which configs
+    # written before programs named their parts lack (the committed maze-all and chain-all folders).
+    static = check_one_experiment(out, pooled=True)[0][0]["static"]
+    env = static["env"]
     num_states = static["chain_length"] if env == "chain" else MAZE_OPEN_CELLS
     features = ("exact state counts" if static["count_features"] == "exact"
-                else f"SimHash k={static['simhash_bits']}")
+                else f"SimHash k={static['simhash_bits']} counts")
+    figures = {"baselines": BASELINES, "ablations": ABLATIONS}
+    titles = {name: folder_title(out, rows, heading=f"OPIQ vs {name} ({features})") for name in figures}
     for metric in ("train_return", "test_return", "states_visited"):
         hline = num_states if metric == "states_visited" else None
         metric_curves = curves(rows, metric)
-        for name, groups in (("baselines", BASELINES), ("ablations", ABLATIONS)):
-            save_curve_figure(out / f"{env}_{name}_{metric}.png", metric_curves, metric,
-                              f"{env} ({features}): OPIQ vs {name}", list(groups), hline)
+        for name, groups in figures.items():
+            save_curve_figure(out / f"{env}_{name}_{metric}.png", metric_curves, metric, titles[name], list(groups),
+                              hline, hline_label=f"all {num_states} states")
+
+
+def report(results: opiq_jax.Results) -> None:
+    """The figures and tables of every headline metric, from whatever has run."""
+    draw_figures(results)
+    rows, out = results.metrics, results.folder
     tables = {m: summary_table(rows, m) for m in ("train_return", "test_return", "states_visited")}
     text = "\n\n".join(f"### {m}\n\n{markdown_table(t, m)}" for m, t in tables.items())
     (out / "summary.md").write_text(text + "\n")
@@ -169,6 +191,13 @@ def record_invocation(info_path: Path, seconds: float, **fields) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     args = resolve(tyro.cli(Args, args=argv))
+    if args.redraw:  # a committed folder's figures, drawn again by today's plotting (no device, no record)
+        try:
+            results = opiq_jax.load(args.out)
+        except opiq_jax.ResultsError as e:
+            raise SystemExit(f"compare_methods: error: {e}") from None
+        draw_figures(results)
+        return
     started = time.time()
     try:
         results = train(args.env, args.methods, args.seeds, out=args.out, progress=args.progress,
@@ -183,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     record_invocation(args.out / "run_info.json", seconds, device=device, runs=runs, steps=steps)
     if not results.finished:  # the figures and tables still show what has run (their 'last step' says how far)
         print(f"{args.env}: stopped before the end; run the same command again to resume from {args.out}")
-    report(results, args.env)
+    report(results)
 
 
 if __name__ == "__main__":

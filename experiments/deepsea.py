@@ -42,6 +42,8 @@ Writes into ``--out``: ``size_<N>/`` (each a resumable results folder: ``config.
 
 Run: ``python -m experiments.deepsea --out results/deepsea`` (then again with the same arguments to
 resume an interrupted or time-boxed run; ``--max-minutes`` stops cleanly between chunks).
+
+Reaches inside: opiq_jax.plotting, for the paper's method names (one table for every figure).
 """
 
 from __future__ import annotations
@@ -66,13 +68,13 @@ import tyro
 
 import opiq_jax
 from opiq_jax import train
+from opiq_jax.plotting import paper_name
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ENV = "gymnax:DeepSea-bsuite"
 FOUND = 0.5  # an episode return above this found the treasure (0.99 if found, <= 0 otherwise)
-METHOD_LABELS = {"opiq": "OPIQ", "dqn": "ε-greedy DQN", "dqn_pc": "DQN + PC"}
 METHOD_STYLE = {"opiq": ("C0", "o"), "dqn": ("C3", "s"), "dqn_pc": ("C2", "^")}
 
 
@@ -198,7 +200,7 @@ def markdown(table: list[dict]) -> str:
         for key in ("first_found", "reliable"):
             cells += [f"{r[f'{key}_runs']}/{r['seeds']}",
                       f"{_fmt(r[f'{key}_median'], b)} ({_fmt(r[f'{key}_q25'], b)}, {_fmt(r[f'{key}_q75'], b)})"]
-        lines.append(f"| {r['size']} | {METHOD_LABELS.get(r['method'], r['method'])} | {b:,.0f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r['size']} | {paper_name(r['method'])} | {b:,.0f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -234,7 +236,7 @@ def figure(path: Path, measures: list[dict], table: list[dict], methods: tuple[s
             hi = np.array([cap(r[f"{key}_q75"], r["size"]) for r in rows])
             censored = np.array([not math.isfinite(r[f"{key}_median"]) for r in rows])
             ax.errorbar(xs, med, yerr=[med - lo, hi - med], color=color, lw=1.2, capsize=3, ls="-",
-                        label=METHOD_LABELS.get(method, method))
+                        label=paper_name(method))
             ax.scatter(xs[~censored], med[~censored], color=color, marker=marker, s=45, zorder=3)
             ax.scatter(xs[censored], med[censored], facecolors="white", edgecolors=color, marker=marker, s=45, zorder=3)
             runs = [m for m in measures if m["method"] == method]

@@ -20,6 +20,8 @@ per method:
 
 ``python -m experiments.fig5_analysis docs/results/fig5-24seeds`` writes ``summary.md``,
 ``summary.json`` and ``fig5_analysis.png`` into the folder (``--out`` elsewhere). CPU only, seconds.
+
+Reaches inside: opiq_jax.plotting, so that the figure names, styles and titles its methods as the project's others do.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import numpy as np
 
 import opiq_jax
 from opiq_jax import stats
+from opiq_jax.plotting import check_one_experiment, describe, group_styles, paper_name, precision_text
 
 GOAL_REWARD = 10.0
 PAPER_ORDER = ("opiq", "opiq_no_ob", "opiq_no_pc")
@@ -175,32 +178,45 @@ def markdown(summary: dict[str, dict], pairs: list[dict], result: dict, folder: 
     return "\n".join(lines)
 
 
-def figure(path: Path, seeds: list[dict], summary: dict[str, dict]) -> None:
+def figure_title(folder: str | Path, configs: list, seeds: list[dict]) -> str:
+    """The figure's title: the folder, then the environment, seeds, steps and precision read from its configs."""
+    last_step = max(step for s in seeds for step in s["steps"])
+    return f"{Path(folder).name}: {describe(configs, last_step)}, {precision_text(configs)}"
+
+
+def figure(path: Path, seeds: list[dict], summary: dict[str, dict], title: str) -> None:
+    """Left: each method's median curve and 25-75 % band; right: each seed's area, and the IQM with its 95 % CI.
+    Methods keep one (colour, line style) in both panels, the line style telling overlapping curves apart."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw=dict(width_ratios=[1.6, 1]))
-    for i, method in enumerate(summary):
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw=dict(width_ratios=[1.6, 1]))
+    for i, (method, (colour, style)) in enumerate(zip(summary, group_styles(len(summary)))):
         runs = [s for s in seeds if s["method"] == method]
         steps = np.array(runs[0]["steps"])
         values = np.array([r["values"] for r in runs], dtype=float)
         q25, med, q75 = np.nanpercentile(values, [25, 50, 75], axis=0)
-        left.plot(steps, med, color=f"C{i}", label=method, lw=2.0 if method == "opiq" else 1.4)
-        left.fill_between(steps, q25, q75, color=f"C{i}", alpha=0.2, lw=0)
+        left.plot(steps, med, color=colour, ls=style, label=paper_name(method), lw=2.2 if method == "opiq" else 1.5)
+        left.fill_between(steps, q25, q75, color=colour, alpha=0.15, lw=0)
         areas = np.array([r["area"] for r in runs])
         jitter = np.random.default_rng(i).uniform(-0.15, 0.15, areas.size)
-        right.scatter(np.full(areas.size, i) + jitter, areas, s=12, color=f"C{i}", alpha=0.7)
+        right.scatter(np.full(areas.size, i) + jitter, areas, s=12, color=colour, alpha=0.7)
         s = summary[method]
         right.errorbar(i + 0.3, s["area_iqm"], yerr=[[s["area_iqm"] - s["area_iqm_low"]],
                                                       [s["area_iqm_high"] - s["area_iqm"]]],
                        fmt="D", color="k", ms=4, capsize=3)
+    fig.suptitle(title, fontsize=10)
+    left.set_title("median across seeds, 25-75 % band", fontsize=9)
+    left.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
     left.set_xlabel("environment steps")
-    left.set_ylabel("episode return (median, 25-75 %)")
-    left.legend(fontsize=8)
-    right.set_xticks(range(len(summary)), list(summary), fontsize=8)
-    right.set_ylabel("area under each seed's curve (IQM, 95 % CI)")
+    left.set_ylabel("training episode return")
+    left.legend(fontsize=8, handlelength=3.2)
+    right.set_title("each seed's area (dots); IQM and its 95 % CI (diamond)", fontsize=9)
+    right.set_xticks(range(len(summary)), [paper_name(m) for m in summary], fontsize=8)
+    right.set_ylabel("area under each seed's curve")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -222,6 +238,11 @@ def metrics_of(folder: Path) -> list[dict]:
     return opiq_jax.load(folder).metrics
 
 
+def configs_of(folder: Path) -> list[list[dict]]:
+    """The config.json dicts of ``folder``'s experiments (pooled, as its metrics are), for the figure's title."""
+    return check_one_experiment(folder, pooled=True)
+
+
 def analyse(folder: str | Path, out: str | Path | None = None, reps: int = 2000, seed: int = 0) -> dict:
     """Reads ``folder``'s metrics and writes summary.md, summary.json and fig5_analysis.png into ``out``."""
     folder = Path(folder)
@@ -238,7 +259,7 @@ def analyse(folder: str | Path, out: str | Path | None = None, reps: int = 2000,
     document = dict(settings=settings, methods=summary, improvements=pairs, verdict=result, seeds=seeds_out,
                     note="non-finite numbers (a median of 'never') are written as null")
     (out / "summary.json").write_text(json.dumps(_finite(document), indent=1))
-    figure(out / "fig5_analysis.png", seeds, summary)
+    figure(out / "fig5_analysis.png", seeds, summary, figure_title(folder, configs_of(folder), seeds))
     return dict(methods=summary, improvements=pairs, verdict=result)
 
 

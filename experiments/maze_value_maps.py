@@ -37,7 +37,7 @@ never-tried pair) around the visited region, and once OPIQ has visited all 340 c
 steps in our maze runs) they are all blue: ``--visited-alpha 0.35`` shows the values underneath.
 
 Reaches inside: the compiled trainer, the maze's layout and the optimism bonus, to evaluate a trained Q-network (and
-Q+) at every cell.
+Q+) at every cell; and opiq_jax.plotting, for the paper's method names.
 """
 
 from __future__ import annotations
@@ -68,13 +68,13 @@ from opiq_jax.parts.optimism import optimism_bonus
 # offer: the trainer of the results folder's configuration does (its environment, network and count lookup).
 from opiq_jax.plan import experiment_from_configs
 from opiq_jax.compiled import compiled_trainer
+from opiq_jax.plotting import paper_name
 
 BASE_METHODS = ("dqn_pc", "opiq")
 # Methods that differ from these only in numbers (HParams), so all share one compiled program; methods
 # with networks of their own (DORA, RND, BSP) would need another program and are not drawn here.
 PLAIN_METHODS = ("dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias", "dqn_bias_pc", "opiq", "opiq_no_ob",
                  "opiq_no_pc")
-METHOD_LABELS = {"dqn_pc": "DQN + PC", "opiq": "OPIQ", "opiq_no_ob": "OPIQ w/o OB", "opiq_no_pc": "OPIQ w/o PC"}
 NUM_CELLS = MAZE_SIZE * MAZE_SIZE
 
 # Colours of the maps (RGB in [0, 1]); values are grey levels from black (0) to white (vmax).
@@ -248,7 +248,7 @@ def draw_maps(path: Path, maps: np.ndarray, walls: np.ndarray, visited: np.ndarr
 
 
 def run_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    return paper_name(method)
 
 
 def acting_title(method: str, c_action: float, m: float, step: int, seed: int, visited: int, open_cells: int) -> str:

@@ -7,7 +7,8 @@ the rooms visited, ``summary.md``, and the projected wall-clock of the paper's f
 (12.5M steps x 4 seeds per method) from the measured rate.
 
 Needs the Atari extra: ``pip install -e '.[atari]'``. Run:
-``python -m experiments.montezuma --steps 500000 --seeds 2 --out results/montezuma``.
+``python -m experiments.montezuma --steps 500000 --seeds 2 --out results/montezuma``; ``--redraw --out <folder>``
+only draws a finished folder's figures again (no EnvPool needed).
 
 Reaches inside: opiq_jax.plotting, for the figures and tables of the Montezuma page.
 """
@@ -27,7 +28,7 @@ import tyro
 
 import opiq_jax
 from opiq_jax import train
-from opiq_jax.plotting import curves, markdown_table, save_curve_figure, summary_table
+from opiq_jax.plotting import curves, folder_title, markdown_table, save_curve_figure, summary_table
 
 PAPER_STEPS, PAPER_SEEDS = 12_500_000, 4
 
@@ -52,6 +53,8 @@ class Args:
     """Stop after this many minutes (the metrics so far are kept)."""
     progress: bool = True
     """Show a progress bar."""
+    redraw: bool = False
+    """Only redraw the figures from --out's metrics: no training, summary.md left as it is."""
 
 
 def options(args: Args) -> dict[str, Any]:
@@ -73,11 +76,16 @@ def projection(info: dict, methods: int) -> str:
             f"{hours:.1f} h at this rate (one pool, {info['runs']} environments; more runs per pool raise the rate).")
 
 
+def draw_figures(out: Path, rows: list[dict]) -> None:
+    title = folder_title(out, rows)
+    for metric in ("train_return", "max_return", "rooms_visited"):
+        save_curve_figure(out / f"montezuma_{metric}.png", curves(rows, metric), metric, title)
+
+
 def report(out: Path, methods: int) -> str:
     results = opiq_jax.load(out)
     rows = results.metrics
-    for metric in ("train_return", "max_return", "rooms_visited"):
-        save_curve_figure(out / f"montezuma_{metric}.png", curves(rows, metric), metric, "Montezuma's Revenge")
+    draw_figures(out, rows)
     text = "\n\n".join(f"### {m}\n\n{markdown_table(summary_table(rows, m), m)}"
                        for m in ("train_return", "max_return", "rooms_visited"))
     for folder in (out / name for name in results.programs()):
@@ -90,6 +98,9 @@ def report(out: Path, methods: int) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
+    if args.redraw:  # a committed folder's figures, drawn again by today's plotting (no EnvPool needed)
+        draw_figures(args.out, opiq_jax.load(args.out).metrics)
+        return
     try:
         train("montezuma", args.methods, args.seeds, out=args.out, progress=args.progress, max_minutes=args.max_minutes,
               **options(args))

@@ -2,9 +2,11 @@
 
 Curves are the paper's: the median across seeds with the 25-75% band, one line per method (and
 setting, when a folder holds several); or, with ``statistic="iqm"``, the interquartile mean across
-seeds with its 95% stratified-bootstrap band (Agarwal et al., 2021; :mod:`opiq_jax.stats`). The
-summary ranks by the area under the median curve, the paper's selection protocol, and adds the IQM of
-the seeds' own areas with its 95% CI.
+seeds with its 95% stratified-bootstrap band (Agarwal et al., 2021; :mod:`opiq_jax.stats`). Legends name
+the methods as the paper does (:func:`paper_name`), each line has its own colour and line style
+(:func:`group_styles`), and a title states the environment, seeds, steps, precision and statistic, read from
+the folder's configs (:func:`figure_title`). The summary ranks by the area under the median curve, the
+paper's selection protocol, and adds the IQM of the seeds' own areas with its 95% CI.
 
 A seed's area is the mean of its curve over the logged points (the area under the curve divided by
 the steps, so runs of any length compare), a point with no finished episode (NaN) counting 0 as in
@@ -28,7 +30,7 @@ import numpy as np
 from .config import StaticConfig
 from .envs.maze import MAZE_SIZE
 from .errors import UsageError
-from .methods import program_name
+from .methods import METHODS, program_name
 from .reading import experiment_folders, read_metrics
 from .results import CONFIG_FILE, read_json
 from .stats import iqm, iqm_curve_ci, stratified_bootstrap_ci
@@ -47,7 +49,21 @@ METRIC_LABELS = {
     "epsilon": "epsilon",
 }
 STATISTICS = ("median", "iqm")
-STATISTIC_TEXT = {"median": "median and 25-75% across seeds", "iqm": "IQM across seeds and its 95% bootstrap CI"}
+STATISTIC_TEXT = {"median": "median across seeds, 25-75% band",
+                  "iqm": "IQM across seeds, 95% stratified-bootstrap CI band"}
+PAPER_NAMES = {
+    "opiq": "OPIQ", "opiq_no_ob": "OPIQ w/o OB", "opiq_no_pc": "OPIQ w/o PC",
+    "dqn": "ε-greedy DQN", "dqn_pc": "DQN + PC", "dqn_rsubtract": "DQN R-Subtract",
+    "dqn_rsubtract_pc": "DQN R-Subtract + PC", "dqn_bias": "DQN Bias", "dqn_bias_pc": "DQN Bias + PC",
+    "dqn_dora": "DQN + DORA", "dqn_dora_oa": "DQN + DORA OA", "dqn_rnd": "DQN + RND", "bsp": "BSP",
+}
+"""The paper's names of its methods (section 5 and its figures), for the legends: a reader compares our figures
+with the paper's, and the registry's names are identifiers. The registry (:mod:`opiq_jax.methods`) holds no name
+for display; a registered method with a ``paper_name`` attribute is named by it instead (see :func:`paper_name`).
+Their order is a legend's when a figure is given none: OPIQ and its ablations, then the baselines."""
+LINE_STYLES = ("-", "--", ":", "-.")
+STRONG_COLOURS = (*(f"C{i}" for i in range(10)), "k")
+"""matplotlib's ten default colours and black: none pale (tab20's light halves were hard to tell from the bands)."""
 BAND_REPS = 1000
 """Bootstrap resamples of a figure's IQM band: enough for a smooth 95% band, fast for every step at once."""
 SUMMARY_REPS = 2000
@@ -151,40 +167,73 @@ def curve_band(curve: dict[str, np.ndarray], statistic: str = "median") -> tuple
 
 def group_colours(count: int) -> list:
     """One colour per group: matplotlib's ten defaults, or tab20's twenty when more than ten groups would
-    otherwise share colours (the maze figure has 13 methods)."""
+    otherwise share colours (the maze figure has 13 methods). Used where the line style already means something
+    else (before_after's dashed 'before'); curve figures use :func:`group_styles`."""
     import matplotlib
 
     palette = matplotlib.colormaps["tab20"].colors if count > 10 else [f"C{i}" for i in range(10)]
     return [palette[i % len(palette)] for i in range(count)]
 
 
+def group_styles(count: int) -> list[tuple[str, str]]:
+    """One (colour, line style) per group, every pair distinct up to 44 groups (11 colours x 4 styles, coprime
+    cycles) and neighbours differing in both: lines that overlap (methods that fail alike sit on one another at 0)
+    stay apart by their dashes where the colours alone would hide one under the other."""
+    return [(STRONG_COLOURS[i % len(STRONG_COLOURS)], LINE_STYLES[i % len(LINE_STYLES)]) for i in range(count)]
+
+
+def paper_name(method: str) -> str:
+    """The paper's name of ``method`` (``dqn_bias_pc`` -> ``DQN Bias + PC``): the registry's ``paper_name`` where
+    a method declares one, else :data:`PAPER_NAMES`, else the name itself (a method of the user's own)."""
+    declared = getattr(METHODS.get(method), "paper_name", None)
+    return declared or PAPER_NAMES.get(method, method)
+
+
+def legend_label(group: str) -> str:
+    """A group's legend text: its method's paper name, and its setting as :func:`group_label` wrote it."""
+    method, bracket, setting = group.partition(" [")
+    return paper_name(method) + (f" [{setting}" if bracket else "")
+
+
+def paper_order(groups) -> list[str]:
+    """``groups`` in :data:`PAPER_NAMES`' order (OPIQ first), a method of the user's own after the paper's."""
+    rank = {method: i for i, method in enumerate(PAPER_NAMES)}
+    return sorted(groups, key=lambda g: (rank.get(g.partition(" [")[0], len(rank)), g))
+
+
 def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: list[str] | None = None,
                 statistic: str = "median") -> None:
-    """Line and band per group (see :func:`curve_band`), coloured by :func:`group_colours`."""
-    labels = [label for label in groups or sorted(metric_curves) if label in metric_curves]
-    for label, colour in zip(labels, group_colours(len(labels))):
+    """Line and band per group (see :func:`curve_band`), styled by :func:`group_styles`, named by the paper."""
+    labels = [label for label in groups or paper_order(metric_curves) if label in metric_curves]
+    for label, (colour, style) in zip(labels, group_styles(len(labels))):
         c = metric_curves[label]
         line, low, high = curve_band(c, statistic)
-        ax.plot(c["steps"], line, label=label, lw=2.2 if label == "opiq" else 1.4, color=colour)
-        ax.fill_between(c["steps"], low, high, color=colour, alpha=0.2, lw=0)
+        ax.plot(c["steps"], line, label=legend_label(label), lw=2.2 if label == "opiq" else 1.5, color=colour,
+                ls=style)
+        ax.fill_between(c["steps"], low, high, color=colour, alpha=0.15, lw=0)
 
 
 def save_curve_figure(path: Path, metric_curves: dict[str, dict[str, np.ndarray]], metric: str, title: str,
-                      groups: list[str] | None = None, hline: float | None = None, statistic: str = "median") -> Path:
-    """Writes one PNG: every group's line and band (:func:`curve_band`), an optional dotted reference line."""
+                      groups: list[str] | None = None, hline: float | None = None, statistic: str = "median",
+                      hline_label: str | None = None) -> Path:
+    """Writes one PNG: every group's line and band (:func:`curve_band`), an optional grey reference line (named in
+    the legend, so that it is not read as a method's dotted line), and the legend outside the axes (eleven
+    methods inside would cover the curves)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(8.4, 4.4))
     plot_curves(ax, metric_curves, groups, statistic)
     if hline is not None:
-        ax.axhline(hline, color="k", ls=":", lw=1)
+        ax.axhline(hline, color="0.3", ls=(0, (1, 3)), lw=1, label=hline_label or f"reference ({hline:g})")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))  # 200k, 1M: no offset text to decode
     ax.set_xlabel("environment steps")
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, handlelength=3.2, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -209,16 +258,18 @@ def environment_label(static: dict) -> str:
 
 
 def _span(values: set[int], unit: str) -> str:
-    """``5 seeds`` or, when they differ, ``3-5 seeds``."""
+    """``5 seeds``, ``1 seed`` or, when they differ, ``3-5 seeds``."""
     low, high = min(values), max(values)
-    return f"{low:,} {unit}" if low == high else f"{low:,}-{high:,} {unit}"
+    if low == high:
+        return f"{low:,} {unit.removesuffix('s') if low == 1 else unit}"
+    return f"{low:,}-{high:,} {unit}"
 
 
 def describe(configs: list[dict] | list[list[dict]], last_step: int | None = None) -> str:
     """One line naming the environment(s), the seeds per method and setting, and the steps of ``configs``: the
     config.json dicts of one experiment's folders, or a list of such lists (pooled experiments add their seeds)."""
     experiments = [configs] if configs and isinstance(configs[0], dict) else configs
-    configs = [c for experiment in experiments for c in experiment]
+    configs = _flat(experiments)
     envs = sorted({environment_label(c["static"]) for c in configs})
     seeds = defaultdict(set)
     for i, experiment in enumerate(experiments):  # a set per experiment: shares and padding repeat no seed
@@ -230,6 +281,39 @@ def describe(configs: list[dict] | list[list[dict]], last_step: int | None = Non
         steps = f"{last_step:,} of {steps}"
     seed_text = _span({len(s) for s in seeds.values()}, "seeds") if seeds else "no runs"
     return f"{' + '.join(envs)}, {seed_text}, {steps}"
+
+
+def _flat(configs: list[dict] | list[list[dict]]) -> list[dict]:
+    """The config.json dicts of one experiment, or of a list of experiments, as one list."""
+    return [c for experiment in configs for c in experiment] if configs and isinstance(configs[0], list) else configs
+
+
+def precision_text(configs: list[dict] | list[list[dict]]) -> str:
+    """The Q-network's precision of ``configs`` (``float32``, ``bfloat16``, ``bfloat16 with packed weights``):
+    bfloat16 learns differently on the maze, so a figure must say which it shows. A config written before the
+    field existed counts as the default, as :func:`_experiment_identity` does."""
+    default = StaticConfig()
+    names = set()
+    for static in (c.get("static", {}) for c in _flat(configs)):
+        precision = static.get("precision", default.precision)
+        packed = static.get("weight_storage", default.weight_storage) == "packed"
+        names.add(f"{precision} with packed weights" if packed else precision)
+    return " + ".join(sorted(names))
+
+
+def figure_title(heading: str, configs: list[dict] | list[list[dict]], last_step: int | None = None,
+                 statistic: str = "median") -> str:
+    """A curve figure's title: ``heading``; the environment, seeds, steps (:func:`describe`) and precision; the
+    statistic drawn. Read from the configs, so a figure cannot claim more seeds or steps than its folder holds."""
+    return f"{heading}\n{describe(configs, last_step)}, {precision_text(configs)}\n{STATISTIC_TEXT[statistic]}"
+
+
+def folder_title(out: str | Path, rows: list[dict], heading: str | None = None, statistic: str = "median") -> str:
+    """:func:`figure_title` for the results folder ``out`` (its experiments pooled) whose metrics are ``rows``;
+    the heading defaults to the folder's name."""
+    out = Path(out)
+    configs = check_one_experiment(out, pooled=True)
+    return figure_title(heading or out.name, configs, max(r["step"] for r in rows), statistic)
 
 
 def _experiment_identity(config: dict) -> str:
@@ -312,7 +396,7 @@ def plot_folder(out: str | Path, metrics: tuple[str, ...] | None = DEFAULT_METRI
                 statistic: str = "median", pooled: bool = False) -> list[Path]:
     """One PNG per metric in ``out``: per method, the median across seeds with the 25-75% band
     (``<prefix>_<metric>.png``), or with ``statistic="iqm"`` the IQM with its 95% bootstrap band
-    (``<prefix>_<metric>_iqm.png``). The title names the environment, seeds and steps.
+    (``<prefix>_<metric>_iqm.png``). The title names the environment, seeds, steps, precision and statistic.
 
     ``metrics`` None (or the default set) draws the default metrics the folder has; a named metric the folder
     lacks raises :class:`UsageError` listing its metrics, as do a missing folder and a folder of several
@@ -324,7 +408,7 @@ def plot_folder(out: str | Path, metrics: tuple[str, ...] | None = DEFAULT_METRI
     rows = read_metrics(out)
     if not rows:
         raise UsageError(f"{out} holds no metrics yet: plot it once a chunk has finished")
-    title = f"{out.name}: {describe(configs, max(r['step'] for r in rows))}\n{STATISTIC_TEXT[statistic]}"
+    title = figure_title(out.name, configs, max(r["step"] for r in rows), statistic)
     suffix = "_iqm" if statistic == "iqm" else ""
     written = []
     for metric in choose_metrics(rows, metrics, out):

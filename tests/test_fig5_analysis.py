@@ -88,8 +88,13 @@ def test_improvements_and_verdict():
     assert result["opiq_more_stable_than_no_ob"] is None  # no opiq_no_ob in the table
 
 
+RUNS = [dict(method=m, setting="paper", seed=i) for m, seeds in DATA.items() for i in range(len(seeds))]
+CONFIGS = [[dict(static=dict(env="maze", total_steps=40, precision="bfloat16"), runs=RUNS)]]
+
+
 def test_analyse_writes_the_summary(tmp_path, monkeypatch):
     monkeypatch.setattr(fa, "metrics_of", lambda folder: table())
+    monkeypatch.setattr(fa, "configs_of", lambda folder: CONFIGS)
     fa.analyse("ignored", out=tmp_path, reps=200)
     document = json.loads((tmp_path / "summary.json").read_text())
     assert document["methods"]["opiq"]["first_goal_max"] is None  # "never" is written as null
@@ -98,3 +103,28 @@ def test_analyse_writes_the_summary(tmp_path, monkeypatch):
     assert "| opiq | 3/4 |" in text and "never" in text
     assert (tmp_path / "fig5_analysis.png").stat().st_size > 0
     assert np.isfinite(document["improvements"][0]["p"])
+
+
+def test_figure_names_methods_as_the_paper_and_states_what_it_shows(tmp_path, monkeypatch):
+    """Paper names in the legend and on the axis, a (colour, line style) per method, and a title naming the
+    environment, seeds, steps and precision (read from the configs), with each panel's statistic."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))  # kept open for inspection
+    monkeypatch.setattr(fa, "metrics_of", lambda folder: table())
+    monkeypatch.setattr(fa, "configs_of", lambda folder: CONFIGS)
+    fa.analyse("results/fig5-run", out=tmp_path, reps=100)
+    (fig,) = figures
+    left, right = fig.axes
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["OPIQ", "OPIQ w/o PC"]
+    assert [t.get_text() for t in right.get_xticklabels()] == ["OPIQ", "OPIQ w/o PC"]
+    styles = [(line.get_color(), line.get_linestyle()) for line in left.get_lines()]
+    assert styles[0][0] != styles[1][0] and styles[0][1] != styles[1][1]
+    assert fig._suptitle.get_text() == "fig5-run: maze 24x24, 2-4 seeds, 40 steps, bfloat16"
+    assert "median" in left.get_title() and "25-75 %" in left.get_title()
+    assert "IQM" in right.get_title() and "95 % CI" in right.get_title()
+    close(fig)

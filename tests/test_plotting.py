@@ -1,4 +1,4 @@
-"""opiq_jax.plotting: strict plot errors, experiments of a folder, IQM bands, titles and the summary's IQM.
+"""opiq_jax.plotting: strict plot errors, experiments of a folder, IQM bands, titles, legends and the summary's IQM.
 
 Results folders are written by hand (config.json and metrics.csv as the runner writes them) so no test trains.
 """
@@ -150,7 +150,8 @@ def test_iqm_band_figure_and_title(tmp_path, monkeypatch):
     monkeypatch.setattr(plotting, "save_curve_figure", lambda *a, **k: titles.append(a[3]) or original(*a, **k))
     (path,) = plot_folder(out, ("train_return",), statistic="iqm")
     assert path.name == "plot_train_return_iqm.png" and path.stat().st_size > 10_000
-    assert titles == ["x: chain of 10 states, 2-4 seeds, 300 steps\nIQM across seeds and its 95% bootstrap CI"]
+    assert titles == ["x\nchain of 10 states, 2-4 seeds, 300 steps, float32\n"
+                      "IQM across seeds, 95% stratified-bootstrap CI band"]
     with pytest.raises(UsageError, match="unknown statistic"):
         plot_folder(out, ("train_return",), statistic="mean")
 
@@ -204,3 +205,75 @@ def test_group_colours_are_distinct_for_the_maze_figures_thirteen_methods():
         colours = group_colours(count)
         assert len(colours) == count and len(set(map(str, colours))) == count
     assert group_colours(3) == ["C0", "C1", "C2"]
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the code under test closes, kept open for inspection (it closes each after saving)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    yield figures
+    for fig in figures:
+        close(fig)
+
+
+ALL_METHODS = ("opiq", "opiq_no_ob", "opiq_no_pc", "dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias",
+               "dqn_bias_pc", "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
+
+
+def test_a_figure_reads_like_the_papers(tmp_path, drawn):
+    """Legend: the paper's names; lines: every two methods differ in (colour, style); title: environment, seeds,
+    steps, precision and statistic, read from the folder."""
+    curves_of = {m: [[0, 0, 0], [0, 0, 1], [0, 1, 1]] for m in ALL_METHODS}  # alike on purpose: overlapping lines
+    out = write_results(tmp_path / "maze-run", curves_of, env="maze", steps=3000, precision="bfloat16")
+    plot_folder(out, ("train_return",))
+    (ax,) = drawn[0].axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [  # OPIQ first, then its ablations, then the rest
+        "OPIQ", "OPIQ w/o OB", "OPIQ w/o PC", "ε-greedy DQN", "DQN + PC", "DQN R-Subtract", "DQN R-Subtract + PC",
+        "DQN Bias", "DQN Bias + PC", "DQN + DORA", "DQN + DORA OA", "DQN + RND", "BSP"]
+    styles = [(str(line.get_color()), line.get_linestyle()) for line in ax.get_lines()]
+    assert len(styles) == 13 and len(set(styles)) == 13
+    assert len({s for _, s in styles}) == 4  # solid, dashed, dotted and dash-dot all in use
+    title = ax.get_title()
+    for part in ("maze-run", "maze 24x24", "3 seeds", "3,000 steps", "bfloat16", "median", "25-75%"):
+        assert part in title, (part, title)
+
+
+def test_neighbouring_groups_differ_in_colour_and_style_and_no_colour_is_pale():
+    import matplotlib.colors
+
+    styles = plotting.group_styles(44)
+    assert len(set(styles)) == 44
+    for (c1, s1), (c2, s2) in zip(styles, styles[1:]):
+        assert c1 != c2 and s1 != s2
+    for colour, _ in styles:  # relative luminance: tab20's light halves are above 0.75, the default ten below 0.7
+        r, g, b = matplotlib.colors.to_rgb(colour)
+        assert 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.72, colour
+
+
+def test_legend_labels_keep_settings_and_unknown_names(monkeypatch):
+    from types import SimpleNamespace
+
+    assert plotting.legend_label("dqn_bias_pc") == "DQN Bias + PC"
+    assert plotting.legend_label("opiq_no_ob [m=2,c_action=10]") == "OPIQ w/o OB [m=2,c_action=10]"
+    assert plotting.legend_label("my_method") == "my_method"  # a method of the user's own keeps its name
+    # a name the registry declares wins over the table (the registry is the one place a method is described)
+    monkeypatch.setitem(plotting.METHODS, "opiq", SimpleNamespace(paper_name="OPIQ (registry)"))
+    assert plotting.paper_name("opiq") == "OPIQ (registry)"
+
+
+def test_iqm_title_and_precision_of_packed_and_pooled_configs():
+    run = [dict(method="opiq", setting="paper", seed=0)]
+    f32 = dict(static=dict(env="chain", chain_length=5, total_steps=100), runs=run)  # an old config: no precision
+    packed = dict(static=dict(env="chain", chain_length=5, total_steps=100, precision="bfloat16",
+                              weight_storage="packed"), runs=run)
+    assert plotting.precision_text([f32]) == "float32"
+    assert plotting.precision_text([[f32], [packed]]) == "bfloat16 with packed weights + float32"
+    title = plotting.figure_title("h", [packed], statistic="iqm")
+    assert title == ("h\nchain of 5 states, 1 seed, 100 steps, bfloat16 with packed weights\n"
+                     "IQM across seeds, 95% stratified-bootstrap CI band")
