@@ -528,6 +528,8 @@ def overlapped_step(agent: Agent, carry: tuple, _) -> tuple[tuple, None]:
         shared = path.send(state.env, decision)
         runs, shared = jax.lax.optimization_barrier((runs, shared))  # pin the update between send and receive
     with jax.named_scope("update"):
+        # the updates due after state.step steps, on the replay that holds them; those of the step in flight are made
+        # at the next iteration: a lag of E environment steps, the replay ratio unchanged (tests/test_schedules.py)
         runs = train_if_due(agent, runs, state.step)
     with jax.named_scope("act"):
         runs, shared = jax.lax.optimization_barrier((runs, shared))
