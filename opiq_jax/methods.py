@@ -34,6 +34,8 @@ class Method:
     settings: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     """A method of your own: per settings family (``chain``, ``maze``, ``montezuma``), the hyperparameters it sets,
     added to :data:`SETTINGS` when it is registered. The paper's methods keep theirs in that one table."""
+    paper_name: str = ""
+    """Its name in the paper's text and figures (``DQN + PC``), for legends and tables; empty: its ``name``."""
 
     @property
     def part_names(self) -> tuple[str, ...]:
@@ -167,19 +169,26 @@ def program_parts(methods: Iterable[str]) -> tuple[str, ...]:
 
 
 _PAPER_METHODS = (
-    Method("dqn", (), "epsilon-greedy DQN (epsilon decayed linearly from 1 to 0.01)"),
-    Method("dqn_pc", ("pseudocounts",), "DQN + pseudocount intrinsic reward beta/sqrt(N)"),
-    Method("dqn_rsubtract", (), "DQN with a constant subtracted from every environment reward"),
-    Method("dqn_rsubtract_pc", ("pseudocounts",), "DQN R-Subtract + pseudocounts"),
-    Method("dqn_bias", (), "DQN with the output layer's bias initialised optimistically"),
-    Method("dqn_bias_pc", ("pseudocounts",), "DQN Bias + pseudocounts"),
-    Method("dqn_dora", ("dora",), "DQN + DORA: generalised counts from an E-value network as intrinsic reward"),
-    Method("dqn_dora_oa", ("dora",), "DQN + DORA OA: DORA's bonus also added to Q for action selection"),
-    Method("dqn_rnd", ("rnd",), "DQN + RND: random network distillation error as intrinsic reward"),
-    Method("bsp", ("bsp",), "Bootstrapped DQN with randomised prior functions (K heads, a head per episode)"),
-    Method("opiq", ("pseudocounts", "optimism"), "OPIQ: Q+ for action selection and bootstrapping, plus pseudocounts"),
-    Method("opiq_no_ob", ("pseudocounts", "optimism"), "OPIQ without optimistic bootstrapping (Q+ for acting only)"),
-    Method("opiq_no_pc", ("optimism",), "OPIQ without pseudocount intrinsic reward"),
+    Method("dqn", (), "epsilon-greedy DQN (epsilon decayed linearly from 1 to 0.01)", paper_name="ε-greedy DQN"),
+    Method("dqn_pc", ("pseudocounts",), "DQN + pseudocount intrinsic reward beta/sqrt(N)", paper_name="DQN + PC"),
+    Method("dqn_rsubtract", (), "DQN with a constant subtracted from every environment reward",
+           paper_name="DQN R-Subtract"),
+    Method("dqn_rsubtract_pc", ("pseudocounts",), "DQN R-Subtract + pseudocounts", paper_name="DQN R-Subtract + PC"),
+    Method("dqn_bias", (), "DQN with the output layer's bias initialised optimistically", paper_name="DQN Bias"),
+    Method("dqn_bias_pc", ("pseudocounts",), "DQN Bias + pseudocounts", paper_name="DQN Bias + PC"),
+    Method("dqn_dora", ("dora",), "DQN + DORA: generalised counts from an E-value network as intrinsic reward",
+           paper_name="DQN + DORA"),
+    Method("dqn_dora_oa", ("dora",), "DQN + DORA OA: DORA's bonus also added to Q for action selection",
+           paper_name="DQN + DORA OA"),
+    Method("dqn_rnd", ("rnd",), "DQN + RND: random network distillation error as intrinsic reward",
+           paper_name="DQN + RND"),
+    Method("bsp", ("bsp",), "Bootstrapped DQN with randomised prior functions (K heads, a head per episode)",
+           paper_name="BSP"),
+    Method("opiq", ("pseudocounts", "optimism"), "OPIQ: Q+ for action selection and bootstrapping, plus pseudocounts",
+           paper_name="OPIQ"),
+    Method("opiq_no_ob", ("pseudocounts", "optimism"), "OPIQ without optimistic bootstrapping (Q+ for acting only)",
+           paper_name="OPIQ w/o OB"),
+    Method("opiq_no_pc", ("optimism",), "OPIQ without pseudocount intrinsic reward", paper_name="OPIQ w/o PC"),
 )
 
 PAPER_METHODS = frozenset(m.name for m in _PAPER_METHODS)

@@ -51,16 +51,10 @@ METRIC_LABELS = {
 STATISTICS = ("median", "iqm")
 STATISTIC_TEXT = {"median": "median across seeds, 25-75% band",
                   "iqm": "IQM across seeds, 95% stratified-bootstrap CI band"}
-PAPER_NAMES = {
-    "opiq": "OPIQ", "opiq_no_ob": "OPIQ w/o OB", "opiq_no_pc": "OPIQ w/o PC",
-    "dqn": "ε-greedy DQN", "dqn_pc": "DQN + PC", "dqn_rsubtract": "DQN R-Subtract",
-    "dqn_rsubtract_pc": "DQN R-Subtract + PC", "dqn_bias": "DQN Bias", "dqn_bias_pc": "DQN Bias + PC",
-    "dqn_dora": "DQN + DORA", "dqn_dora_oa": "DQN + DORA OA", "dqn_rnd": "DQN + RND", "bsp": "BSP",
-}
-"""The paper's names of its methods (section 5 and its figures), for the legends: a reader compares our figures
-with the paper's, and the registry's names are identifiers. The registry (:mod:`opiq_jax.methods`) holds no name
-for display; a registered method with a ``paper_name`` attribute is named by it instead (see :func:`paper_name`).
-Their order is a legend's when a figure is given none: OPIQ and its ablations, then the baselines."""
+LEGEND_ORDER = ("opiq", "opiq_no_ob", "opiq_no_pc", "dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias",
+                "dqn_bias_pc", "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
+"""A legend's order when a figure is given none: OPIQ and its ablations, then the baselines (the paper's names are
+the registry's, ``Method.paper_name``)."""
 LINE_STYLES = ("-", "--", ":", "-.")
 STRONG_COLOURS = (*(f"C{i}" for i in range(10)), "k")
 """matplotlib's ten default colours and black: none pale (tab20's light halves were hard to tell from the bands)."""
@@ -184,9 +178,8 @@ def group_styles(count: int) -> list[tuple[str, str]]:
 
 def paper_name(method: str) -> str:
     """The paper's name of ``method`` (``dqn_bias_pc`` -> ``DQN Bias + PC``): the registry's ``paper_name`` where
-    a method declares one, else :data:`PAPER_NAMES`, else the name itself (a method of the user's own)."""
-    declared = getattr(METHODS.get(method), "paper_name", None)
-    return declared or PAPER_NAMES.get(method, method)
+    a method declares one, else the name itself (a method of the user's own)."""
+    return getattr(METHODS.get(method), "paper_name", None) or method
 
 
 def legend_label(group: str) -> str:
@@ -196,8 +189,8 @@ def legend_label(group: str) -> str:
 
 
 def paper_order(groups) -> list[str]:
-    """``groups`` in :data:`PAPER_NAMES`' order (OPIQ first), a method of the user's own after the paper's."""
-    rank = {method: i for i, method in enumerate(PAPER_NAMES)}
+    """``groups`` in :data:`LEGEND_ORDER` (OPIQ first), a method of the user's own after the paper's."""
+    rank = {method: i for i, method in enumerate(LEGEND_ORDER)}
     return sorted(groups, key=lambda g: (rank.get(g.partition(" [")[0], len(rank)), g))
 
 
