@@ -1,236 +1,44 @@
-"""Montezuma's Revenge through EnvPool, stepped from inside compiled JAX code.
+"""Montezuma's Revenge, the paper's Atari game: :mod:`.atari`'s pool with the current room read from RAM byte 3.
 
-The paper's setting (``PAPER_SETTINGS``, every entry overridable by keyword):
-
-* ``MontezumaRevenge-v5`` with the gymnasium API, sticky actions ``repeat_action_probability=0.25``,
-  frame skip 4 (EnvPool max-pools the last two of the four emulator frames), greyscale 84x84
-  (INTER_AREA resize), a stack of 4 frames, the full 18-action set;
-* no life-loss terminal (``episodic_life=False``), no fire on reset (``use_fire_reset=False``),
-  no random no-op starts (``noop_max=1``, see below), unclipped rewards (``reward_clip=False``:
-  the agent clips for training with :func:`clip_reward` and reports unclipped returns);
-* a cap of ``max_episode_steps=4500`` agent steps, reported as a truncation.
-
-``MontezumaPool(num_envs, seed)`` holds one EnvPool pool of ``num_envs`` environments in
-synchronous mode (``batch_size == num_envs``). ``pool.reset()`` runs on the host and returns the
-XLA handle and the first observations; ``pool.step(handle, actions)`` is pure from JAX's point of
-view (the pool lives behind the handle) and may be called inside ``jax.jit`` and ``jax.lax.scan``,
-with the handle threaded through the carry. Only one chain of handles may be in flight per pool,
-and ``reset`` must run once before the first ``step``.
-
-EnvPool facts this module relies on (EnvPool 1.2.5, checked by ``tests/test_montezuma.py``):
-
-* ``noop_max``: EnvPool draws the number of reset no-ops from ``[0, noop_max - 1]`` and then adds
-  one (minus one when it fires on reset), so ``noop_max=0`` is invalid (it crashes the process
-  with a segmentation fault at the first reset) and ``noop_max=1`` is the smallest allowed value:
-  every reset then takes exactly one emulator no-op frame and no random no-ops, i.e. a
-  deterministic start, which is the paper's "no no-op starts".
-* The auto-reset step: the step after an episode ends (terminated or truncated) is EnvPool's reset;
-  it ignores the action, returns reward 0, ``terminated = truncated = False`` and
-  ``info["elapsed_step"] == 0``. That observation is the first of the new episode and no real
-  transition leads to it: ``StepOutput.first`` flags it (:func:`is_reset_step`).
-* The frame stack right after a reset (the very first one and every auto-reset) holds the first
-  frame of the new episode in all four slots: EnvPool repeats the first frame, it does not
-  zero-fill. Within an episode ``obs[:, k]`` is ordered oldest (``k = 0``) to newest (``k = 3``).
-* In synchronous mode the rows of every result are in ``env_id`` order (0..num_envs-1), both
-  through the Python API and through the XLA interface, so no reordering is needed.
-* ``info["ram"]`` (uint8[N, 128]) is available; byte 3 is the current room (1 at the start).
-* The gymnasium API reports ``terminated = done and not truncated``, so a game over on exactly
-  the capped step would read as a truncation; ``StepOutput.terminated`` uses EnvPool's
-  ``info["terminated"]`` (the emulator's game-over flag) as well, so a game over is always a
-  terminal and never a truncation.
-* The XLA interface works on CPU (and registers a GPU target too); the handle is a uint8[8]
-  array and its ``step`` aliases the handle buffer, so it threads through a ``lax.scan`` carry.
+Everything but the game is :mod:`.atari`'s, shared with every other Atari game (the paper's settings, EnvPool's
+reset and stacking conventions, the XLA interface); this module names the game and keeps the names that
+Montezuma's code and tests use.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+from .atari import (
+    PAPER_SETTINGS, AtariPool, StepOutput, atari_game, clip_reward, envpool_missing, is_reset_step, newest_frame,
+)
+from .atari import make_envpool as make_atari_envpool
+from .atari import room_from_ram as room_at
 
-TASK_ID = "MontezumaRevenge-v5"
-ENVPOOL_MISSING = "--env montezuma needs EnvPool: pip install -e '.[atari]'"
-
-# RAM byte holding the current room number.
-ROOM_RAM_INDEX = 3
-# The room in which every episode starts.
+MONTEZUMA = atari_game("MontezumaRevenge")
+TASK_ID = MONTEZUMA.task_id
+ENVPOOL_MISSING = envpool_missing("montezuma")
+ROOM_RAM_INDEX = MONTEZUMA.room_ram_index
 START_ROOM = 1
-
-PAPER_SETTINGS: dict[str, Any] = {
-    "repeat_action_probability": 0.25,
-    "frame_skip": 4,
-    "img_height": 84,
-    "img_width": 84,
-    "gray_scale": True,
-    "stack_num": 4,
-    "episodic_life": False,
-    "full_action_space": True,
-    "max_episode_steps": 4500,
-    "use_fire_reset": False,
-    "noop_max": 1,  # the smallest value EnvPool allows: no random no-op starts
-    "reward_clip": False,
-}
+"""The room in which every episode starts."""
 
 
-class StepOutput(NamedTuple):
-    """What one batched step (or the reset) of the pool returns, one row per environment.
-
-    ``obs`` uint8[N, stack, H, W]: EnvPool's frame stack, oldest to newest.
-    ``reward`` float32[N]: the unclipped game reward of this step (0 on a reset step).
-    ``terminated`` bool[N]: the game is over (a true terminal, no bootstrap).
-    ``truncated`` bool[N]: the episode hit ``max_episode_steps`` without a game over.
-    ``first`` bool[N]: this observation is an episode's first (EnvPool's reset step, or the
-    observation from ``reset``); no transition leads to it and the action sent was ignored.
-    ``room`` int32[N]: the current room (RAM byte 3).
-    ``lives`` int32[N]: lives left.
-    """
-
-    obs: jax.Array
-    reward: jax.Array
-    terminated: jax.Array
-    truncated: jax.Array
-    first: jax.Array
-    room: jax.Array
-    lives: jax.Array
-
-
-def room_from_ram(ram: jax.Array) -> jax.Array:
+def room_from_ram(ram):
     """The current room, int32[...], from the Atari RAM uint8[..., 128] (byte 3)."""
-    return jnp.asarray(ram)[..., ROOM_RAM_INDEX].astype(jnp.int32)
-
-
-def is_reset_step(elapsed_step: jax.Array) -> jax.Array:
-    """bool[...]: True on EnvPool's reset step, where ``info["elapsed_step"] == 0``.
-
-    That step ignores the action and returns reward 0; its observation starts a new episode.
-    """
-    return jnp.asarray(elapsed_step) == 0
-
-
-def newest_frame(obs: jax.Array) -> jax.Array:
-    """The newest frame of a stack: ``obs[..., -1, :, :]`` (uint8[..., H, W] from uint8[..., stack, H, W]).
-
-    This is what the replay stores for each step and what the Montezuma counts are keyed on.
-    """
-    return jnp.asarray(obs)[..., -1, :, :]
-
-
-def clip_reward(reward: jax.Array) -> jax.Array:
-    """The training reward: ``reward`` clipped to [-1, 1], float32."""
-    return jnp.clip(jnp.asarray(reward, jnp.float32), -1.0, 1.0)
-
-
-def _step_output(obs, reward, terminated, truncated, info) -> StepOutput:
-    """Builds a ``StepOutput`` from EnvPool's gymnasium-style results (numpy or traced arrays)."""
-    first = is_reset_step(info["elapsed_step"])
-    game_over = (jnp.asarray(info["terminated"]) != 0) & ~first
-    terminated = (jnp.asarray(terminated).astype(bool) | game_over) & ~first
-    truncated = jnp.asarray(truncated).astype(bool) & ~terminated & ~first
-    return StepOutput(
-        obs=jnp.asarray(obs, jnp.uint8),
-        reward=jnp.where(first, 0.0, jnp.asarray(reward, jnp.float32)),
-        terminated=terminated,
-        truncated=truncated,
-        first=first,
-        room=room_from_ram(info["ram"]),
-        lives=jnp.asarray(info["lives"], jnp.int32),
-    )
-
-
-def _import_envpool():
-    """Imports EnvPool lazily; a missing EnvPool is a one-line ``ImportError``."""
-    try:
-        import envpool  # noqa: PLC0415 (an optional dependency)
-    except ImportError:
-        raise ImportError(ENVPOOL_MISSING) from None
-    return envpool
+    return room_at(ram, ROOM_RAM_INDEX)
 
 
 def make_envpool(num_envs: int, seed: int, **overrides: Any):
-    """A raw EnvPool gymnasium pool with the paper's settings (``PAPER_SETTINGS``), overridden by
-    ``overrides`` (any EnvPool Atari option, e.g. ``max_episode_steps=30`` or ``num_threads=2``).
-
-    Raises the one-line ``ImportError`` ``ENVPOOL_MISSING`` when EnvPool is not installed.
-    """
-    if "batch_size" in overrides and overrides["batch_size"] not in (0, num_envs):
-        raise ValueError("MontezumaPool runs EnvPool in synchronous mode: batch_size must equal num_envs")
-    overrides.pop("batch_size", None)
-    if overrides.get("noop_max", 1) < 1:
-        raise ValueError("EnvPool needs noop_max >= 1 (noop_max=1 already means no random no-ops)")
-    envpool = _import_envpool()
-    settings = {**PAPER_SETTINGS, **overrides}
-    return envpool.make(
-        TASK_ID,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        batch_size=num_envs,
-        seed=seed,
-        **settings,
-    )
+    """A raw EnvPool pool of Montezuma's Revenge with the paper's settings (:func:`.atari.make_envpool`)."""
+    return make_atari_envpool(MONTEZUMA, num_envs, seed, "montezuma", **overrides)
 
 
-class MontezumaPool:
-    """One EnvPool pool of ``num_envs`` Montezuma environments, stepped through EnvPool's XLA API.
-
-    Attributes: ``num_envs``, ``num_actions`` (18 with the full action set), ``obs_shape``
-    (``(4, 84, 84)``, uint8, as EnvPool gives it), ``settings`` (the resolved EnvPool options) and
-    ``env`` (the raw EnvPool object, kept alive here because the XLA functions point into it).
-
-    The trainer's runs x envs_per_run environments live in one pool: reshape ``[N]`` to
-    ``[runs, envs]`` around ``step`` (a pool cannot be vmapped).
-    """
+class MontezumaPool(AtariPool):
+    """One EnvPool pool of ``num_envs`` Montezuma's Revenge environments (:class:`.atari.AtariPool`)."""
 
     def __init__(self, num_envs: int, seed: int, **overrides: Any):
-        if num_envs <= 0:
-            raise ValueError(f"num_envs must be positive, got {num_envs}")
-        self.env = make_envpool(num_envs, seed, **overrides)
-        self.num_envs = int(num_envs)
-        self.settings = {**PAPER_SETTINGS, **{k: v for k, v in overrides.items() if k != "batch_size"}}
-        self.num_actions = int(self.env.action_space.n)
-        self.obs_shape = tuple(int(d) for d in self.env.observation_space.shape)
-        self.max_episode_steps = int(self.settings["max_episode_steps"])
-        self._handle, self._xla_recv, self._xla_send, self._xla_step = self.env.xla()
+        super().__init__(MONTEZUMA, num_envs, seed, "montezuma", **overrides)
 
-    def reset(self) -> tuple[jax.Array, StepOutput]:
-        """Resets every environment (host side) and returns ``(handle, first)``.
 
-        ``handle`` is the XLA handle (uint8[8]) to thread through ``step``; ``first`` is a
-        ``StepOutput`` whose ``obs`` are the initial stacks (the first frame repeated four
-        times), with ``first`` all True, reward 0, not terminated, not truncated.
-        """
-        obs, info = self.env.reset()
-        zeros = np.zeros(self.num_envs, bool)
-        out = _step_output(obs, np.zeros(self.num_envs, np.float32), zeros, zeros, info)
-        return jnp.asarray(self._handle), out
-
-    def step(self, handle: jax.Array, actions: jax.Array) -> tuple[jax.Array, StepOutput]:
-        """Sends ``actions`` (int32[num_envs]) to every environment and receives the results.
-
-        Usable inside ``jax.jit`` and ``jax.lax.scan``: returns the new handle (pass it to the next
-        call) and a ``StepOutput``. On an environment whose previous step ended its episode this
-        step is EnvPool's reset: the action is ignored and ``first`` is True.
-        """
-        actions = jnp.asarray(actions, jnp.int32)
-        if actions.shape != (self.num_envs,):
-            raise ValueError(f"expected actions of shape ({self.num_envs},), got {actions.shape}")
-        handle, (obs, reward, terminated, truncated, info) = self._xla_step(handle, actions)
-        return handle, _step_output(obs, reward, terminated, truncated, info)
-
-    def send(self, handle: jax.Array, actions: jax.Array) -> jax.Array:
-        """The first half of :meth:`step`: hands ``actions`` to the emulators and returns at once.
-
-        The emulators step on EnvPool's threads while the compiled program goes on (the agent
-        learns meanwhile); :meth:`recv` then waits for the results. ``send`` then ``recv`` is
-        exactly ``step``.
-        """
-        actions = jnp.asarray(actions, jnp.int32)
-        if actions.shape != (self.num_envs,):
-            raise ValueError(f"expected actions of shape ({self.num_envs},), got {actions.shape}")
-        return self._xla_send(handle, actions, jnp.arange(self.num_envs, dtype=jnp.int32))
-
-    def recv(self, handle: jax.Array) -> tuple[jax.Array, StepOutput]:
-        """The second half of :meth:`step`: waits for the results of the last :meth:`send`."""
-        handle, (obs, reward, terminated, truncated, info) = self._xla_recv(handle)
-        return handle, _step_output(obs, reward, terminated, truncated, info)
+__all__ = ["ENVPOOL_MISSING", "MONTEZUMA", "PAPER_SETTINGS", "ROOM_RAM_INDEX", "START_ROOM", "TASK_ID", "MontezumaPool",
+           "StepOutput", "clip_reward", "is_reset_step", "make_envpool", "newest_frame", "room_from_ram"]

@@ -187,7 +187,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "qplus_start reports plain Q", (ACTING,)),
     # ------------------------------------------------------------------ the two observation paths
     Mutant("pool-stores-unclipped", "opiq_jax/paths/pool.py",
-           'reward = clip_reward(outcome.reward) - run.hparams["reward_subtract"]',
+           'reward = self.frames.train_reward(outcome.reward) - run.hparams["reward_subtract"]',
            'reward = outcome.reward - run.hparams["reward_subtract"]',
            "Montezuma trains on unclipped rewards", (MONTEZUMA_CLIP,)),
     Mutant("pool-reports-clipped", "opiq_jax/paths/pool.py",

@@ -5,13 +5,15 @@ Two kinds of environment reach the one trainer:
 * ``compact``: a :class:`~opiq_jax.envs.base.CompactEnvironment` stepped inside the compiled program,
   one per run under ``vmap`` (the chain, the maze, any gymnax environment, one of your own);
 * ``pool``: an EnvPool pool of all runs' emulators stepped through EnvPool's XLA interface
-  (Montezuma's Revenge), with a replay of single frames.
+  (Montezuma's Revenge, any Atari game), with a replay of single frames; its ``frames`` say what the frames
+  mean to the agent (what is counted, the reward learned from, whether the game has rooms).
 
-:func:`register_environment` adds one; ``gymnax:NAME`` names any registered gymnax environment. An
-environment's ``defaults`` are the paper's static settings for it (network, steps, buffer, ...), its
-``hparams`` the epsilon schedule that every method but epsilon-greedy DQN uses there, and ``settings``
-the family whose per-method best settings apply (a gymnax environment has none of its own and takes the
-chain's).
+:func:`register_environment` adds one; ``gymnax:NAME`` names any registered gymnax environment and
+``atari:NAME`` any EnvPool Atari game (``atari:Venture``). An environment's ``defaults`` are the paper's static
+settings for it (network, steps, buffer, ...), its ``hparams`` the epsilon schedule that every method but
+epsilon-greedy DQN uses there, and ``settings`` the family whose per-method best settings apply (a gymnax
+environment has none of its own and takes the chain's; an Atari game takes Montezuma's, the paper's only
+Atari setting).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Any, Literal
 from . import parts  # noqa: F401 (registers the parts' static options, which environments may set: RND's outputs)
 from .config import STATIC_OPTIONS, StaticConfig
 from .envs import Maze, RandomisedChain
+from .envs.atari import AtariPool, atari_game
 from .envs.montezuma import MontezumaPool
+from .paths.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +46,8 @@ class EnvironmentSpec:
     settings: str = "chain"
     """Whose per-method best settings apply (``chain``, ``maze``, ``montezuma``)."""
     kind: Literal["compact", "pool"] = "compact"
+    frames: FrameFeatures | None = None
+    """``pool``: what its frames mean to the agent (default: an Atari game without rooms)."""
 
 
 ENVIRONMENTS: dict[str, EnvironmentSpec] = {}
@@ -71,7 +77,7 @@ def register_environment(spec: EnvironmentSpec, origin: str | None = None) -> En
 
 def environment_names() -> str:
     """The registered names for messages, with the gymnax pattern."""
-    return ", ".join([*ENVIRONMENTS, "gymnax:NAME"])
+    return ", ".join([*ENVIRONMENTS, "gymnax:NAME", "atari:NAME"])
 
 
 def environment_spec(name: str) -> EnvironmentSpec:
@@ -80,6 +86,8 @@ def environment_spec(name: str) -> EnvironmentSpec:
         return ENVIRONMENTS[name]
     if name.startswith("gymnax:") and len(name) > len("gymnax:"):
         return dataclasses.replace(GYMNAX, name=name)
+    if name.startswith("atari:") and len(name) > len("atari:"):
+        return atari_spec(name)
     raise ValueError(f"unknown env {name!r}: use {environment_names()}")
 
 
@@ -109,6 +117,18 @@ def _make_montezuma(static: StaticConfig, num_envs: int, seed: int, **overrides)
     return MontezumaPool(num_envs=num_envs, seed=seed, **overrides)
 
 
+def _make_atari(static: StaticConfig, num_envs: int, seed: int, **overrides):
+    return AtariPool(atari_game(static.env.removeprefix("atari:")), num_envs, seed, static.env, **overrides)
+
+
+def atari_spec(name: str) -> EnvironmentSpec:
+    """The spec of ``atari:GAME``: the game through EnvPool with Montezuma's settings (the paper's only Atari ones),
+    rooms where :mod:`~opiq_jax.envs.atari` knows where the game keeps them. A one-line error for a bad name."""
+    game = atari_game(name.removeprefix("atari:"))
+    frames = dataclasses.replace(ATARI_FRAMES, num_rooms=NUM_ROOMS if game.has_rooms else 0)
+    return dataclasses.replace(ATARI, name=name, frames=frames)
+
+
 # The chain's training settings (1-step targets, replay 10k, ...) with an automatically chosen network and
 # 32-bit SimHash codes; override any of them.
 GYMNAX = EnvironmentSpec(
@@ -135,9 +155,14 @@ register_environment(EnvironmentSpec(
     defaults=dict(network="nature", total_steps=12_500_000, log_every=50_000, buffer_size=1_000_000, batch_size=32,
                   n_step=3, train_every=4, target_update=8_000, rnd_outputs=512),
     hparams=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=1_000_000.0), settings="montezuma",
-    kind="pool",
+    kind="pool", frames=dataclasses.replace(ATARI_FRAMES, num_rooms=NUM_ROOMS),
 ))
 
+# Any other Atari game: Montezuma's settings (the paper's only Atari ones) around the game's pool.
+ATARI = dataclasses.replace(
+    ENVIRONMENTS["montezuma"], name="atari:NAME", make=_make_atari, frames=ATARI_FRAMES,
+    description="any EnvPool Atari game with the paper's Montezuma settings (pip install -e '.[atari]')")
 
-__all__ = ["ENVIRONMENTS", "EnvironmentSpec", "environment_spec",
+
+__all__ = ["ATARI", "ENVIRONMENTS", "EnvironmentSpec", "atari_spec", "environment_spec",
            "register_environment", "static_for_env"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from .config import RUNNER_SET, STATIC_OPTIONS, Option, StaticConfig, Style, hparam_options, static_option
 from .environments import ENVIRONMENTS, environment_names, environment_spec
-from .envs.montezuma import ENVPOOL_MISSING
+from .envs.atari import atari_game, check_game, import_envpool
 from .errors import ResultsError, UsageError
 from .experiment import Experiment, RunSpec
 from .memory import check_fits
@@ -114,18 +114,21 @@ def checked_static(option: Option, value: Any, style: Style, written: str | None
 
 
 def check_environment(env: str, style: Style) -> None:
-    """A one-line error for an unknown environment, or for Montezuma without EnvPool."""
+    """A one-line error for an unknown environment, for an Atari game without EnvPool, or one EnvPool lacks."""
     if not isinstance(env, str):
         raise UsageError(f"{label('env', style)} must be an environment's name ({environment_names()}), got {env!r}")
     try:
         spec = environment_spec(env)
-    except ValueError:
-        raise UsageError(f"unknown {label('env', style)} {env!r}: use {environment_names()}") from None
-    if spec.name == "montezuma":
+    except ValueError as error:
+        known = f"unknown {label('env', style)} {env!r}: use {environment_names()}"
+        raise UsageError(str(error) if env.startswith("atari:") else known) from None
+    if spec.kind == "pool":
         try:
-            import envpool  # noqa: F401
-        except ImportError:
-            raise UsageError(ENVPOOL_MISSING) from None
+            import_envpool(env)
+            if env.startswith("atari:"):
+                check_game(atari_game(env.removeprefix("atari:")), env)
+        except (ImportError, ValueError) as error:
+            raise UsageError(str(error)) from None
 
 
 def check_methods(methods: Sequence[str], style: Style) -> tuple[str, ...]:
@@ -331,7 +334,7 @@ def static_with(env: str, overrides: dict[str, Any], style: Style) -> StaticConf
     pool_only = [name for name in POOL_ONLY if name in overrides and overrides[name] != STATIC_OPTIONS[name].default]
     if pool_only and environment_spec(env).kind != "pool":  # an environment in the program steps one per run
         raise UsageError(f"{label(STATIC_OPTIONS[pool_only[0]].public_name, style)} applies to environments stepped "
-                         f"through a pool of emulators (montezuma) only, not to {env} (a folder trained with it "
+                         f"through a pool of emulators (montezuma, atari:NAME) only, not to {env} (a folder trained with it "
                          "before resumes with --config FOLDER --out FOLDER)")
     static = StaticConfig(**{**environment_spec(env).defaults, "env": env, **overrides})
     message = next(iter(static.problems(style)), None)

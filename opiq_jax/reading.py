@@ -73,12 +73,13 @@ def program_finished(folder: Path) -> bool:
 
 def same_experiment(saved: dict, config: dict) -> bool:
     """Whether a saved ``config.json`` describes ``config``; static fields added since it was written
-    (absent from it) count as their defaults, and where its plugins live does not matter."""
+    (absent from it) count as their defaults, and neither where its plugins live nor what ``auto`` resolved to
+    (``resolved``: a run resumed on another device may resolve it otherwise) matters."""
     defaults = StaticConfig().to_dict()
     static = {k: v for k, v in config["static"].items()
               if k in saved.get("static", {}) or json.loads(json.dumps(v)) != json.loads(json.dumps(defaults.get(k)))}
-    def unplugged(c: dict) -> dict:
-        return {k: v for k, v in c.items() if k != "plugins"}
+    def unplugged(c: dict) -> dict:  # where plugins live, and what auto resolved to on a device, may differ
+        return {k: v for k, v in c.items() if k not in ("plugins", "resolved")}
 
     return unplugged(saved) == unplugged(json.loads(json.dumps({**config, "static": static})))
 

@@ -26,8 +26,8 @@ import socket
 import struct
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import ResultsError
+from .frame_store import SEGMENTS_FOLDER, DamagedSegment, FrameRings, Segment, assemble
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.csv"
@@ -131,15 +132,20 @@ def _leaf_header(path: str, x: Any) -> dict:
     return {"path": path, "shape": list(np.shape(x)), "dtype": jnp.dtype(x.dtype).name}
 
 
-def checkpoint_chunks(state: Any, chunk: int, metrics: tuple[dict, bytes] | None = None) -> Iterator[bytes]:
+def checkpoint_chunks(state: Any, chunk: int, metrics: tuple[dict, bytes] | None = None,
+                      apart: dict[str, dict] | None = None) -> Iterator[bytes]:
     """The checkpoint of ``state`` (arrays only: typed PRNG keys as their data) after ``chunk`` chunks, as a
     stream: magic, header, each array, the metrics' compressed copy, SHA-256. ``metrics``: the record of the
     ``metrics.csv`` rows the checkpoint covers and their copy (:meth:`MetricsLedger.checkpoint_part`).
+    ``apart``: leaves stored in files of their own (frame rings, :mod:`opiq_jax.frame_store`), by key path, with
+    what the header says of them instead of their bytes.
 
     Arrays are fetched from the device one at a time, so the host never holds a copy of the whole state.
     """
+    apart = apart or {}
     leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-    fields = {"chunk": chunk, "leaves": [_leaf_header(jax.tree_util.keystr(p), x) for p, x in leaves]}
+    fields = {"chunk": chunk, "leaves": [{**_leaf_header(jax.tree_util.keystr(p), x),
+                                         **apart.get(jax.tree_util.keystr(p), {})} for p, x in leaves]}
     if metrics is not None:
         fields["metrics"] = {**metrics[0], "copy": len(metrics[1])}
     header = json.dumps(fields)
@@ -150,22 +156,59 @@ def checkpoint_chunks(state: Any, chunk: int, metrics: tuple[dict, bytes] | None
         return data
 
     yield emit(CHECKPOINT_MAGIC + struct.pack("<Q", len(header)) + header.encode())
-    for _, leaf in leaves:
-        yield emit(np.ascontiguousarray(jax.device_get(leaf)).tobytes())
+    for path, leaf in leaves:
+        if jax.tree_util.keystr(path) not in apart:
+            yield emit(np.ascontiguousarray(jax.device_get(leaf)).tobytes())
     if metrics is not None:
         yield emit(metrics[1])
     yield digest.digest()
 
 
-def write_checkpoint(folder: Path, state: Any, chunk: int, metrics: tuple[dict, bytes] | None = None) -> None:
-    """Writes the checkpoint atomically, keeping the one before it as ``checkpoint.previous.msgpack``."""
+def write_checkpoint(folder: Path, state: Any, chunk: int, metrics: tuple[dict, bytes] | None = None,
+                     rings: FrameRings | None = None, frames_bound: int = 0) -> None:
+    """Writes the checkpoint atomically, keeping the one before it as ``checkpoint.previous.msgpack``. ``rings``:
+    the state's frame rings, saved apart as what changed (at most ``frames_bound`` frames per ring since the last
+    checkpoint; :mod:`opiq_jax.frame_store`) before the checkpoint that lists them; segments that neither
+    checkpoint lists any more are deleted after."""
     folder = Path(folder)
+    apart = {}
+    if rings is not None:
+        leaves = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(state)[0]}
+        name = f"seg-{chunk:09d}-{time.time_ns()}.bin"
+        apart[rings.frames_path] = rings.save(folder, leaves, frames_bound, name, atomic_write_chunks)
     tmp = folder / f".{CHECKPOINT_FILE}.new"
-    atomic_write_chunks(tmp, checkpoint_chunks(state, chunk, metrics))
+    atomic_write_chunks(tmp, checkpoint_chunks(state, chunk, metrics, apart))
     if (folder / CHECKPOINT_FILE).exists():
         os.replace(folder / CHECKPOINT_FILE, folder / PREVIOUS_CHECKPOINT_FILE)
     os.replace(tmp, folder / CHECKPOINT_FILE)
     fsync_folder(folder)
+    if (folder / SEGMENTS_FOLDER).is_dir():
+        delete_unlisted_segments(folder)
+
+
+def checkpoint_header(path: Path) -> dict | None:
+    """A checkpoint file's header alone (None if it has no readable one)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(CHECKPOINT_MAGIC) + 8)
+            if len(head) < len(CHECKPOINT_MAGIC) + 8 or not head.startswith(CHECKPOINT_MAGIC):
+                return None
+            (header_len,) = struct.unpack("<Q", head[len(CHECKPOINT_MAGIC):])
+            return json.loads(f.read(header_len))
+    except (OSError, ValueError):
+        return None
+
+
+def delete_unlisted_segments(folder: Path) -> None:
+    """Deletes the frame segments that neither the checkpoint nor the one before it lists (older ones, and any
+    left by a write that was cut off)."""
+    listed = set()
+    for checkpoint in (folder / CHECKPOINT_FILE, folder / PREVIOUS_CHECKPOINT_FILE):
+        header = checkpoint_header(checkpoint) or {}
+        listed |= {s["name"] for leaf in header.get("leaves", []) for s in leaf.get("segments", [])}
+    for path in (folder / SEGMENTS_FOLDER).iterdir():
+        if path.name not in listed:
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -179,6 +222,8 @@ class CheckpointFile:
     written before checkpoints kept them."""
     metrics_copy: bytes | None = None
     """Those rows' bytes, zlib-compressed."""
+    segments: dict[str, list] = field(default_factory=dict)
+    """The frame rings saved apart, by key path: the segments that made them up (:mod:`opiq_jax.frame_store`)."""
 
 
 class CorruptCheckpoint(ResultsError):
@@ -191,14 +236,10 @@ class IncompatibleCheckpoint(ResultsError):
 
 def checkpoint_chunk(path: Path) -> int | None:
     """The chunk a checkpoint file belongs to, from its header alone (None if there is no readable header)."""
+    header = checkpoint_header(path)
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(CHECKPOINT_MAGIC) + 8)
-            if len(head) < len(CHECKPOINT_MAGIC) + 8 or not head.startswith(CHECKPOINT_MAGIC):
-                return None
-            (header_len,) = struct.unpack("<Q", head[len(CHECKPOINT_MAGIC):])
-            return int(json.loads(f.read(header_len))["chunk"])
-    except (OSError, ValueError, KeyError):
+        return None if header is None else int(header["chunk"])
+    except (KeyError, TypeError, ValueError):
         return None
 
 
@@ -213,15 +254,29 @@ def read_checkpoint_file(path: Path) -> CheckpointFile:
         raise CorruptCheckpoint(f"{path} is truncated or damaged (its checksum does not match)")
     (header_len,) = struct.unpack("<Q", data[magic : magic + 8])
     header = json.loads(data[magic + 8 : magic + 8 + header_len])
-    offset, arrays = magic + 8 + header_len, {}
+    offset, arrays, segments = magic + 8 + header_len, {}, {}
     for leaf in header["leaves"]:
         dtype = jnp.dtype(leaf["dtype"])
+        if "segments" in leaf:  # a frame ring saved apart
+            segments[leaf["path"]] = leaf["segments"]
+            arrays[leaf["path"]] = frames_from_segments(Path(path), leaf)
+            continue
         size = int(np.prod(leaf["shape"], dtype=np.int64)) * dtype.itemsize
         arrays[leaf["path"]] = np.frombuffer(data, dtype, size // dtype.itemsize, offset).reshape(leaf["shape"])
         offset += size
     metrics = header.get("metrics")
     copy = None if metrics is None else data[offset : offset + int(metrics["copy"])]
-    return CheckpointFile(int(header["chunk"]), arrays, metrics, copy)
+    return CheckpointFile(int(header["chunk"]), arrays, metrics, copy, segments)
+
+
+def frames_from_segments(path: Path, leaf: dict) -> np.ndarray:
+    """The frame ring of checkpoint ``path``'s ``leaf``, from its segments; a :class:`CorruptCheckpoint` if one is
+    missing or damaged."""
+    try:
+        return assemble(path.parent, tuple(leaf["shape"]), np.dtype(leaf["dtype"]),
+                        [Segment.from_json(s) for s in leaf["segments"]])
+    except DamagedSegment as e:
+        raise CorruptCheckpoint(f"{path} cannot be restored: {e}") from None
 
 
 def read_checkpoint_arrays(path: Path) -> tuple[int, dict[str, np.ndarray]]:

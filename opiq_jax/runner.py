@@ -46,11 +46,13 @@ from .devices import shard_over_devices
 from .environments import environment_spec
 from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped
 from .experiment import Experiment, keys_from_data, keys_to_data, run_keys_for
+from .frame_store import FrameRings
 from .memory import state_bytes_per_run
 from .metrics_file import (
     METRICS_HEADER, MetricsLedger, MetricsRecord, append_metric_rows, resume_metrics, resume_metrics_without_copy,
     rows_without_checkpoint, set_aside_uncovered,
 )
+from .paths import ObservationPath
 from .reading import require_same_experiment
 from .results import (
     CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, Restored, atomic_write_bytes, newest_checkpoint,
@@ -222,6 +224,23 @@ class Progress:
     chunk: int  # chunks done (0: from the start)
     resumed: bool  # restored from a checkpoint
     ledger: MetricsLedger  # what metrics.csv holds, for the checkpoints (metrics_file)
+    rings: FrameRings | None = None  # the state's frame rings, saved apart by the checkpoints (frame_store)
+
+
+def frame_rings(path: ObservationPath, restored: Restored | None) -> FrameRings | None:
+    """How the checkpoints save the path's frame rings (None: the path has none, they go inline)."""
+    if path.rings_apart is None:
+        return None
+    rings = FrameRings(*path.rings_apart)
+    if restored is not None:
+        rings.restored(restored.file.segments.get(rings.frames_path), restored.file.arrays)
+    return rings
+
+
+def frames_bound(static: StaticConfig, chunks: int) -> int:
+    """The most frames a ring can have been written in ``chunks`` chunks: a frame per environment step of the
+    run's share, plus the first frames a start and a restart store."""
+    return chunks * static.log_every // static.envs_per_run + 2
 
 
 def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, pool_overrides: dict):
@@ -242,6 +261,9 @@ def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
     signals.checkpointed, signals.total = progress.chunk * static.log_every, static.total_steps
     pool = start_pool(experiment, progress.chunk, **pool_overrides) if is_pool(static) else None
     trainer, init, _ = trainer_for(static, pool)
+    resolved = {**experiment.to_json(), "resolved": trainer.agent.resolved()}  # what auto chose, on this device
+    atomic_write_bytes(out / CONFIG_FILE, json.dumps(resolved, indent=1).encode())
+    progress.rings = frame_rings(trainer.path, restored)
     if restored is None:
         state = init(run_keys, env_keys, hparams, *(() if pool is None else (pool.reset(),)))
     else:
@@ -286,6 +308,7 @@ def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop,
     bar = tqdm(total=static.total_steps, initial=chunk * static.log_every, unit="step", disable=not loop.progress,
                desc=f"{static.env} x{num_runs} runs", dynamic_ncols=True)
     started, last_checkpoint, chunk_seconds, done_here, flagged = time.monotonic(), time.monotonic(), 0.0, 0, set()
+    checkpointed_chunk = chunk
     while chunk < num_chunks:
         dispatched = time.monotonic()
         state, metrics = step_chunk(state)
@@ -301,8 +324,10 @@ def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop,
         due = time.monotonic() - last_checkpoint >= loop.checkpoint_seconds
         nonfinite = bool(np.any(np.asarray(metrics["nonfinite"]) > 0)) and loop.stop_on_nonfinite
         if chunk == num_chunks or out_of_time or stop or due or nonfinite or peer:
-            write_checkpoint(out, keys_to_data(state.replace(env=None)), chunk, progress.ledger.checkpoint_part())
+            write_checkpoint(out, keys_to_data(state.replace(env=None)), chunk, progress.ledger.checkpoint_part(),
+                             progress.rings, frames_bound(static, chunk - checkpointed_chunk))
             last_checkpoint, signals.checkpointed = time.monotonic(), chunk * static.log_every
+            checkpointed_chunk = chunk
             info.write(out, chunk, started, chunk_seconds, done_here)
         if done_here == 1 and (note := long_run_note(chunk_seconds, num_chunks - chunk, static, num_runs)):
             loop.say(note)

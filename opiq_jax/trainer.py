@@ -43,7 +43,7 @@ from .networks import init_params, make_bootstrapped_network, make_network
 from .parts import PARTS, Example, Part, checked_metrics, checked_output, checked_state, get_part
 from .paths import Batch, Decision, ObservationPath, Outcome, StepRecord
 from .paths.compact import CompactPath
-from .paths.pool import PoolPath
+from .paths.pool import ATARI_FRAMES, PoolPath
 from .state import ChunkStats, Counts, RunState, RunStats, TrainState
 from .target_values import target_values
 from .targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
@@ -133,7 +133,7 @@ def make_path(static: StaticConfig, env: Any = None) -> ObservationPath:
     if spec.kind == "pool":
         if env is None:
             raise ValueError(f"{static.env} is a pool environment: pass its pool (or PoolShapes) to make_train")
-        return PoolPath(env, static)
+        return PoolPath(env, static, spec.frames or ATARI_FRAMES)
 
     return CompactPath(spec.make(static) if env is None else env, static)
 
@@ -168,6 +168,16 @@ class Agent:
         self.uses_counts = any(part.uses_counts for part in self.parts)
         self.targets = target_values(static, path)
         self.hparam_options = hparam_options(self.parts)
+
+    def resolved(self) -> dict[str, str]:
+        """What runs where an option says ``auto`` or leaves the choice to the environment, in words: the network,
+        its precision and torso, the weight storage, the target values, the backward pass, and what is counted."""
+        maze = self.network_name == "maze_conv"
+        torso = ("pallas" if uses_pallas_torso(self.static, self.network_name) else "xla") if maze else "-"
+        return {"network": self.network_name + (f" with {self.num_heads} heads" if self.num_heads > 1 else ""),
+                "precision": self.static.precision, "maze_torso": torso, "weight_storage": self.weights.name,
+                "target_values": self.targets.name, "backward": self.backward.name,
+                "counted": self.path.counted if self.uses_counts else "nothing (no part of the program counts)"}
 
     def make_network(self, num_outputs: int):
         """A network of the Q-network's architecture with ``num_outputs`` outputs (parts' own networks: DORA's

@@ -51,7 +51,7 @@ class FakePool:
         t = jnp.zeros((self.num_envs,), jnp.int32)
         stack = jnp.repeat(jax.vmap(self.frame)(t, t)[:, None], 4, axis=1)
         no = jnp.zeros((self.num_envs,), bool)
-        handle = {"t": t, "stack": stack, "ended": no, "actions": t}
+        handle = {"t": t, "stack": stack, "ended": no, "actions": jnp.zeros_like(t)}  # two buffers: a step donates both
         return handle, jax.tree.map(np.asarray, self._output(t, stack, jnp.zeros(self.num_envs), no, no, ~no))
 
     def step(self, handle, actions):

@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "opiq_jax", "opiq_jax.config", "opiq_jax.errors", "opiq_jax.stop_signals", "opiq_jax.stats", "opiq_jax.envs",
         "opiq_jax.envs.*", "opiq_jax.counts", "opiq_jax.replay", "opiq_jax.frame_replay", "opiq_jax.targets",
         "opiq_jax.mlp_backward", "opiq_jax.maze_torso", "opiq_jax.networks", "opiq_jax.packed_state",
-        "opiq_jax.state", "opiq_jax.results", "opiq_jax.metrics_file", "opiq_jax.tracking", "opiq_jax.multihost",
+        "opiq_jax.state", "opiq_jax.results", "opiq_jax.frame_store", "opiq_jax.metrics_file", "opiq_jax.tracking", "opiq_jax.multihost",
         "opiq_jax.devices", "opiq_jax.presets")),
     ("the agent's pieces: observation paths, exploration parts, environment and method registries", (
         "opiq_jax.paths", "opiq_jax.paths.*", "opiq_jax.parts", "opiq_jax.parts.*", "opiq_jax.environments",

@@ -112,6 +112,11 @@ class ObservationPath(abc.ABC):
     can count."""
     metric_names: tuple[str, ...] = ()
     """Its own metrics, returned by :meth:`metrics`."""
+    counted: str = ""
+    """What its counts count, in words, as a results folder's ``config.json`` records it."""
+    rings_apart: tuple[str, str] | None = None
+    """A replay of frames too large to rewrite at every checkpoint: the key paths of its frames leaf and its
+    positions leaf in the training state, which checkpoints save as what changed (:mod:`opiq_jax.frame_store`)."""
     has_test_episode: ClassVar[bool] = False
     """Whether a greedy test episode is played in the program (:meth:`test_return`)."""
     has_cell_table: bool = False

@@ -72,6 +72,8 @@ class CompactPath(ObservationPath):
         self.obs_dim = int(np.prod(self.obs_shape))
         self.has_cell_table = bool(env.has_cell_table)
         self.horizon = int(env.default_params.max_steps_in_episode)
+        self.counted = (f"SimHash codes of {static.simhash_bits} bits of the observation"
+                        if static.count_features == "simhash" else "the environment's exact cell id")
         self.visit_sizes = {"states_visited": env.num_cells, "state_actions_visited": env.num_cells * env.num_actions}
 
     # ------------------------------------------------------------------ environment

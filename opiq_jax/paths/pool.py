@@ -1,4 +1,7 @@
-"""The pool path: one EnvPool pool holds every run's emulators (Montezuma's Revenge), replay of single frames.
+"""The pool path: one EnvPool pool holds every run's emulators (any Atari game), replay of single frames.
+
+What a game's frames mean to the agent comes with its environment's spec, as :class:`FrameFeatures` (what is
+counted, the reward learned from, whether there are rooms); this module names no game.
 
 * The pool holds ``envs_per_run`` environments per run (one by default, as the paper's agent), reshaped
   between the pool's ``[runs * envs]`` and ``[runs, envs]``. It is stepped through EnvPool's XLA
@@ -8,9 +11,12 @@
   (``buffer_size`` frames per run in all, split evenly; a minibatch draws an equal share from each ring),
   with 4-frame stacks rebuilt at sampling, never across an episode. EnvPool's reset step is stored as a
   ``first`` slot, so it is never a transition, never in an n-step window and never counted.
-* Counts are over the 8x11, 8-level feature of the newest frame (``counts.montezuma_code``).
-* Training rewards are clipped to [-1, 1] (then R-Subtract's constant is subtracted); episode returns are
-  reported unclipped; the room is RAM byte 3 and ``rooms_visited`` counts the distinct rooms seen.
+* Counts are over a code of the newest frame (``FrameFeatures.count_code``; for every Atari game the paper's
+  Montezuma feature, 8x11 pixels of 8 levels, ``counts.montezuma_code``).
+* Training rewards are the spec's (``FrameFeatures.train_reward``: clipped to [-1, 1] for Atari), then
+  R-Subtract's constant is subtracted; episode returns are reported unclipped. Where the game has rooms
+  (``FrameFeatures.num_rooms`` > 0: Montezuma's, RAM byte 3) ``rooms_visited`` counts the distinct rooms seen;
+  elsewhere there is no such metric.
 * The mixed Monte Carlo target: when an episode ends, each of its stored transitions gets its
   discounted clipped extrinsic return (``frame_replay.fill_episode_returns``, under a ``lax.cond`` taken
   only on steps where some run's episode ended), and the target is ``(1 - beta_mmc) y + beta_mmc G``
@@ -24,6 +30,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import chex
@@ -34,10 +42,28 @@ from flax import struct
 
 from .. import counts, frame_replay
 from ..config import StaticConfig
-from ..envs.montezuma import StepOutput, clip_reward, newest_frame
+from ..envs.atari import StepOutput, clip_reward, newest_frame
 from . import Batch, Decision, ObservationPath, Outcome
 
-NUM_ROOMS = 256  # RAM byte 3 takes byte values; Montezuma has 24 rooms per level
+NUM_ROOMS = 256  # a room is a RAM byte's value (Montezuma has 24 rooms per level)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameFeatures:
+    """What a pool environment's frames mean to the agent, declared by its environment's spec."""
+
+    count_code: Callable[[jax.Array], jax.Array] = counts.montezuma_code
+    """One frame ``uint8[84, 84]`` to the ``uint32`` code that is counted (the paper's Montezuma feature)."""
+    train_reward: Callable[[jax.Array], jax.Array] = clip_reward
+    """The game's rewards ``float32[...]`` as the agent learns from them (clipped to [-1, 1], as DQN on Atari)."""
+    num_rooms: int = 0
+    """How many values a step's ``room`` takes; 0: the game has no rooms (no ``rooms_visited`` metric)."""
+    counted: str = "the newest frame at 8x11 pixels of 8 levels (the paper's Montezuma feature)"
+    """What ``count_code`` is, in words (a results folder's ``config.json`` records it)."""
+
+
+ATARI_FRAMES = FrameFeatures()
+"""An Atari game without rooms: the paper's Montezuma feature counted, rewards clipped."""
 
 
 class PoolShapes(NamedTuple):
@@ -69,10 +95,12 @@ class PoolPath(ObservationPath):
     has_test_episode = False
     has_cell_table = False
     metric_names = ("env_restarts",)
-    visit_sizes = {"rooms_visited": NUM_ROOMS}
+    rings_apart = (".runs.memory.frames", ".runs.memory.position")  # 1M frames per run: saved as what changed
 
-    def __init__(self, pool: Any, static: StaticConfig):
-        self.pool, self.static = pool, static
+    def __init__(self, pool: Any, static: StaticConfig, frames: FrameFeatures = ATARI_FRAMES):
+        self.pool, self.static, self.frames = pool, static, frames
+        self.visit_sizes = {"rooms_visited": frames.num_rooms} if frames.num_rooms else {}
+        self.counted = frames.counted
         self.envs_per_run = static.envs_per_run
         self.overlaps = static.overlap
         self.num_actions = int(pool.num_actions)
@@ -137,7 +165,7 @@ class PoolPath(ObservationPath):
     def restart_run(self, run: Any, start: StepOutput) -> Any:
         memory = jax.vmap(self.add_first)(run.memory, start.obs)
         stats = run.stats
-        visited = {**stats.visited, "rooms_visited": stats.visited["rooms_visited"].at[start.room].set(True)}
+        visited = {name: seen.at[start.room].set(True) for name, seen in stats.visited.items()}  # rooms, if any
         stats = stats.replace(episode_return=jnp.zeros_like(stats.episode_return), visited=visited)
         env = run.env.replace(obs=start.obs, restarts=run.env.restarts + 1)
         return run.replace(env=env, memory=memory, stats=stats)
@@ -150,7 +178,7 @@ class PoolPath(ObservationPath):
 
     def count_columns(self, run: Any, frame: jax.Array) -> jax.Array:
         del run
-        return counts.sketch_columns(counts.montezuma_code(frame), self.static.sketch_rows, self.static.sketch_width)
+        return counts.sketch_columns(self.frames.count_code(frame), self.static.sketch_rows, self.static.sketch_width)
 
     # ------------------------------------------------------------------ replay
 
@@ -171,7 +199,7 @@ class PoolPath(ObservationPath):
 
     def remember(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[frame_replay.FrameReplay, None]:
         """Stores each environment's received frame with the transition that led to it."""
-        reward = clip_reward(outcome.reward) - run.hparams["reward_subtract"]
+        reward = self.frames.train_reward(outcome.reward) - run.hparams["reward_subtract"]
         memory = jax.vmap(frame_replay.add)(run.memory, newest_frame(outcome.obs), decision.actions, reward,
                                             outcome.terminated, outcome.truncated, outcome.first)
         return memory, None
@@ -226,10 +254,10 @@ class PoolPath(ObservationPath):
     # ------------------------------------------------------------------ statistics
 
     def initial_visits(self, env: PoolEnv, start: StepOutput) -> dict[str, jax.Array]:
-        return {"rooms_visited": jnp.zeros((NUM_ROOMS,), bool).at[start.room].set(True)}
+        return {name: jnp.zeros((size,), bool).at[start.room].set(True) for name, size in self.visit_sizes.items()}
 
     def visits(self, run: Any, decision: Decision, outcome: Outcome) -> dict[str, jax.Array]:
-        return {"rooms_visited": outcome.extra["room"]}
+        return {name: outcome.extra["room"] for name in self.visit_sizes}
 
     def start_state(self, run: Any) -> tuple[jax.Array, jax.Array]:
         """The run's first stack (every episode starts there: no random no-ops) and its newest frame."""
@@ -247,4 +275,5 @@ def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput
                       room=np.ones(num_envs, np.int32), lives=zeros.astype(np.int32))
 
 
-__all__ = ["NUM_ROOMS", "PoolEnv", "PoolPath", "PoolShapes", "first_output", "to_network_input"]
+__all__ = ["ATARI_FRAMES", "NUM_ROOMS", "FrameFeatures", "PoolEnv", "PoolPath", "PoolShapes", "first_output",
+           "to_network_input"]

@@ -1,0 +1,174 @@
+"""A checkpoint's frame rings, saved as what changed since the checkpoint before.
+
+A pool environment's replay holds 1M uint8 frames per run (6.6 GiB): written whole at every checkpoint it would
+cost more time and disk than an interval has. So a checkpoint stores the rings apart, in *segments*
+(``frames/seg-*.bin`` beside the checkpoint): each holds, per ring, the frames written since the previous
+checkpoint, as ``count`` slots from ``start`` (cyclically). The checkpoint's header lists the segments that make
+up the rings, oldest first; restoring starts from zeros (a ring's slots are zeros until written, as in the live
+state) and writes every listed segment in order. A segment is dropped from the list once every ring has
+been written ``capacity`` times after it (each of its slots then holds a later frame), so the list never holds
+more than about two rings' worth of frames, and no checkpoint ever rewrites a whole ring unless a whole ring
+was written since the one before.
+
+Every segment is written atomically (a temporary file, synced, renamed) before the checkpoint that lists it, and
+carries its own SHA-256; a segment that is missing or damaged makes its checkpoint unreadable, and the
+checkpoint before it is used. Files that neither the checkpoint nor the one before it list are deleted after
+each checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import numpy as np
+
+SEGMENTS_FOLDER = "frames"
+SEGMENT_MAGIC = b"OPIQSEG1"
+FETCH_FRAMES = 16_384
+"""Frames fetched from the device at a time (about 110 MiB of 84x84 frames): the host never holds a segment."""
+
+
+class DamagedSegment(Exception):
+    """A segment file that is missing, truncated or damaged (its checkpoint cannot be restored)."""
+
+
+@dataclass
+class Segment:
+    """One segment file: per ring, ``count`` frames written from slot ``start`` on (cyclically)."""
+
+    name: str
+    starts: list[int]
+    counts: list[int]
+    sha256: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "starts": self.starts, "counts": self.counts, "sha256": self.sha256}
+
+    @staticmethod
+    def from_json(data: dict) -> Segment:
+        return Segment(data["name"], list(data["starts"]), list(data["counts"]), data["sha256"])
+
+
+def slots(start: int, count: int, capacity: int) -> np.ndarray:
+    """The ring slots ``start, start + 1, ...`` (``count`` of them), wrapping at ``capacity``."""
+    return (start + np.arange(count, dtype=np.int64)) % capacity
+
+
+def written_ranges(before: np.ndarray | None, now: np.ndarray, capacity: int, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per ring, ``(starts, counts)`` of the slots written since the positions ``before`` (None: since the rings
+    were empty) to the positions ``now``, given that at most ``bound`` frames per ring were written in between.
+    When ``bound`` reaches the capacity the positions cannot tell, and the whole ring is taken (oldest first)."""
+    before = np.zeros_like(now) if before is None else before
+    if bound >= capacity:
+        return now % capacity, np.full_like(now, capacity)
+    return before % capacity, (now - before) % capacity
+
+
+def segment_chunks(frames: jax.Array, starts: np.ndarray, counts: np.ndarray) -> Iterator[bytes]:
+    """The segment file of ``frames`` (``[..., capacity, *frame]``, the rings in the leading axes, read in place:
+    a reshape could copy the whole replay on the device) at the given ranges, as a stream: magic, header, each
+    ring's frames, SHA-256 of all that comes before."""
+    lead, capacity, frame_shape = frames.shape[:-3], frames.shape[-3], frames.shape[-2:]
+    header = json.dumps({"starts": starts.tolist(), "counts": counts.tolist(), "frame_shape": list(frame_shape),
+                         "dtype": np.dtype(frames.dtype).name}).encode()
+    digest = hashlib.sha256()
+    head = SEGMENT_MAGIC + struct.pack("<Q", len(header)) + header
+    digest.update(head)
+    yield head
+    for ring, (start, count) in enumerate(zip(starts.tolist(), counts.tolist())):
+        indices, where = slots(start, count, capacity), tuple(int(i) for i in np.unravel_index(ring, lead))
+        for at in range(0, count, FETCH_FRAMES):
+            data = np.ascontiguousarray(jax.device_get(frames[(*where, indices[at: at + FETCH_FRAMES])])).tobytes()
+            digest.update(data)
+            yield data
+    yield digest.digest()
+
+
+def read_segment(path: Path, segment: Segment, frame_shape: tuple[int, ...], dtype: np.dtype) -> list[np.ndarray]:
+    """Each ring's frames of a segment file, its checksum verified; a :class:`DamagedSegment` if it is not sound."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DamagedSegment(f"its frame segment {path.name} cannot be read ({e.strerror or e})") from None
+    if len(data) < len(SEGMENT_MAGIC) + 40 or not data.startswith(SEGMENT_MAGIC):
+        raise DamagedSegment(f"its frame segment {path.name} is truncated or not a segment")
+    if data[-32:] != hashlib.sha256(data[:-32]).digest() or data[-32:].hex() != segment.sha256:
+        raise DamagedSegment(f"its frame segment {path.name} is damaged (its checksum does not match)")
+    (length,) = struct.unpack("<Q", data[len(SEGMENT_MAGIC): len(SEGMENT_MAGIC) + 8])
+    offset, size = len(SEGMENT_MAGIC) + 8 + length, int(np.prod(frame_shape)) * np.dtype(dtype).itemsize
+    rings = []
+    for count in segment.counts:
+        rings.append(np.frombuffer(data, dtype, count * size // np.dtype(dtype).itemsize, offset)
+                     .reshape((count, *frame_shape)))
+        offset += count * size
+    return rings
+
+
+def assemble(folder: Path, shape: tuple[int, ...], dtype: np.dtype, segments: list[Segment]) -> np.ndarray:
+    """The rings (``shape``: ``[..., capacity, *frame]``, rings in the leading axes) that ``segments`` make up."""
+    rings = np.zeros((int(np.prod(shape[:-3])), *shape[-3:]), dtype)
+    capacity = shape[-3]
+    for segment in segments:
+        frames = read_segment(folder / SEGMENTS_FOLDER / segment.name, segment, tuple(shape[-2:]), dtype)
+        for ring, (start, count) in enumerate(zip(segment.starts, segment.counts)):
+            rings[ring, slots(start, count, capacity)] = frames[ring]
+    return rings.reshape(shape)
+
+
+def still_needed(segments: list[Segment], capacity: int) -> list[Segment]:
+    """``segments`` without those that every ring has overwritten since: ``capacity`` frames written after one
+    cover each of its slots again."""
+    later = np.zeros(len(segments[-1].counts) if segments else 0, np.int64)
+    kept = []
+    for segment in reversed(segments):
+        if np.any(later < capacity):
+            kept.append(segment)
+        later += np.asarray(segment.counts)
+    return kept[::-1]
+
+
+@dataclass
+class FrameRings:
+    """What a program's checkpoints know of its frame rings: the state's leaves that hold them (key paths), the
+    segments that make them up, and the ring positions at the last checkpoint."""
+
+    frames_path: str
+    position_path: str
+    segments: list[Segment] = field(default_factory=list)
+    positions: np.ndarray | None = None
+    whole_next: bool = False
+    """The next checkpoint writes whole rings: the rings were restored from a checkpoint that kept them inline."""
+
+    def save(self, folder: Path, leaves: dict[str, jax.Array], bound: int, name: str, write_chunks) -> dict:
+        """Writes the segment of what changed since the last checkpoint (``bound``: at most that many frames per
+        ring were written since); returns the frames leaf's entry for the checkpoint's header. ``write_chunks``
+        writes a file atomically from a stream of bytes."""
+        frames, position = leaves[self.frames_path], np.asarray(jax.device_get(leaves[self.position_path]))
+        now, capacity = position.reshape(-1).astype(np.int64), frames.shape[-3]
+        starts, counts = written_ranges(self.positions, now, capacity, capacity if self.whole_next else bound)
+        last = {}
+
+        def remembering(stream):  # the file ends with its own SHA-256: keep it for the header
+            for piece in stream:
+                last["piece"] = piece
+                yield piece
+
+        (folder / SEGMENTS_FOLDER).mkdir(exist_ok=True)
+        write_chunks(folder / SEGMENTS_FOLDER / name, remembering(segment_chunks(frames, starts, counts)))
+        segment = Segment(name, starts.tolist(), counts.tolist(), last["piece"].hex())
+        self.segments = still_needed([*self.segments, segment], capacity)
+        self.positions, self.whole_next = now, False
+        return {"segments": [s.to_json() for s in self.segments]}
+
+    def restored(self, segments: list[dict] | None, arrays: dict[str, np.ndarray]) -> None:
+        """Continues from a restored checkpoint: its segments (None: it kept the rings inline, so the next
+        checkpoint writes them whole) and the positions its state holds."""
+        self.segments = [Segment.from_json(s) for s in segments or []]
+        self.positions = arrays[self.position_path].reshape(-1).astype(np.int64)
+        self.whole_next = segments is None
