@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from .compiled import is_pool, registered_parts, shape_trainer, start_shapes
-from .config import StaticConfig, make_hparams, stack_hparams
+from .config import STATIC_OPTIONS, StaticConfig, make_hparams, stack_hparams
 from .errors import DoesNotFit
 from .experiment import make_train_options
 
@@ -84,8 +84,8 @@ def require_fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM,
 def largest_buffer_that_fits(static: StaticConfig, num_runs: int, free: int, headroom: float) -> int | None:
     """The largest ``--buffer-size`` with which ``num_runs`` runs of ``static`` fit in ``free`` bytes (a run's state
     grows linearly with its replay: two sizes measured give the line), or None if none above a batch fits."""
-    envs = static.envs_per_run
-    smaller = max(static.batch_size + envs, static.rnd_batch, static.buffer_size // 2) // envs * envs
+    envs, least = static.envs_per_run, smallest_buffer(static)
+    smaller = max(least, static.buffer_size // 2) // envs * envs
     if smaller >= static.buffer_size:
         return None
     full, half = state_bytes_per_run(static), state_bytes_per_run(dataclasses.replace(static, buffer_size=smaller))
@@ -93,9 +93,21 @@ def largest_buffer_that_fits(static: StaticConfig, num_runs: int, free: int, hea
     if per_step <= 0:
         return None
     buffer = int((free / (headroom * num_runs) - (full - per_step * static.buffer_size)) // per_step) // envs * envs
-    while buffer > max(static.batch_size, static.rnd_batch) and not fits_in(static, buffer, num_runs, free, headroom):
+    while buffer >= least and not fits_in(static, buffer, num_runs, free, headroom):
         buffer = int(buffer * 0.95) // envs * envs  # the line is a shade optimistic: step down until it fits
-    return buffer if buffer > max(static.batch_size, static.rnd_batch) else None
+    return buffer if buffer >= least else None
+
+
+def smallest_buffer(static: StaticConfig) -> int:
+    """The smallest ``--buffer-size`` that ``static``'s checks allow (above a batch, and whatever its parts ask:
+    RND's recent states), a multiple of the environments per run."""
+    envs = static.envs_per_run
+    # A bound on the replay is another option's value (the batch, RND's batch): the least allowed size is one of
+    # them, or one above, rounded up to the environments per run.
+    values = [v for name in STATIC_OPTIONS if isinstance(v := getattr(static, name), int) and not isinstance(v, bool)]
+    candidates = sorted({-(-(v + k) // envs) * envs for v in values for k in (0, 1)} | {static.buffer_size})
+    return next(b for b in candidates if b == static.buffer_size or (
+        0 < b < static.buffer_size and not dataclasses.replace(static, buffer_size=b).problems()))
 
 
 def fits_in(static: StaticConfig, buffer: int, num_runs: int, free: int, headroom: float) -> bool:

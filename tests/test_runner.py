@@ -374,3 +374,14 @@ def test_the_grouping_into_programs_and_the_memory_check_happen_once_per_experim
           "--no-progress"])
     assert grouped.count(6) == 1  # the whole experiment (each program's own experiment groups its own runs)
     assert len(checked) == 2 and len(set(checked)) == 2  # the plain program's and RND's, once each
+
+
+def test_the_smallest_replay_a_plan_may_suggest_is_the_least_its_checks_allow():
+    """Above a batch, at least what the parts' checks ask (RND trains on its rnd_batch newest states: 32 by default,
+    100 here), a multiple of the environments per run."""
+    from opiq_jax.memory import smallest_buffer
+
+    assert smallest_buffer(static_for_env("chain", parts=("rnd",), batch_size=16, rnd_batch=100)) == 100
+    assert smallest_buffer(static_for_env("chain", batch_size=16)) == 32
+    assert smallest_buffer(static_for_env("chain", batch_size=64)) == 65
+    assert smallest_buffer(static_for_env("montezuma", envs_per_run=4)) == 36
