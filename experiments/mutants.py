@@ -38,6 +38,8 @@ ACTING = V + "test_trainer_acts_greedily_on_q_plus_with_c_action_not_c_bootstrap
 ACTING_TABLE = V + "test_greedy_action_is_argmax_of_q_plus_c_action_bonus_on_a_hand_made_count_table"
 RESUME = V + "test_resume_drops_the_rows_of_a_chunk_written_after_the_checkpoint_and_matches_an_uninterrupted_run"
 CHECKPOINTS = V + "test_checkpoints_read_back_the_newest_values_and_fall_back_past_a_damaged_one"
+FRAMES = "tests/test_frame_checkpoints.py::"
+ATARI = "tests/test_atari.py::"
 METRICS_RESTORED = ("tests/test_faults.py::test_a_damaged_metrics_file_is_restored_from_the_checkpoints_copy_and_the_"
                     "resume_leaves_no_gap")
 METRICS_KEPT = "tests/test_faults.py::test_rows_no_checkpoint_covers_are_kept_aside_never_deleted"
@@ -253,6 +255,26 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("reading-imports-the-programs", "opiq_jax/reading.py",
            "from .config import StaticConfig\n", "from .config import StaticConfig\nfrom .programs import run_methods\n",
            "a low module imports one above it (a circle through the host layer)", (LAYERS,)),
+    # ------------------------------------------------------------------ frame rings saved as what changed
+    Mutant("frames-keep-overwritten-segments", "opiq_jax/frame_store.py",
+           "        if np.any(later < capacity):", "        if True:",
+           "a checkpoint keeps listing segments every ring has overwritten", (FRAMES + "test_a_checkpoint_writes_the_new_frames_only_and_restores_the_same_state",)),
+    Mutant("frames-whole-rings-always", "opiq_jax/frame_store.py",
+           "    if bound >= capacity:", "    if True:",
+           "every checkpoint writes the whole rings again", (FRAMES + "test_the_frames_a_chunk_writes_are_bounded_by_its_steps",)),
+    Mutant("frames-unchecked-segment", "opiq_jax/frame_store.py",
+           "    if data[-32:] != hashlib.sha256(data[:-32]).digest() or data[-32:].hex() != segment.sha256:", "    if False:",
+           "a damaged segment is read as sound", (FRAMES + "test_a_damaged_segment_falls_back_to_the_checkpoint_before",)),
+    Mutant("frames-restore-unordered", "opiq_jax/frame_store.py",
+           "    for segment in segments:\n        frames = read_segment(", "    for segment in segments[::-1]:\n        frames = read_segment(",
+           "restoring writes older segments over newer ones", (FRAMES + "test_a_checkpoint_writes_the_new_frames_only_and_restores_the_same_state",)),
+    # ------------------------------------------------------------------ any Atari game on the pool path
+    Mutant("atari-rooms-everywhere", "opiq_jax/paths/pool.py",
+           '{"rooms_visited": frames.num_rooms} if frames.num_rooms else {}', '{"rooms_visited": NUM_ROOMS}',
+           "a game without rooms records rooms_visited", (ATARI + "test_rooms_visited_is_recorded_only_where_the_game_defines_rooms",)),
+    Mutant("atari-counts-montezumas-feature", "opiq_jax/paths/pool.py",
+           "counts.sketch_columns(self.frames.count_code(frame),", "counts.sketch_columns(counts.montezuma_code(frame),",
+           "the pool path counts Montezuma's feature whatever the spec says", (ATARI + "test_the_counts_are_of_the_code_the_spec_says",)),
     Mutant("runner-deletes-uncovered-metrics", "opiq_jax/runner.py",
            "            set_aside_uncovered(path, say)", "            pass",
            "a run whose checkpoints are gone deletes its metrics", (METRICS_KEPT,)),
