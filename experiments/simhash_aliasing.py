@@ -7,6 +7,8 @@ and so share their counts: aliasing in the features, before any count-min sketch
 
 ``python -m experiments.simhash_aliasing --out docs/results/simhash-aliasing`` writes ``aliasing.json``,
 ``aliasing.md`` and ``run_info.json``. CPU only, seconds.
+
+Reaches inside: opiq_jax.counts, to hash with the very SimHash functions that training counts with.
 """
 
 from __future__ import annotations
