@@ -25,6 +25,9 @@ A comparison folder holds a ``before_after.md`` (written by ``python -m experime
 whose first lines name its two input folders. It needs a command (1). Each of its input folders must
 itself be complete by this rule, and must be under ``docs/results/``.
 
+The README's tables: every number in a table's cells (its first column excepted) appears, to the table's
+precision, in a text file of a folder that the table or the paragraph above it cites.
+
 The pages themselves: README.md is at most 12,288 bytes. No page carries an internal issue number
 ("#12", "issue 21"). No page refers to the internal notes (REFERENCE.md, DESIGN.md) or to paths outside
 the repository (``../shared``).
@@ -194,3 +197,107 @@ def test_the_rule_catches_incomplete_folders(tmp_path, monkeypatch):
         f"before: {tmp_path.name}/good\n\nafter: {tmp_path.name}/bad\n\n| table |\n")
     found = problems(compare)
     assert found and all(f"{tmp_path.name}/bad" in p for p in found)
+
+
+# --------------------------------------------------------------------------------------------
+# The numbers in the README's tables come from the folders that the table or its paragraph cites.
+#
+# A table is checked when its lines, or the paragraph just above it, link to a folder under docs/results/.
+# Every number in its cells but the first column (the row's label) must appear, to the table's precision,
+# in a text file (.md, .json, .csv, .txt) of a cited folder's scope (itself, below, above up to its top).
+# "150k" is 150,000 in both places and "5,594" is 5594; "9.11" matches a file's 9.1104, "0.100" its 0.1.
+
+TABLE_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?k?(?!\w)")
+FILE_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?k?")
+TEXT_SUFFIXES = {".md", ".json", ".csv", ".txt"}
+
+
+def parse_number(token: str) -> tuple[float, int | None]:
+    """(value, decimals) of a number as written; decimals is None for "k" numbers (compared exactly)."""
+    token = token.strip(",").replace(",", "")
+    if token.endswith("k"):
+        return float(token[:-1]) * 1000, None
+    decimals = len(token.split(".")[1]) if "." in token and "e" not in token.lower() else 0
+    return float(token), decimals
+
+
+def tables_with_paragraphs(text: str) -> list[tuple[str, list[str]]]:
+    """Each markdown table of ``text`` with the paragraph above it: (paragraph, table lines)."""
+    blocks = re.split(r"\n\s*\n", text)
+    found = []
+    for i, block in enumerate(blocks):
+        lines = [line for line in block.splitlines() if line.startswith("|")]
+        if len(lines) >= 3 and re.match(r"^\|[-| :]+\|$", lines[1]):
+            found.append((blocks[i - 1] if i else "", block.splitlines()))
+    return found
+
+
+def cited_results(text: str, page: Path) -> list[Path]:
+    """The folders under docs/results that ``text`` links to (a file stands for its folder)."""
+    folders = []
+    for target in LINK.findall(text):
+        path = (page.parent / target.split("#")[0]).resolve()
+        if RESULTS in path.parents:
+            folders.append(path if path.is_dir() else path.parent)
+    return folders
+
+
+def known_numbers(folders: list[Path]) -> tuple[set[float], dict[int, set[float]]]:
+    """Every number in the cited folders' text files: exact values, and values rounded to each precision."""
+    exact, rounded = set(), {d: set() for d in range(7)}
+    files = {f for folder in folders for f in _files(_scope(folder)) if f.suffix in TEXT_SUFFIXES}
+    for f in files:
+        for token in FILE_NUMBER.findall(f.read_text(errors="replace")):
+            try:
+                value, _ = parse_number(token)
+            except ValueError:
+                continue
+            exact.add(value)
+            for d in rounded:
+                rounded[d].add(round(value, d))
+    return exact, rounded
+
+
+def unbacked_numbers(table: list[str], folders: list[Path]) -> list[str]:
+    """The cells' numbers (first column and header excepted) that no cited file holds."""
+    exact, rounded = known_numbers(folders)
+    missing = []
+    for line in table[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for cell in cells[1:]:
+            for token in TABLE_NUMBER.findall(cell):
+                value, decimals = parse_number(token)
+                ok = value in exact if decimals is None else round(value, decimals) in rounded[min(decimals, 6)]
+                if not ok:
+                    missing.append(f"{token!r} in row {cells[0]!r}")
+    return missing
+
+
+README_TABLES = [(p, t) for p, t in tables_with_paragraphs((ROOT / "README.md").read_text())
+                 if cited_results(p + "\n" + "\n".join(t), ROOT / "README.md")]
+
+
+def test_the_readme_has_cited_tables():
+    assert len(README_TABLES) >= 4
+
+
+@pytest.mark.parametrize("paragraph,table", README_TABLES, ids=lambda x: x[0][:40] if isinstance(x, list) else None)
+def test_readme_table_numbers_are_in_their_files(paragraph, table):
+    folders = cited_results(paragraph + "\n" + "\n".join(table), ROOT / "README.md")
+    missing = unbacked_numbers(table, folders)
+    assert not missing, f"not in {[str(f.relative_to(ROOT)) for f in folders]}: " + "; ".join(missing)
+
+
+def test_a_changed_number_is_caught(tmp_path, monkeypatch):
+    """The check itself: a table's number that its cited folder holds passes; a changed one fails."""
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "RESULTS", tmp_path / "docs" / "results")
+    run = tmp_path / "docs" / "results" / "run"
+    run.mkdir(parents=True)
+    (run / "summary.md").write_text("| opiq | 9.1104 | 150k–220k | 5594.2 |\n")
+    page = tmp_path / "README.md"
+    good = "Folder: [run](docs/results/run).\n\n| method | a | b | c |\n|---|---|---|---|\n| OPIQ | 9.11 | 150k | 5,594 |\n"
+    (paragraph, table), = tables_with_paragraphs(good)
+    assert unbacked_numbers(table, cited_results(paragraph, page)) == []
+    (paragraph, table), = tables_with_paragraphs(good.replace("9.11", "9.12"))
+    assert unbacked_numbers(table, cited_results(paragraph, page)) == ["'9.12' in row 'OPIQ'"]
