@@ -50,6 +50,7 @@ EnvPool facts this module relies on (EnvPool 1.2.5, checked by ``tests/test_mont
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, NamedTuple
 
 import jax
@@ -230,6 +231,9 @@ class AtariPool:
     ``[runs, envs]`` around ``step`` (a pool cannot be vmapped).
     """
 
+    spans_devices = False
+    """One pool: its runs stay on one device (:class:`DevicePools` splits them over several)."""
+
     def __init__(self, game: AtariGame, num_envs: int, seed: int, env: str = "atari", **overrides: Any):
         if num_envs <= 0:
             raise ValueError(f"num_envs must be positive, got {num_envs}")
@@ -283,3 +287,64 @@ class AtariPool:
         """The second half of :meth:`step`: waits for the results of the last :meth:`send`."""
         handle, (obs, reward, terminated, truncated, info) = self._xla_recv(handle)
         return handle, _step_output(obs, reward, terminated, truncated, info, self.game.room_ram_index)
+
+
+class DevicePools:
+    """Several pools, one per device of ``mesh``, stepped as one: the runs axis is split over the devices and each
+    device's runs step the emulators of their own pool.
+
+    ``pools[d]`` holds the environments of the ``d``-th block of runs (equal sizes; seeded so that environment ``i``
+    overall gets the seed one pool of them all would give it: ``seed + i``). ``reset`` gives the pools' handles side
+    by side (``uint8[8 * D]``) and their first observations, split over the devices like the runs.
+
+    ``step``, ``send`` and ``recv`` run *inside* a ``shard_map`` over the mesh's axis (the trainer runs each device's
+    runs that way), on one device's share: its handle ``uint8[8]`` and its ``envs_per_device`` actions. Each calls
+    its own device's pool through a ``lax.switch`` on the device's index, because EnvPool binds a pool to its XLA
+    functions when it makes them. The devices' emulators step at the same time, on threads of their own.
+    """
+
+    spans_devices = True
+
+    def __init__(self, pools: list[AtariPool], mesh: jax.sharding.Mesh, axis: str = "runs"):
+        if len(pools) != mesh.size:
+            raise ValueError(f"one pool per device: {len(pools)} pools for {mesh.size} devices")
+        if len({p.num_envs for p in pools}) != 1:
+            raise ValueError("the pools of the devices must be of one size")
+        self.pools, self.mesh, self.axis = list(pools), mesh, axis
+        first = self.pools[0]
+        self.game, self.settings = first.game, first.settings
+        self.envs_per_device = first.num_envs
+        self.num_envs = self.envs_per_device * len(self.pools)
+        self.num_actions, self.obs_shape, self.max_episode_steps = first.num_actions, first.obs_shape, first.max_episode_steps
+        self.by_device = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
+
+    def reset(self) -> tuple[jax.Array, StepOutput]:
+        """Resets every pool (host side): the handles side by side and the first observations, split like the runs."""
+        handles, outs = zip(*(p.reset() for p in self.pools))
+        handle = jax.device_put(np.concatenate([np.asarray(h) for h in handles]), self.by_device)
+        first = jax.tree.map(lambda *xs: jax.device_put(np.concatenate([np.asarray(x) for x in xs]), self.by_device),
+                             *outs)
+        return handle, first
+
+    def step(self, handle: jax.Array, actions: jax.Array) -> tuple[jax.Array, StepOutput]:
+        """This device's pool steps with this device's runs' ``actions`` (inside the ``shard_map``)."""
+        return self._on_this_device(lambda p, h, a: p.step(h, a), handle, actions)
+
+    def send(self, handle: jax.Array, actions: jax.Array) -> jax.Array:
+        """:meth:`AtariPool.send` on this device's pool (inside the ``shard_map``)."""
+        return self._on_this_device(lambda p, h, a: p.send(h, a), handle, actions)
+
+    def recv(self, handle: jax.Array) -> tuple[jax.Array, StepOutput]:
+        """:meth:`AtariPool.recv` on this device's pool (inside the ``shard_map``)."""
+        return self._on_this_device(lambda p, h: p.recv(h), handle)
+
+    def _on_this_device(self, call, *args):
+        branches = [lambda *a, p=p: call(p, *a) for p in self.pools]
+        return jax.lax.switch(jax.lax.axis_index(self.axis), branches, *args)
+
+
+def threads_per_pool(num_pools: int, envs_per_pool: int, cores: int | None = None) -> int:
+    """Emulator threads for each of ``num_pools`` pools: the host's cores shared out, never more than a pool's
+    environments (a thread per environment at most), at least one."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, min(envs_per_pool, cores // num_pools))

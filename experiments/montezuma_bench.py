@@ -11,6 +11,10 @@ Both use the same pool sizes and the same number of steps after a warm-up chunk 
 excluded, reported apart). Writes ``montezuma_bench.json`` and ``montezuma_bench.md`` into ``--out``.
 Run: ``python -m experiments.montezuma_bench --pool-sizes 4 16 --steps 4000``.
 
+``--devices N`` (N > 1) times raw EnvPool and the agent at each pool size (the total number of environments) on
+one device and again split over the first N local devices, a pool per device with the host's emulator threads
+shared out among the pools (as ``opiq-jax train`` does on a host with several GPUs).
+
 Reaches inside: the trainer, built around raw EnvPool pools, to time the agent against the emulators alone.
 """
 
@@ -40,6 +44,10 @@ class Args:
     """Replay frames per run for the agent (memory only; the step's work does not depend on it)."""
     out: Path = Path("results/montezuma-bench")
     """Where the table goes."""
+    devices: int = 1
+    """Also time each pool size split over this many local devices (a pool per device); 1: one device only."""
+    strict: bool = True
+    """Also time the agent without the overlap of emulators and learning."""
 
 
 def time_raw(pool_size: int, steps: int) -> dict:
@@ -63,11 +71,58 @@ def time_raw(pool_size: int, steps: int) -> dict:
     (handle, key), r = run(handle, key)
     jax.block_until_ready(r)
     seconds = time.perf_counter() - started
-    return dict(pool_size=pool_size, kind="raw", env_steps_per_second=steps * pool_size / seconds,
+    return dict(pool_size=pool_size, devices=1, kind="raw", env_steps_per_second=steps * pool_size / seconds,
                 first_call_seconds=compile_and_first)
 
 
-def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True) -> dict:
+def device_pools(pool_size: int, devices: int):
+    """``pool_size`` Montezuma environments as a pool per device over the first ``devices`` local devices."""
+    from opiq_jax.devices import devices_mesh
+    from opiq_jax.envs.atari import DevicePools, threads_per_pool
+    from opiq_jax.envs.montezuma import MontezumaPool
+
+    per = pool_size // devices
+    threads = threads_per_pool(devices, per)
+    pools = [MontezumaPool(num_envs=per, seed=d * per, num_threads=threads) for d in range(devices)]
+    return DevicePools(pools, devices_mesh(jax.local_devices()[:devices]))
+
+
+def time_raw_devices(pool_size: int, steps: int, devices: int) -> dict:
+    """Raw EnvPool, random actions, a pool per device, each device's scan stepping its own pool."""
+    from jax.sharding import PartitionSpec
+
+    pools = device_pools(pool_size, devices)
+    handle, _ = pools.reset()
+    keys = jax.device_put(jax.random.split(jax.random.key(0), devices), pools.by_device)
+
+    def local(handle, key):
+        def body(carry, _):
+            handle, key = carry
+            key, k = jax.random.split(key)
+            handle, out = pools.step(handle, jax.random.randint(k, (pools.envs_per_device,), 0, pools.num_actions))
+            return (handle, key), out.reward.sum()
+
+        (handle, key), r = jax.lax.scan(body, (handle, key[0]), None, length=steps)
+        return handle, key[None], r.sum()[None]
+
+    spec = PartitionSpec("runs")
+    run = jax.jit(jax.shard_map(local, mesh=pools.mesh, in_specs=(spec, spec), out_specs=(spec, spec, spec),
+                                check_vma=False))  # the pool call is opaque to the varying-axes check
+    started = time.perf_counter()
+    handle, keys, r = run(handle, keys)
+    jax.block_until_ready(r)
+    compile_and_first = time.perf_counter() - started
+    started = time.perf_counter()
+    handle, keys, r = run(handle, keys)
+    jax.block_until_ready(r)
+    seconds = time.perf_counter() - started
+    return dict(pool_size=pool_size, devices=devices, kind="raw", env_steps_per_second=steps * pool_size / seconds,
+                first_call_seconds=compile_and_first)
+
+
+def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True, devices: int = 1) -> dict:
+    from opiq_jax.compiled import chunk_program
+    from opiq_jax.devices import shard_over_devices
     from opiq_jax.envs.montezuma import MontezumaPool
     from opiq_jax.memory import state_bytes_per_run
     from opiq_jax.trainer import make_train
@@ -77,10 +132,12 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
     runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(pool_size))
     experiment = Experiment(static, runs)
     static = experiment.static
-    pool = MontezumaPool(num_envs=pool_size, seed=0)
+    pool = MontezumaPool(num_envs=pool_size, seed=0) if devices == 1 else device_pools(pool_size, devices)
     trainer = make_train(static, pool)
     state = jax.jit(trainer.init)(*run_keys_for(experiment), stack_hparams(experiment.hparams()), pool.reset())
-    chunk = jax.jit(trainer.train_chunk, donate_argnums=0)
+    if devices > 1:
+        state = shard_over_devices(state, pool_size)
+    chunk = chunk_program(trainer.train_chunk, state)
     started = time.perf_counter()
     state, metrics = chunk(state)
     jax.block_until_ready(metrics)
@@ -91,40 +148,54 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
     seconds = time.perf_counter() - started
     device = jax.local_devices()[0]
     peak = (device.memory_stats() or {}).get("peak_bytes_in_use") if hasattr(device, "memory_stats") else None
-    return dict(pool_size=pool_size, kind="agent" if overlap else "agent_strict", env_steps_per_second=steps * pool_size / seconds,
+    return dict(pool_size=pool_size, devices=devices, kind="agent" if overlap else "agent_strict", env_steps_per_second=steps * pool_size / seconds,
                 first_call_seconds=compile_and_first, peak_device_bytes=peak,
                 state_bytes_per_run=state_bytes_per_run(static), buffer_size=buffer_size,
                 paper_state_bytes_per_run=state_bytes_per_run(static_for_env("montezuma")))
 
 
 def table(rows: list[dict], device: str) -> str:
-    lines = [f"Montezuma throughput on {device} (environment steps per second, compile excluded).", "",
-             "| pool size | raw EnvPool | OPIQ agent | agent / raw | agent without overlap | its ratio |",
-             "|---|---|---|---|---|---|"]
-    for size in dict.fromkeys(r["pool_size"] for r in rows):
-        raw = next(r for r in rows if r["pool_size"] == size and r["kind"] == "raw")
-        agent = next(r for r in rows if r["pool_size"] == size and r["kind"] == "agent")
-        strict = next(r for r in rows if r["pool_size"] == size and r["kind"] == "agent_strict")
-        rate = {k: r["env_steps_per_second"] for k, r in (("raw", raw), ("agent", agent), ("strict", strict))}
-        lines.append(f"| {size} | {rate['raw']:,.0f} | {rate['agent']:,.0f} | {rate['agent'] / rate['raw']:.0%} | "
-                     f"{rate['strict']:,.0f} | {rate['strict'] / rate['raw']:.0%} |")
+    lines = [f"Montezuma throughput on {device} (environment steps per second, compile excluded; a pool per device "
+             "when split).", "",
+             "| environments | devices | raw EnvPool | OPIQ agent | agent / raw | agent without overlap | its ratio |",
+             "|---|---|---|---|---|---|---|"]
+    for size, devices in dict.fromkeys((r["pool_size"], r["devices"]) for r in rows):
+        rate = {r["kind"]: r["env_steps_per_second"] for r in rows if (r["pool_size"], r["devices"]) == (size, devices)}
+        strict = (f"{rate['agent_strict']:,.0f} | {rate['agent_strict'] / rate['raw']:.0%}" if "agent_strict" in rate
+                  else "not timed | ")
+        lines.append(f"| {size} | {devices} | {rate['raw']:,.0f} | {rate['agent']:,.0f} | {rate['agent'] / rate['raw']:.0%} | "
+                     f"{strict} |")
     agent = next(r for r in rows if r["kind"] == "agent")
     lines += ["", f"Device state per run: {agent['paper_state_bytes_per_run'] / 2**30:.2f} GiB with the paper's 1M-frame "
               f"replay ({agent['state_bytes_per_run'] / 2**20:.0f} MiB at the {agent['buffer_size']:,}-frame replay timed here)."]
     return "\n".join(lines)
 
 
+def time_size(size: int, args: Args, devices: int) -> list[dict]:
+    """Raw EnvPool and the agent (with and without overlap) at ``size`` environments on ``devices`` devices."""
+    raw = time_raw(size, args.steps) if devices == 1 else time_raw_devices(size, args.steps, devices)
+    rows = [raw, time_agent(size, args.steps, args.buffer_size, devices=devices)]
+    if args.strict:
+        rows.append(time_agent(size, args.steps, args.buffer_size, overlap=False, devices=devices))
+    print(*rows, sep="\n", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
+    if args.devices not in (1, jax.local_device_count()):
+        raise SystemExit(f"--devices is 1 or every local device ({jax.local_device_count()}), got {args.devices}")
+    if any(size % args.devices for size in args.pool_sizes):
+        raise SystemExit(f"every pool size must divide over {args.devices} devices, got {args.pool_sizes}")
     rows = []
     for size in args.pool_sizes:
-        rows.append(time_raw(size, args.steps))
-        rows.append(time_agent(size, args.steps, args.buffer_size))
-        rows.append(time_agent(size, args.steps, args.buffer_size, overlap=False))
-        print(*rows[-3:], sep="\n", flush=True)
-    device = jax.devices()[0].device_kind
+        rows += time_size(size, args, 1)
+        if args.devices > 1:
+            rows += time_size(size, args, args.devices)
+    device = f"{jax.local_device_count()} x {jax.devices()[0].device_kind}" if args.devices > 1 else jax.devices()[0].device_kind
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "montezuma_bench.json").write_text(json.dumps(dict(device=device, rows=rows), indent=1))
+    (args.out / "montezuma_bench.json").write_text(json.dumps(dict(device=device, args=vars(args) | {"out": str(args.out)},
+                                                                   rows=rows), indent=1))
     text = table(rows, device)
     (args.out / "montezuma_bench.md").write_text(text + "\n")
     print(text)

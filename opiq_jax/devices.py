@@ -23,12 +23,17 @@ def shard_over_devices(state, num_runs: int, say: Callable[[str], None] | None =
         if say:
             say(f"opiq-jax: {num_runs} runs do not divide over {len(devices)} devices; using one device")
         return state
-    mesh = Mesh(np.array(devices), ("runs",))
+    mesh = devices_mesh(devices)
     by_run, replicated = NamedSharding(mesh, PartitionSpec("runs")), NamedSharding(mesh, PartitionSpec())
     return state.replace(
         step=jax.device_put(state.step, replicated),
         runs=jax.tree.map(lambda x: jax.device_put(x, by_run), state.runs),
     )
+
+
+def devices_mesh(devices) -> Mesh:
+    """The one-axis mesh (``runs``) the runs are split over: the state's, and a pool per device's."""
+    return Mesh(np.array(devices), ("runs",))
 
 
 def runs_mesh(state) -> Mesh | None:

@@ -42,8 +42,9 @@ from tqdm.auto import tqdm
 from . import tracking
 from .compiled import compile_chunk, is_pool, shape_trainer, start_shapes, trainer_for
 from .config import LOOP_DEFAULTS, StaticConfig, stack_hparams
-from .devices import shard_over_devices
+from .devices import devices_mesh, shard_over_devices
 from .environments import environment_spec
+from .envs.atari import DevicePools, threads_per_pool
 from .errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped
 from .experiment import Experiment, keys_from_data, keys_to_data, run_keys_for
 from .frame_store import FrameRings
@@ -131,7 +132,20 @@ def start_pool(experiment: Experiment, resumed_at: int, **pool_overrides):
     the chunk it resumes at, so a resumed run does not replay the first episodes' randomness)."""
     static = experiment.static
     seed = experiment.seed if resumed_at == 0 else experiment.seed + 1_000_003 * resumed_at
-    return environment_spec(static.env).make(static, len(experiment.runs) * static.envs_per_run, seed, **pool_overrides)
+    make, num_envs, devices = environment_spec(static.env).make, len(experiment.runs) * static.envs_per_run, jax.local_devices()
+    if len(devices) == 1 or len(experiment.runs) % len(devices):
+        return make(static, num_envs, seed, **pool_overrides)
+    return pools_per_device(make, static, num_envs, seed, devices, **pool_overrides)
+
+
+def pools_per_device(make, static: StaticConfig, num_envs: int, seed: int, devices, **pool_overrides) -> DevicePools:
+    """A pool per device, each for its block of runs (seeded as one pool of them all would be), the host's emulator
+    threads shared out among them (or ``num_threads``, if given, for them all)."""
+    per_pool, count = num_envs // len(devices), len(devices)
+    total = pool_overrides.pop("num_threads", None)
+    threads = max(1, total // count) if total else threads_per_pool(count, per_pool)
+    pools = [make(static, per_pool, seed + d * per_pool, num_threads=threads, **pool_overrides) for d in range(count)]
+    return DevicePools(pools, devices_mesh(devices))
 
 
 def restore_checkpoint(out: Path, experiment: Experiment, hparams, run_keys, env_keys, say) -> Restored | None:
@@ -268,7 +282,7 @@ def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
         state = init(run_keys, env_keys, hparams, *(() if pool is None else (pool.reset(),)))
     else:
         state = restored.state if pool is None else trainer.path.restart(restored.state, pool)
-    if pool is None:  # a pool's emulators are one process's: its runs stay on one device
+    if pool is None or pool.spans_devices:  # a single pool's runs stay on its one device
         state = shard_over_devices(state, len(experiment.runs), loop.say)
     return trainer, state, progress
 

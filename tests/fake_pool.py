@@ -27,6 +27,7 @@ class FakePool:
 
     num_actions = 18
     obs_shape = (4, 84, 84)
+    spans_devices = False  # one pool: its runs stay on one device
 
     def __init__(self, num_envs: int, seed: int = 0, max_episode_steps: int = 30, reward_every: int = 7,
                  reward: float = 5.0, game_over_at: int | None = None):
