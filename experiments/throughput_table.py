@@ -196,7 +196,7 @@ def table_row(row: dict[str, Any], torch_rows: dict[str, dict | None]) -> str:
     this, base = row["this"].get("steps_per_s"), row["baseline"].get("steps_per_s")
     name = NAMES[row["env"]]
     if row["env"] == "montezuma":
-        base_text = f"({rate(base)}: the emulators alone)"
+        base_text = f"emulators alone: {rate(base)}"
         ratio = ""
     else:
         base_text = rate(base) if base else row["baseline"].get("error") or ""
@@ -219,29 +219,52 @@ def counts_note(rows: list[dict[str, Any]]) -> str:
     return "Counts: " + "; ".join(parts) + "."
 
 
-def markdown(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict | None]], device: str,
-             args: Args) -> str:
-    """The README-ready table and its notes."""
-    lines = [f"Environment steps per second on one {device}, every run learning at every step, OPIQ at the paper's "
-             "settings, compiles excluded.", "",
-             "| | runs | this project | plain vmapped JAX DQN + counts | this ÷ plain | PyTorch loop, one process, "
-             "CPU | the same on the GPU |", "|---|---|---|---|---|---|---|"]
-    lines += [table_row(row, torch_rows.get(row["env"], {})) for row in rows]
-    lines += ["", "This project's settings: " + "; ".join(f"{NAMES[r['env']]}, {SAFE_REASONS[r['env']]}" for r in rows) + ".",
-              counts_note(rows)]
+HEADER = ["| | runs | this project | plain vmapped JAX DQN + counts | this ÷ plain | PyTorch loop, one process, CPU "
+          "| the same, GPU |", "|---|---|---|---|---|---|---|"]
+"""The table's header lines."""
+
+
+def table_lines(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict | None]]) -> list[str]:
+    """The table: its header and one line per environment."""
+    return HEADER + [table_row(row, torch_rows.get(row["env"], {})) for row in rows]
+
+
+def readme_text(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict | None]], device: str) -> str:
+    """The table as the top-level README shows it, with a two-line note (``table.md``)."""
+    envs = [r["env"] for r in rows]
+    settings = {"chain": "the chain in bfloat16 with packed weight storage", "maze": "the maze in bfloat16",
+                "montezuma": "Montezuma at the defaults"}
+    note = [f"This project: {', '.join(settings[e] for e in envs)}."]
+    if set(envs) & {"chain", "maze"}:
+        note.append("Both JAX columns count chain and maze cells exactly (the paper: SimHash codes).")
+    if "montezuma" in envs:
+        note.append("Montezuma counts the paper's 8 × 11 frame feature; the plain baseline has no Atari form, "
+                    "so its row gives the emulators alone.")
+    note.append("The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
+                "not their code.")
+    intro = f"Environment steps per second on one {device}, every run learning, OPIQ at the paper's settings:"
+    return "\n".join([intro, "", *table_lines(rows, torch_rows), "", " ".join(note)])
+
+
+def notes(rows: list[dict[str, Any]], args: Args) -> str:
+    """The full notes under the table in the folder's README."""
+    lines = ["This project's settings: " + "; ".join(f"{NAMES[r['env']]}, {SAFE_REASONS[r['env']]}" for r in rows)
+             + ". Every run learns at every step; compiles are excluded.", "", counts_note(rows)]
     if any(r["env"] == "maze" for r in rows):
-        lines.append(f"The maze's replay holds {args.maze_buffer:,} steps per run in both JAX columns (the plain "
-                     "baseline stores whole observations).")
+        lines += ["", f"The maze's replay holds {args.maze_buffer:,} steps per run in both JAX columns (the plain "
+                  "baseline stores whole observations)."]
     if any(r["env"] == "montezuma" for r in rows):
-        lines.append("The plain baseline has no Atari form: Montezuma's row gives, in brackets, the pool's emulators "
-                     "alone, the ceiling of any agent on it.")
-    lines.append("The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
-                 "not their code (`experiments/torch_loop.py`): one run per process, one update per step; "
-                 "a card shared by P such processes gives at most P times its figure.")
+        lines += ["", f"Montezuma: one EnvPool pool of {args.montezuma_pool} environments, a replay of "
+                  f"{args.montezuma_buffer:,} frames per run. The plain baseline has no Atari form: the row gives, in "
+                  "that column, the pool's emulators alone stepping random actions, the ceiling of any agent on it."]
+    lines += ["", "The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
+              "not their code (`experiments/torch_loop.py`): one run per process, SimHash counts in a Python dict, "
+              "one minibatch update per environment step, one torch CPU thread."]
     return "\n".join(lines)
 
 
-def write_folder(out: Path, report: dict[str, Any], table: str, log: dict[str, float], argv: list[str]) -> None:
+def write_folder(out: Path, report: dict[str, Any], table: str, extra: str, log: dict[str, float],
+                 argv: list[str]) -> None:
     """``table.md``, ``README.md``, ``throughput.json`` and ``run_info.json`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m experiments.throughput_table " + " ".join(argv)
@@ -251,7 +274,7 @@ def write_folder(out: Path, report: dict[str, Any], table: str, log: dict[str, f
                     seconds_per_measurement=log, seconds=round(sum(log.values()), 1))
     (out / "run_info.json").write_text(json.dumps(run_info, indent=1) + "\n")
     (out / "README.md").write_text("\n".join([
-        "# Throughput table", "", f"`{command}`", "", table, "",
+        "# Throughput table", "", f"`{command}`", "", table, "", extra, "",
         "- `table.md`: the table above, as the top-level README shows it;",
         "- `throughput.json`: every figure (rates, compile and first-call seconds, memory, settings);",
         "- `run_info.json`: the device, the JAX and torch versions, the command and the wall-clock of each "
@@ -283,8 +306,8 @@ def main(argv: list[str] | None = None) -> None:
     report = dict(device=device, device_count=jax.device_count(), jax=jax.__version__, torch=torch_version,
                   options=json.loads(json.dumps(dataclasses.asdict(args), default=str)), rows=rows,
                   torch_loops=torch_rows, torch_label=TORCH_LABEL)
-    table = markdown(rows, torch_rows, device, args)
-    write_folder(args.out, report, table, log, argv)
+    table = readme_text(rows, torch_rows, device)
+    write_folder(args.out, report, table, notes(rows, args), log, argv)
     print(table, flush=True)
     say(f"wrote {args.out}")
 
