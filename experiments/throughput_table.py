@@ -264,21 +264,22 @@ def notes(rows: list[dict[str, Any]], args: Args) -> str:
 
 
 def write_folder(out: Path, report: dict[str, Any], table: str, extra: str, log: dict[str, float],
-                 argv: list[str]) -> None:
+                 argv: list[str], started: float) -> None:
     """``table.md``, ``README.md``, ``throughput.json`` and ``run_info.json`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m experiments.throughput_table " + " ".join(argv)
     (out / "table.md").write_text(table + "\n")
     (out / "throughput.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     run_info = dict(device=report["device"], jax=report["jax"], torch=report.get("torch"), command=command,
-                    seconds_per_measurement=log, seconds=round(sum(log.values()), 1))
+                    cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), seconds_per_measurement=log,
+                    seconds=round(time.perf_counter() - started, 1))
     (out / "run_info.json").write_text(json.dumps(run_info, indent=1) + "\n")
     (out / "README.md").write_text("\n".join([
         "# Throughput table", "", f"`{command}`", "", table, "", extra, "",
         "- `table.md`: the table above, as the top-level README shows it;",
         "- `throughput.json`: every figure (rates, compile and first-call seconds, memory, settings);",
-        "- `run_info.json`: the device, the JAX and torch versions, the command and the wall-clock of each "
-        "measurement, compiles included.", ""]))
+        "- `run_info.json`: the device, the JAX and torch versions, the command, the wall-clock of each "
+        "measurement (compiles included) and of the whole command.", ""]))
 
 
 def measure_all(args: Args, log: dict[str, float]) -> tuple[list[dict], dict[str, dict[str, dict | None]]]:
@@ -292,6 +293,7 @@ def measure_all(args: Args, log: dict[str, float]) -> tuple[list[dict], dict[str
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: measures, prints the table and writes the folder."""
+    started = time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = resolved(tyro.cli(Args, args=argv))
     log: dict[str, float] = {}
@@ -307,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
                   options=json.loads(json.dumps(dataclasses.asdict(args), default=str)), rows=rows,
                   torch_loops=torch_rows, torch_label=TORCH_LABEL)
     table = readme_text(rows, torch_rows, device)
-    write_folder(args.out, report, table, notes(rows, args), log, argv)
+    write_folder(args.out, report, table, notes(rows, args), log, argv, started)
     print(table, flush=True)
     say(f"wrote {args.out}")
 
