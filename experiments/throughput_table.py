@@ -13,7 +13,7 @@ on one card:
   any agent on that pool);
 * **a PyTorch loop in the authors' structure (one environment per process), not their code**
   (``experiments/torch_loop.py``), per process, on the CPU and on the GPU, each in a subprocess of its own
-  (chain and maze; it is skipped where torch is not importable).
+  (skipped where torch is not importable).
 
 Counts are exact cell counts on the chain and the maze for both JAX columns (the paper hashes with SimHash; the
 PyTorch loop does, as the authors' code does); Montezuma counts the paper's 8 x 11 frame feature.
@@ -89,7 +89,9 @@ class Args:
     montezuma_buffer: int = 100_000
     """Replay frames per Montezuma run (the step's work does not depend on it; the paper's 1M would not fit)."""
     torch_steps: int = 3_000
-    """Timed steps of the PyTorch loop per process."""
+    """Timed steps of the PyTorch loop per process on the chain and the maze."""
+    montezuma_torch_steps: int = 1_000
+    """Timed steps of the PyTorch loop per process on Montezuma (its replay: ``--montezuma-buffer`` stacks)."""
     torch_devices: tuple[str, ...] = ("cpu", "cuda")
     """Devices of the PyTorch loop (cuda is skipped where torch sees no GPU)."""
     quick: bool = False
@@ -99,7 +101,8 @@ class Args:
 
 
 QUICK = dict(chain_runs=4, maze_runs=2, maze_buffer=1_000, montezuma_pool=2, steps=50, baseline_steps=10, repeats=1,
-             montezuma_steps=20, montezuma_buffer=1_000, torch_steps=30)
+             montezuma_steps=20, montezuma_buffer=1_000, torch_steps=30,
+             montezuma_torch_steps=20)
 """What ``--quick`` sets."""
 
 
@@ -166,7 +169,7 @@ def measure_montezuma(args: Args, log: dict[str, float]) -> dict[str, Any]:
                 baseline_kind="EnvPool's emulators alone, random actions (no plain DQN exists for Atari)")
 
 
-def measure_torch(env: str, device: str, steps: int, log: dict[str, float]) -> dict[str, Any] | None:
+def measure_torch(env: str, device: str, args: Args, log: dict[str, float]) -> dict[str, Any] | None:
     """The PyTorch loop on ``env`` and ``device`` in a subprocess of its own (JAX on the CPU there); None where
     torch is missing or sees no such device."""
     if importlib.util.find_spec("torch") is None:
@@ -176,7 +179,10 @@ def measure_torch(env: str, device: str, steps: int, log: dict[str, float]) -> d
                                capture_output=True, text=True)
         if probe.stdout.strip() != "True":
             return None
+    steps = args.montezuma_torch_steps if env == "montezuma" else args.torch_steps
     command = [sys.executable, "-m", "experiments.torch_loop", "--env", env, "--steps", str(steps), "--device", device]
+    if env == "montezuma":
+        command += ["--buffer-size", str(args.montezuma_buffer)]
     environment = {**os.environ, "JAX_PLATFORMS": "cpu"}
     done = timed(log, f"{env}: PyTorch loop, one process, {device}",
                  lambda: subprocess.run(command, capture_output=True, text=True, env=environment,
@@ -213,9 +219,9 @@ def counts_note(rows: list[dict[str, Any]]) -> str:
     parts = []
     if envs & {"chain", "maze"}:
         parts.append("on the chain and the maze both JAX columns count exact cells (the paper counts SimHash codes; "
-                     "`opiq-jax train` does too by default), the PyTorch loop SimHash codes in a Python dict")
+                     "`opiq-jax train` does too by default), the PyTorch loop SimHash codes")
     if "montezuma" in envs:
-        parts.append("Montezuma counts the paper's 8 × 11 frame feature")
+        parts.append("Montezuma counts the paper's 8 × 11 frame feature in every column")
     return "Counts: " + "; ".join(parts) + "."
 
 
@@ -258,8 +264,10 @@ def notes(rows: list[dict[str, Any]], args: Args) -> str:
                   f"{args.montezuma_buffer:,} frames per run. The plain baseline has no Atari form: the row gives, in "
                   "that column, the pool's emulators alone stepping random actions, the ceiling of any agent on it."]
     lines += ["", "The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
-              "not their code (`experiments/torch_loop.py`): one run per process, SimHash counts in a Python dict, "
-              "one minibatch update per environment step, one torch CPU thread."]
+              "not their code (`experiments/torch_loop.py`): one run per process, counts in a Python dict (SimHash "
+              "codes on the chain and the maze, the 8 × 11 frame feature on Montezuma), one minibatch update per "
+              "environment step (Montezuma: every 4 steps, without the mixed Monte Carlo return), one torch CPU "
+              "thread."]
     return "\n".join(lines)
 
 
@@ -285,8 +293,7 @@ def write_folder(out: Path, report: dict[str, Any], table: str, extra: str, log:
 def measure_all(args: Args, log: dict[str, float]) -> tuple[list[dict], dict[str, dict[str, dict | None]]]:
     """Every measurement: the PyTorch loops first (before this process's JAX takes the card), then JAX."""
     envs = [e for e in args.envs if e != "montezuma" or importlib.util.find_spec("envpool") is not None]
-    torch_rows = {env: {device: measure_torch(env, device, args.torch_steps, log) for device in args.torch_devices}
-                  for env in envs if env != "montezuma"}
+    torch_rows = {env: {device: measure_torch(env, device, args, log) for device in args.torch_devices} for env in envs}
     rows = [measure_montezuma(args, log) if env == "montezuma" else measure_jax_env(env, args, log) for env in envs]
     return rows, torch_rows
 

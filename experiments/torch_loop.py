@@ -4,20 +4,25 @@ The authors' OPIQ code trains one run per process: act, store, then one minibatc
 step, with pseudocounts kept in Python. Their code is not part of this project, so this module rebuilds that
 structure to measure what one such process does per second, on a CPU or a GPU:
 
-* one environment of this project (the chain or the maze), stepped one step at a time on the CPU by a jitted
-  JAX function (the observation is copied to a NumPy array each step);
-* the paper's network in PyTorch: the chain's MLP of 256 x 256 on the thermometer observation, or the maze's two
-  3 x 3 stride-2 convolutions of 16 channels, FC 400 and FC 200;
-* SimHash pseudocounts (``sign(A @ obs)``, A Gaussian with the environment's bits) in a Python dict per code;
+* one environment: this project's chain or maze, stepped one step at a time on the CPU by a jitted JAX function
+  (the observation is copied to a NumPy array each step), or one EnvPool Montezuma's Revenge with the paper's
+  settings (``opiq_jax.envs.atari.make_envpool``, one environment);
+* the paper's network in PyTorch: the chain's MLP of 256 x 256 on the thermometer observation, the maze's two
+  3 x 3 stride-2 convolutions of 16 channels, FC 400 and FC 200, or the Nature DQN network on Montezuma's
+  stack of four 84 x 84 frames;
+* pseudocounts in a Python dict per code: SimHash codes (``sign(A @ obs)``, A Gaussian with the environment's
+  bits) on the chain and the maze, the paper's 8 x 11 frame feature of 8 levels on Montezuma (without the mixed
+  Monte Carlo return);
 * OPIQ's acting on ``Q+ = Q + C_action / (N + 1)^M`` (epsilon-greedy), the intrinsic reward ``beta / sqrt(N)``
   and the bootstrap ``max_a' Q_target + C_bootstrap / (N + 1)^M``, n-step targets cut at episode ends;
 * replay of the environment's size in NumPy arrays; from ``batch + 1`` stored steps on, one update per
   environment step: MSE TD loss, global-norm clip, RMSProp (lr 5e-4, decay 0.99, eps 1e-8), a target network
-  copied every ``target_update`` steps. The batch, n, replay size, clip and target period are this project's
+  copied every ``target_update`` steps (Montezuma: one update every 4 steps, rewards clipped to [-1, 1]).
+  The batch, n, the update period, replay size, clip and target period are this project's
   settings for the environment (``opiq_jax.environments``), the hyperparameters OPIQ's paper ones.
 
 It prints one JSON line: environment steps per second of this one process, timed after a warm-up.
-Run: ``python -m experiments.torch_loop --env chain --steps 3000 --device cpu``.
+Run: ``python -m experiments.torch_loop --env chain --steps 3000 --device cpu`` (``--env montezuma`` needs EnvPool).
 Torch is not a dependency of opiq-jax; without it this exits with a one-line error.
 """
 
@@ -37,7 +42,7 @@ LABEL = "a PyTorch loop in the authors' structure (one environment per process),
 
 @dataclass
 class Args:
-    env: Literal["chain", "maze"] = "chain"
+    env: Literal["chain", "maze", "montezuma"] = "chain"
     """The environment of the one run."""
     steps: int = 3_000
     """Timed environment steps (after the warm-up)."""
@@ -48,6 +53,8 @@ class Args:
     threads: int = 1
     """Torch CPU threads (1: as when one process per core runs)."""
     seed: int = 0
+    buffer_size: int | None = None
+    """Replay steps (default: the environment's; Montezuma's 1M stacks of frames would take 56 GB here)."""
 
 
 def import_torch() -> Any:
@@ -65,29 +72,35 @@ def make_network(torch: Any, env: str, obs_shape: tuple[int, ...], num_actions: 
     if env == "chain":
         return nn.Sequential(nn.Linear(obs_shape[0], 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                              nn.Linear(256, num_actions))
+    if env == "montezuma":  # the Nature DQN network on [4, 84, 84] frames
+        return nn.Sequential(
+            nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(),
+            nn.Linear(512, num_actions))
     return nn.Sequential(  # maze: [24, 24, 1] observations, channels moved first in `to_input`
         nn.Conv2d(obs_shape[-1], 16, 3, stride=2), nn.ReLU(), nn.Conv2d(16, 16, 3, stride=2), nn.ReLU(),
         nn.Flatten(), nn.Linear(16 * 5 * 5, 400), nn.ReLU(), nn.Linear(400, 200), nn.Linear(200, num_actions))
 
 
 def to_input(torch: Any, obs: np.ndarray, device: Any) -> Any:
-    """A batch of observations as the network's input tensor (images channels first)."""
+    """A batch of observations as the network's input tensor: the maze's channels moved first, frames (uint8)
+    scaled to [0, 1] on the device."""
     tensor = torch.from_numpy(np.ascontiguousarray(obs)).to(device)
+    if tensor.dtype == torch.uint8:
+        return tensor.float() / 255.0
     return tensor.permute(0, 3, 1, 2) if tensor.ndim == 4 else tensor
 
 
-class SimHashCounts:
-    """Pseudocounts per (SimHash code, action) in a Python dict, as a per-process loop keeps them."""
+class Counts:
+    """Pseudocounts per (code, action) in a Python dict, as a per-process loop keeps them; ``codes`` is the
+    subclass's."""
 
-    def __init__(self, bits: int, obs_size: int, num_actions: int, rng: np.random.Generator):
-        self.matrix = rng.standard_normal((bits, obs_size)).astype(np.float32)
+    def __init__(self, num_actions: int):
         self.num_actions = num_actions
         self.table: dict[bytes, np.ndarray] = {}
 
     def codes(self, obs: np.ndarray) -> list[bytes]:
-        """The code of each observation in a batch ``[B, ...]``."""
-        signs = obs.reshape(len(obs), -1) @ self.matrix.T > 0
-        return [row.tobytes() for row in np.packbits(signs, axis=1)]
+        raise NotImplementedError
 
     def counts(self, codes: list[bytes]) -> np.ndarray:
         """``int[B, actions]``: the counts of every action at each code."""
@@ -98,13 +111,39 @@ class SimHashCounts:
         self.table.setdefault(code, np.zeros(self.num_actions, np.int64))[action] += 1
 
 
+class SimHashCounts(Counts):
+    """Counts of SimHash codes ``sign(A @ obs)``, A Gaussian of ``bits`` rows."""
+
+    def __init__(self, bits: int, obs_size: int, num_actions: int, rng: np.random.Generator):
+        super().__init__(num_actions)
+        self.matrix = rng.standard_normal((bits, obs_size)).astype(np.float32)
+
+    def codes(self, obs: np.ndarray) -> list[bytes]:
+        """The code of each observation in a batch ``[B, ...]``."""
+        signs = obs.reshape(len(obs), -1) @ self.matrix.T > 0
+        return [row.tobytes() for row in np.packbits(signs, axis=1)]
+
+
+class FrameCounts(Counts):
+    """Counts of the paper's Montezuma feature: the newest frame area-downsampled to 8 x 11, in 8 levels (the
+    weights of ``opiq_jax.counts``)."""
+
+    def codes(self, obs: np.ndarray) -> list[bytes]:
+        """The code of each stack of frames in a batch ``[B, 4, 84, 84]``."""
+        from opiq_jax.counts import _MR_COLS, _MR_ROWS
+
+        small = _MR_ROWS @ obs[:, -1].astype(np.float32) @ _MR_COLS.T
+        levels = np.clip(np.floor(small / 32.0 + 1e-4), 0, 7).astype(np.uint8)
+        return [row.tobytes() for row in levels]
+
+
 class Replay:
     """A ring of transitions in NumPy arrays: observation, action, reward, terminal, episode end, next observation."""
 
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...]):
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.float32):
         self.capacity, self.size, self.position = capacity, 0, 0
-        self.obs = np.zeros((capacity, *obs_shape), np.float32)
-        self.next_obs = np.zeros((capacity, *obs_shape), np.float32)
+        self.obs = np.zeros((capacity, *obs_shape), dtype)
+        self.next_obs = np.zeros((capacity, *obs_shape), dtype)
         self.action = np.zeros(capacity, np.int64)
         self.reward = np.zeros(capacity, np.float32)
         self.terminal = np.zeros(capacity, np.float32)
@@ -147,6 +186,22 @@ def make_env_step(env_name: str, seed: int) -> tuple[Any, Any, np.ndarray, int]:
 
     obs, state = env.reset_env(jax.random.key(0), params)
     return step, state, np.array(obs), env.num_actions
+
+
+def make_pool_step(seed: int) -> tuple[Any, Any, np.ndarray, int]:
+    """One EnvPool Montezuma's Revenge with the paper's settings, in the form of :func:`make_env_step`
+    (``state`` is unused; the reward is clipped to [-1, 1])."""
+    from opiq_jax.envs.atari import atari_game, make_envpool
+
+    pool = make_envpool(atari_game("MontezumaRevenge"), 1, seed, env="montezuma")
+
+    def step(state, action):
+        next_obs, reward, terminated, truncated, _ = pool.step(np.array([action]))
+        done = bool(terminated[0] or truncated[0])
+        following = pool.reset()[0][0] if done else next_obs[0]
+        return next_obs[0], np.clip(reward[0], -1.0, 1.0), bool(terminated[0]), done, state, following
+
+    return step, None, pool.reset()[0][0], int(pool.action_space.n)
 
 
 @dataclass
@@ -232,10 +287,12 @@ def run_loop(args: Args) -> dict[str, Any]:
                           "cpu" if args.device == "auto" else args.device)
     static, hparams = static_for_env(args.env), method_hparams(args.env, "opiq")
     rng = np.random.default_rng(args.seed)
-    env_step, state, obs, num_actions = make_env_step(args.env, args.seed)
+    atari = args.env == "montezuma"
+    env_step, state, obs, num_actions = make_pool_step(args.seed) if atari else make_env_step(args.env, args.seed)
     learner = make_learner(torch, args.env, obs.shape, num_actions, device, hparams, static)
-    counts = SimHashCounts(static.simhash_bits, obs.size, num_actions, rng)
-    replay = Replay(static.buffer_size, obs.shape)
+    counts = FrameCounts(num_actions) if atari else SimHashCounts(static.simhash_bits, obs.size, num_actions, rng)
+    buffer_size = args.buffer_size or static.buffer_size
+    replay = Replay(buffer_size, obs.shape, obs.dtype)
     warmup = max(args.warmup, static.batch_size + static.n_step + 1)
     started = 0.0
     for t in range(warmup + args.steps):
@@ -250,7 +307,7 @@ def run_loop(args: Args) -> dict[str, Any]:
         counts.add(code, action)
         replay.add(obs, action, float(reward), float(terminal), float(done), np.asarray(next_obs))
         obs = np.array(following)
-        if replay.size > static.batch_size + static.n_step:
+        if replay.size > static.batch_size + static.n_step and (t + 1) % static.train_every == 0:
             update(learner, replay, counts, rng)
         if (t + 1) % static.target_update == 0:
             learner.target.load_state_dict(learner.online.state_dict())
@@ -260,8 +317,8 @@ def run_loop(args: Args) -> dict[str, Any]:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     return dict(label=LABEL, env=args.env, device=name, torch_device=device.type, torch_version=torch.__version__,
                 threads=args.threads, steps_timed=args.steps, seconds=seconds, env_steps_per_second=args.steps / seconds,
-                batch_size=static.batch_size, n_step=static.n_step, buffer_size=static.buffer_size,
-                simhash_bits=static.simhash_bits)
+                batch_size=static.batch_size, n_step=static.n_step, train_every=static.train_every,
+                buffer_size=buffer_size, counted="8x11 frame feature" if atari else f"SimHash, {static.simhash_bits} bits")
 
 
 def main(argv: list[str] | None = None) -> None:

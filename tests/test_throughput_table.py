@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from experiments import throughput_table as tt
-from experiments.torch_loop import Replay, SimHashCounts
+from experiments.torch_loop import FrameCounts, Replay, SimHashCounts
 
 
 def test_quick_run_writes_the_folder_and_the_table(tmp_path):
@@ -67,3 +67,12 @@ def test_simhash_counts_count_per_code_and_action():
     counts.add(code_a, 1)
     counts.add(code_b, 0)
     np.testing.assert_array_equal(counts.counts([code_a, code_b, b"unseen"]), [[0, 2], [1, 0], [0, 0]])
+
+
+def test_frame_counts_code_the_newest_frame_at_8_by_11():
+    counts = FrameCounts(num_actions=18)
+    stacks = np.zeros((3, 4, 84, 84), np.uint8)
+    stacks[1, -1, :40] = 255  # the newest frame differs
+    stacks[2, 0] = 255  # only an older frame differs
+    first, second, third = counts.codes(stacks)
+    assert len(first) == 8 * 11 and first != second and first == third
