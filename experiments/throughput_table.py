@@ -5,7 +5,7 @@ on one card:
 
 * **this project** at its best default-safe setting (:data:`SAFE_SETTINGS`: the defaults plus what
   docs/performance.md found safe for learning on that environment), OPIQ at the paper's settings, every run
-  learning on every step (``opiq_jax.benchmark.throughput.measure_trainer``; Montezuma: the OPIQ agent on one
+  learning (an update per step; Montezuma: per 4 steps) (``opiq_jax.benchmark.throughput.measure_trainer``; Montezuma: the OPIQ agent on one
   EnvPool pool, ``experiments.montezuma_bench.time_agent``);
 * **the plain baseline** of ``opiq-jax bench`` (``opiq_jax/benchmark/plain.py``): a straightforward vmapped, jitted
   DQN with exact counts, one Python dispatch per step, at the same number of runs. It has no Atari form, so on
@@ -28,6 +28,7 @@ Run: ``CUDA_VISIBLE_DEVICES=0 python -m experiments.throughput_table --out resul
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -88,7 +89,7 @@ class Args:
     """Timed agent steps per pool environment (after a warm-up chunk of the same length)."""
     montezuma_buffer: int = 100_000
     """Replay frames per Montezuma run (the step's work does not depend on it; the paper's 1M would not fit)."""
-    torch_steps: int = 3_000
+    torch_steps: int = 2_000
     """Timed steps of the PyTorch loop per process on the chain and the maze."""
     montezuma_torch_steps: int = 1_000
     """Timed steps of the PyTorch loop per process on Montezuma (its replay: ``--montezuma-buffer`` stacks)."""
@@ -169,16 +170,21 @@ def measure_montezuma(args: Args, log: dict[str, float]) -> dict[str, Any]:
                 baseline_kind="EnvPool's emulators alone, random actions (no plain DQN exists for Atari)")
 
 
+@functools.lru_cache(maxsize=1)
+def torch_sees_a_gpu() -> bool:
+    """Whether torch, in a subprocess (this process's JAX keeps the card), finds a CUDA device."""
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True)
+    return probe.stdout.strip() == "True"
+
+
 def measure_torch(env: str, device: str, args: Args, log: dict[str, float]) -> dict[str, Any] | None:
     """The PyTorch loop on ``env`` and ``device`` in a subprocess of its own (JAX on the CPU there); None where
     torch is missing or sees no such device."""
     if importlib.util.find_spec("torch") is None:
         return None
-    if device == "cuda":
-        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-                               capture_output=True, text=True)
-        if probe.stdout.strip() != "True":
-            return None
+    if device == "cuda" and not torch_sees_a_gpu():
+        return None
     steps = args.montezuma_torch_steps if env == "montezuma" else args.torch_steps
     command = [sys.executable, "-m", "experiments.torch_loop", "--env", env, "--steps", str(steps), "--device", device]
     if env == "montezuma":
@@ -255,7 +261,8 @@ def readme_text(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict
 def notes(rows: list[dict[str, Any]], args: Args) -> str:
     """The full notes under the table in the folder's README."""
     lines = ["This project's settings: " + "; ".join(f"{NAMES[r['env']]}, {SAFE_REASONS[r['env']]}" for r in rows)
-             + ". Every run learns at every step; compiles are excluded.", "", counts_note(rows)]
+             + ". Every run learns: one update per environment step on the chain and the maze, one per 4 on "
+             "Montezuma. Compiles are excluded.", "", counts_note(rows)]
     if any(r["env"] == "maze" for r in rows):
         lines += ["", f"The maze's replay holds {args.maze_buffer:,} steps per run in both JAX columns (the plain "
                   "baseline stores whole observations)."]
