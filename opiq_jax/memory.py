@@ -117,14 +117,13 @@ def fits_in(static: StaticConfig, buffer: int, num_runs: int, free: int, headroo
 
 def ways_to_fit(static: StaticConfig, num_runs: int, headroom: float) -> Callable[[int], list[str]]:
     """What else would make ``num_runs`` runs of ``static`` fit in a device's free bytes: a replay size, or devices
-    (an environment stepped in the program splits its runs over the local devices; a pool's stay on one)."""
+    (the runs split over the local devices, a pool environment's with a pool per device)."""
     def ways(free: int) -> list[str]:
         buffer = largest_buffer_that_fits(static, num_runs, free, headroom)
         found = [f"--buffer-size {buffer:,} or less" if buffer else "a smaller --buffer-size (none above a batch fits)"]
-        if not is_pool(static):
-            per_device = free / jax.local_device_count()
-            devices = math.ceil(state_bytes_per_run(static) * num_runs * headroom / per_device)
-            found.append(f"{devices} devices like this one (the runs split over them)")
+        per_device = free / jax.local_device_count()
+        devices = math.ceil(state_bytes_per_run(static) * num_runs * headroom / per_device)
+        found.append(f"{devices} devices like this one (the runs split over them)")
         return found
 
     return ways
