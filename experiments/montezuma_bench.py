@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
             rows += time_size(size, args, args.devices)
     device = f"{jax.local_device_count()} x {jax.devices()[0].device_kind}" if args.devices > 1 else jax.devices()[0].device_kind
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "montezuma_bench.json").write_text(json.dumps(dict(device=device, args=vars(args) | {"out": str(args.out)},
+    (args.out / "montezuma_bench.json").write_text(json.dumps(dict(device=device, settings=vars(args) | {"out": str(args.out)},
                                                                    rows=rows), indent=1))
     text = table(rows, device)
     (args.out / "montezuma_bench.md").write_text(text + "\n")
