@@ -40,6 +40,7 @@ RESUME = V + "test_resume_drops_the_rows_of_a_chunk_written_after_the_checkpoint
 CHECKPOINTS = V + "test_checkpoints_read_back_the_newest_values_and_fall_back_past_a_damaged_one"
 FRAMES = "tests/test_frame_checkpoints.py::"
 ATARI = "tests/test_atari.py::"
+POOLS = "tests/test_device_pools.py::"
 METRICS_RESTORED = ("tests/test_faults.py::test_a_damaged_metrics_file_is_restored_from_the_checkpoints_copy_and_the_"
                     "resume_leaves_no_gap")
 METRICS_KEPT = "tests/test_faults.py::test_rows_no_checkpoint_covers_are_kept_aside_never_deleted"
@@ -275,6 +276,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("atari-counts-montezumas-feature", "opiq_jax/paths/pool.py",
            "counts.sketch_columns(self.frames.count_code(frame),", "counts.sketch_columns(counts.montezuma_code(frame),",
            "the pool path counts Montezuma's feature whatever the spec says", (ATARI + "test_the_counts_are_of_the_code_the_spec_says",)),
+    Mutant("pools-seeded-alike", "opiq_jax/runner.py",
+           "return [seed + d * per_pool for d in range(count)]", "return [seed + d for d in range(count)]",
+           "the pools of several devices repeat each other's seeds", (POOLS + "test_each_pool_is_seeded_so_that_every_environment_gets_the_seed_one_pool_would_give_it",)),
+    Mutant("pools-all-step-the-first", "envs/atari.py",
+           "jax.lax.switch(jax.lax.axis_index(self.axis), branches, *args)", "jax.lax.switch(0, branches, *args)",
+           "every device steps the first device's pool", (POOLS + "test_two_devices_each_step_their_own_pool_and_train_as_one_device_does",)),
     Mutant("runner-deletes-uncovered-metrics", "opiq_jax/runner.py",
            "            set_aside_uncovered(path, say)", "            pass",
            "a run whose checkpoints are gone deletes its metrics", (METRICS_KEPT,)),

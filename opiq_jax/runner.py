@@ -144,8 +144,16 @@ def pools_per_device(make, static: StaticConfig, num_envs: int, seed: int, devic
     per_pool, count = num_envs // len(devices), len(devices)
     total = pool_overrides.pop("num_threads", None)
     threads = max(1, total // count) if total else threads_per_pool(count, per_pool)
-    pools = [make(static, per_pool, seed + d * per_pool, num_threads=threads, **pool_overrides) for d in range(count)]
+    pools = [make(static, per_pool, first, num_threads=threads, **pool_overrides)
+             for first in pool_seeds(seed, per_pool, count)]
     return DevicePools(pools, devices_mesh(devices))
+
+
+def pool_seeds(seed: int, per_pool: int, count: int) -> list[int]:
+    """Each of ``count`` pools' seed: EnvPool seeds a pool's environment ``i`` with its seed + ``i``, so these give
+    every environment the seed one pool of them all would (each device's runs see the episodes they would see on
+    one device)."""
+    return [seed + d * per_pool for d in range(count)]
 
 
 def restore_checkpoint(out: Path, experiment: Experiment, hparams, run_keys, env_keys, say) -> Restored | None:

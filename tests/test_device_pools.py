@@ -59,6 +59,13 @@ def test_threads_are_shared_out_among_the_pools_never_more_than_a_pool_has_envir
     assert threads_per_pool(4, 64, cores=2) == 1
 
 
+def test_each_pool_is_seeded_so_that_every_environment_gets_the_seed_one_pool_would_give_it():
+    from opiq_jax.runner import pool_seeds
+
+    seeds = pool_seeds(7, per_pool=3, count=4)
+    assert [s + i for s in seeds for i in range(3)] == list(range(7, 7 + 12))
+
+
 def test_two_devices_each_step_their_own_pool_and_train_as_one_device_does(tmp_path):
     pytest.importorskip("envpool")
     from opiq_jax import read_metrics, train
