@@ -23,6 +23,8 @@ the files), ``throughput.json`` (every figure) and ``run_info.json`` (device, JA
 each measurement). The default sizes finish in about five minutes on one H200, compiles included.
 Run: ``CUDA_VISIBLE_DEVICES=0 python -m experiments.throughput_table --out results/throughput-table``;
 ``--quick`` is a tiny CPU run of the same code (a test).
+
+Reaches inside: opiq_jax.benchmark, the bench's timing of the trainer and its plain baseline at equal runs.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ structure to measure what one such process does per second, on a CPU or a GPU:
 It prints one JSON line: environment steps per second of this one process, timed after a warm-up.
 Run: ``python -m experiments.torch_loop --env chain --steps 3000 --device cpu`` (``--env montezuma`` needs EnvPool).
 Torch is not a dependency of opiq-jax; without it this exits with a one-line error.
+
+Reaches inside: opiq_jax.envs, opiq_jax.environments and opiq_jax.methods, to step the same environments with the
+paper's settings as the JAX agent.
 """
 
 from __future__ import annotations
