@@ -45,7 +45,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-COMMAND = re.compile(r"(opiq-jax \w|python -m experiments\.)")
+COMMAND = re.compile(r"(opiq-jax \w|python -m experiments\.|bash \.ci/run)")  # the last: the tests' own timing
 NOT_DATA = {"config.json", "run_info.json", "preset.json"}
 SETTINGS_KEYS = {"options", "settings", "static", "command", "commands"}
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -114,7 +114,7 @@ def problems(folder: Path, seen: set[Path] | None = None) -> list[str]:
     missing = []
     readmes = [f for f in files if f.name in ("README.md", "command.txt")]
     if not any(COMMAND.search(f.read_text()) for f in readmes):
-        missing.append("a command (README.md or command.txt naming `opiq-jax ...` or `python -m experiments...`)")
+        missing.append("a command (README.md or command.txt naming `opiq-jax ...`, `python -m experiments...` or `bash .ci/run`)")
     comparison = folder / "before_after.md"
     if comparison.exists():
         head = comparison.read_text().splitlines()[:4]
