@@ -268,7 +268,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "a damaged segment is read as sound", (FRAMES + "test_a_damaged_segment_falls_back_to_the_checkpoint_before",)),
     Mutant("frames-restore-unordered", "opiq_jax/frame_store.py",
            "    for segment in segments:\n        frames = read_segment(", "    for segment in segments[::-1]:\n        frames = read_segment(",
-           "restoring writes older segments over newer ones", (FRAMES + "test_a_checkpoint_writes_the_new_frames_only_and_restores_the_same_state",)),
+           "restoring writes older segments over newer ones", (FRAMES + "test_a_checkpoint_with_its_rings_inline_loads_and_the_next_writes_them_whole",)),
     # ------------------------------------------------------------------ any Atari game on the pool path
     Mutant("atari-rooms-everywhere", "opiq_jax/paths/pool.py",
            '{"rooms_visited": frames.num_rooms} if frames.num_rooms else {}', '{"rooms_visited": NUM_ROOMS}',

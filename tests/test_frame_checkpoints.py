@@ -142,9 +142,12 @@ def test_a_checkpoint_with_its_rings_inline_loads_and_the_next_writes_them_whole
     run_experiment(exp, tmp_path, progress=False, checkpoint_seconds=0, stop_after_chunks=1)
     segments = listed_segments(tmp_path / CHECKPOINT_FILE)
     assert [s["counts"] for s in segments] == [[CAPACITY, CAPACITY]]  # whole rings once, then what changed
-    run_experiment(exp, tmp_path, progress=False, checkpoint_seconds=0, stop_after_chunks=1)
+    state = run_experiment(exp, tmp_path, progress=False, checkpoint_seconds=0, stop_after_chunks=1)
     # a chunk's frames, and the first frame of the fresh episodes that a resume starts
     assert [s["counts"] for s in listed_segments(tmp_path / CHECKPOINT_FILE)] == [[CAPACITY] * 2, [CHUNK + 1] * 2]
+    # the newer segment overwrites part of the whole rings: restored in the order written, it wins there
+    _, restored = restored_arrays(tmp_path)
+    np.testing.assert_array_equal(restored[".runs.memory.frames"], np.asarray(state.runs.memory.frames))
 
 
 def test_the_frames_a_chunk_writes_are_bounded_by_its_steps():
