@@ -50,6 +50,9 @@ MEMORY_FREED = ("tests/test_runner.py::test_programs_trained_one_after_another_f
 CHECKED_ONCE = "tests/test_runner.py::test_the_grouping_into_programs_and_the_memory_check_happen_once_per_experiment"
 LAYERS = "tests/test_layers.py::test_the_package_import_graph_has_no_circle"
 SCHEDULES = "tests/test_trainer.py::test_updates_target_copies_and_epsilon_follow_the_environment_steps"
+PACKED = "tests/test_packed_state.py::"
+LEAN = "tests/test_mlp_backward.py::"
+ENVS_PER_RUN = "tests/test_schedules.py::test_updates_target_copies_and_epsilon_count_the_runs_environment_steps"
 N_STEP_CHAIN = "tests/test_trainer.py::test_n_step_q_plus_target_by_hand"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -285,6 +288,41 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("runner-deletes-uncovered-metrics", "opiq_jax/runner.py",
            "            set_aside_uncovered(path, say)", "            pass",
            "a run whose checkpoints are gone deletes its metrics", (METRICS_KEPT,)),
+    # ------------------------------------------------------------------ packed storage and the lean backward pass
+    Mutant("packed-accumulator-of-absolute-gradients", "opiq_jax/packed_state.py",
+           "(1.0 - static.rms_decay) * jnp.square(g)", "(1.0 - static.rms_decay) * jnp.abs(g)",
+           "packed RMSProp accumulates |g| instead of g^2", (PACKED + "test_rmsprop_step_is_the_optimisers_step_up_to_storage_rounding",)),
+    Mutant("packed-unpack-drops-the-low-byte", "opiq_jax/packed_state.py",
+           "bits = (high_bits << 16) + ((low.astype(jnp.uint32) << 8) | jnp.uint32(LOW_FILL)) - jnp.uint32(HALF)",
+           "bits = high_bits << 16",
+           "the master weight is read from the bfloat16 copy alone", (PACKED + "test_pack_keeps_24_bits_and_unpack_is_exact",)),
+    Mutant("lean-kernel-forgets-the-relu", "opiq_jax/mlp_backward.py",
+           "stored = _transposed_product(jnp.maximum(x, 0) if relu else x, g)", "stored = _transposed_product(x, g)",
+           "the kernel's weight gradient reads the layer's input before its ReLU", (LEAN + "test_kernel_writes_xlas_weight_gradient_and_its_square_sum",)),
+    Mutant("lean-input-gradient-ignores-the-relu", "opiq_jax/mlp_backward.py",
+           "        dx = jnp.where(x > 0, dx, jnp.zeros_like(dx))", "        dx = dx",
+           "the lean pass sends gradient back through inactive ReLUs", (LEAN + "test_lean_mlp_has_the_same_weights_forward_and_gradients",)),
+    Mutant("lean-square-sums-counted-twice", "opiq_jax/mlp_backward.py",
+           "        if path not in known:", "        if True:",
+           "the clip's norm counts the kernels' square sums and their gradients both", (LEAN + "test_square_sum_total_adds_the_known_sums_and_the_other_leaves",)),
+    # ------------------------------------------------------------------ devices, parallel programs, envs per run
+    Mutant("sharding-refuses-runs-that-divide", "opiq_jax/devices.py",
+           "    if num_runs % len(devices):", "    if num_runs % len(devices) == 0:",
+           "runs that divide over the devices stay on one", ("tests/test_runner.py::test_runs_sharded_over_four_host_devices_match_one_device",)),
+    Mutant("programs-stopped-reported-failed", "opiq_jax/program_processes.py",
+           "c not in (0, EXIT_NONFINITE, EXIT_USAGE) and n not in stopped}", "c not in (0, EXIT_NONFINITE, EXIT_USAGE)}",
+           "a program stopped on request counts as failed", ("tests/test_program_processes.py::test_exit_codes_become_one_error",)),
+    Mutant("epsilon-counts-scan-steps", "opiq_jax/trainer.py",
+           "return linear_epsilon(step * agent.envs_per_run,", "return linear_epsilon(step,",
+           "epsilon decays per vectorised step, not per environment step", (ENVS_PER_RUN,)),
+    Mutant("target-copy-counts-scan-steps", "opiq_jax/trainer.py",
+           "return (stored * agent.envs_per_run) % agent.static.target_update == 0",
+           "return stored % agent.static.target_update == 0",
+           "the target copy is due per vectorised step, not per environment step", (ENVS_PER_RUN,)),
+    Mutant("updates-ignore-envs-per-run", "opiq_jax/trainer.py",
+           "iterations_per_update = max(1, static.train_every // envs)", "iterations_per_update = max(1, static.train_every)",
+           "one update per train_every vectorised steps, whatever the environments per run", (ENVS_PER_RUN,)),
+
 )
 
 CHEAP: tuple[str, ...] = (
