@@ -322,7 +322,6 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("updates-ignore-envs-per-run", "opiq_jax/trainer.py",
            "iterations_per_update = max(1, static.train_every // envs)", "iterations_per_update = max(1, static.train_every)",
            "one update per train_every vectorised steps, whatever the environments per run", (ENVS_PER_RUN,)),
-
 )
 
 CHEAP: tuple[str, ...] = (
