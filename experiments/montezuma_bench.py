@@ -5,11 +5,17 @@
 * ``agent``: the whole OPIQ training step of ``opiq_jax.atari`` (acting on Q+, counting, frame
   replay, MMC, one update of batch 32 every 4 steps per run), one environment per run, learning
   while the emulators step (the default);
-* ``agent_strict``: the same without that overlap (step, store, then train).
+* ``agent_strict``: the same without that overlap (step, store, then train);
+* ``agent_no_updates``: the strict agent that never updates (acting, counting and storing only), so that
+  the gap between raw and the agent splits into the agent's per-step work and the learner's updates.
 
 Both use the same pool sizes and the same number of steps after a warm-up chunk (compilation
 excluded, reported apart). Writes ``montezuma_bench.json`` and ``montezuma_bench.md`` into ``--out``.
 Run: ``python -m experiments.montezuma_bench --pool-sizes 4 16 --steps 4000``.
+
+``--envs-per-run E`` times the agent as ``pool_size / E`` runs of E environments each (the layout of
+``opiq-jax train --envs-per-run E``: the same replay ratio, so the same number of updates per environment step,
+but E / train_every updates in sequence per scan step instead of one batched over E times as many runs).
 
 ``--devices N`` (N > 1) times raw EnvPool and the agent at each pool size (the total number of environments) on
 one device and again split over the first N local devices, a pool per device with the host's emulator threads
@@ -47,7 +53,9 @@ class Args:
     devices: int = 1
     """Also time each pool size split over this many local devices (a pool per device); 1: one device only."""
     strict: bool = True
-    """Also time the agent without the overlap of emulators and learning."""
+    """Also time the agent without the overlap of emulators and learning, and without any update."""
+    envs_per_run: int = 1
+    """Environments per run for the agent: pool_size / envs_per_run runs (each pool size must divide)."""
 
 
 def time_raw(pool_size: int, steps: int) -> dict:
@@ -120,23 +128,35 @@ def time_raw_devices(pool_size: int, steps: int, devices: int) -> dict:
                 first_call_seconds=compile_and_first)
 
 
-def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True, devices: int = 1) -> dict:
+NEVER = 10**9
+"""A ``train_every`` no timed chunk reaches: the agent acts, counts and stores, and never updates."""
+
+
+def agent_kind(overlap: bool, updates: bool) -> str:
+    return "agent" if overlap else "agent_strict" if updates else "agent_no_updates"
+
+
+def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True, devices: int = 1,
+               envs_per_run: int = 1, updates: bool = True) -> dict:
     from opiq_jax.compiled import chunk_program
     from opiq_jax.devices import shard_over_devices
     from opiq_jax.envs.montezuma import MontezumaPool
     from opiq_jax.memory import state_bytes_per_run
     from opiq_jax.trainer import make_train
 
-    static = static_for_env("montezuma", total_steps=2 * steps, log_every=steps, buffer_size=buffer_size,
-                            overlap=overlap)
-    runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(pool_size))
+    per_run = steps * envs_per_run  # each of the pool's environments steps ``steps`` times per chunk
+    static = static_for_env("montezuma", total_steps=2 * per_run, log_every=per_run, buffer_size=buffer_size,
+                            overlap=overlap, envs_per_run=envs_per_run,
+                            **({} if updates else {"train_every": NEVER}))
+    num_runs = pool_size // envs_per_run
+    runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(num_runs))
     experiment = Experiment(static, runs)
     static = experiment.static
     pool = MontezumaPool(num_envs=pool_size, seed=0) if devices == 1 else device_pools(pool_size, devices)
     trainer = make_train(static, pool)
     state = jax.jit(trainer.init)(*run_keys_for(experiment), stack_hparams(experiment.hparams()), pool.reset())
     if devices > 1:
-        state = shard_over_devices(state, pool_size)
+        state = shard_over_devices(state, num_runs)
     chunk = chunk_program(trainer.train_chunk, state)
     started = time.perf_counter()
     state, metrics = chunk(state)
@@ -148,35 +168,77 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
     seconds = time.perf_counter() - started
     device = jax.local_devices()[0]
     peak = (device.memory_stats() or {}).get("peak_bytes_in_use") if hasattr(device, "memory_stats") else None
-    return dict(pool_size=pool_size, devices=devices, kind="agent" if overlap else "agent_strict", env_steps_per_second=steps * pool_size / seconds,
+    return dict(pool_size=pool_size, devices=devices, kind=agent_kind(overlap, updates), runs=num_runs,
+                envs_per_run=envs_per_run, env_steps_per_second=steps * pool_size / seconds,
                 first_call_seconds=compile_and_first, peak_device_bytes=peak,
                 state_bytes_per_run=state_bytes_per_run(static), buffer_size=buffer_size,
                 paper_state_bytes_per_run=state_bytes_per_run(static_for_env("montezuma")))
 
 
+def rates_by_layout(rows: list[dict]) -> dict[tuple[int, int], dict[str, float]]:
+    """Each (environments, devices) layout's rates by kind, in the order timed."""
+    layouts: dict[tuple[int, int], dict[str, float]] = {}
+    for r in rows:
+        layouts.setdefault((r["pool_size"], r["devices"]), {})[r["kind"]] = r["env_steps_per_second"]
+    return layouts
+
+
+def ratio_cell(rate: dict[str, float], kind: str) -> str:
+    return f"{rate[kind]:,.0f} | {rate[kind] / rate['raw']:.0%}" if kind in rate else "not timed | "
+
+
+def time_split(rate: dict[str, float]) -> dict[str, float] | None:
+    """Microseconds per environment step of the strict agent, split: the emulators (raw EnvPool, which includes
+    EnvPool's copies of the frames to the device), the agent's per-step work (acting, counting, storing), the
+    learner's updates; and how much of it the overlap hides."""
+    if not {"agent_strict", "agent_no_updates"} <= rate.keys():
+        return None
+    us = {kind: 1e6 / value for kind, value in rate.items()}
+    return dict(emulators=us["raw"], per_step_work=us["agent_no_updates"] - us["raw"],
+                updates=us["agent_strict"] - us["agent_no_updates"], strict_total=us["agent_strict"],
+                hidden_by_overlap=us["agent_strict"] - us["agent"])
+
+
+def split_lines(layouts: dict) -> list[str]:
+    lines = ["", "Where a step's time goes (microseconds per environment step; shares of the agent without overlap):", "",
+             "| environments | devices | emulators | acting, counting, storing | updates | hidden by the overlap |",
+             "|---|---|---|---|---|---|"]
+    for (size, devices), rate in layouts.items():
+        if (split := time_split(rate)) is None:
+            continue
+        cell = lambda k: f"{split[k]:.2f} ({split[k] / split['strict_total']:.0%})"  # noqa: E731
+        lines.append(f"| {size} | {devices} | {cell('emulators')} | {cell('per_step_work')} | {cell('updates')} | "
+                     f"{cell('hidden_by_overlap')} |")
+    return lines if len(lines) > 5 else []
+
+
 def table(rows: list[dict], device: str) -> str:
-    lines = [f"Montezuma throughput on {device} (environment steps per second, compile excluded; a pool per device "
-             "when split).", "",
-             "| environments | devices | raw EnvPool | OPIQ agent | agent / raw | agent without overlap | its ratio |",
-             "|---|---|---|---|---|---|---|"]
-    for size, devices in dict.fromkeys((r["pool_size"], r["devices"]) for r in rows):
-        rate = {r["kind"]: r["env_steps_per_second"] for r in rows if (r["pool_size"], r["devices"]) == (size, devices)}
-        strict = (f"{rate['agent_strict']:,.0f} | {rate['agent_strict'] / rate['raw']:.0%}" if "agent_strict" in rate
-                  else "not timed | ")
-        lines.append(f"| {size} | {devices} | {rate['raw']:,.0f} | {rate['agent']:,.0f} | {rate['agent'] / rate['raw']:.0%} | "
-                     f"{strict} |")
     agent = next(r for r in rows if r["kind"] == "agent")
+    layout = f"{agent['runs']} runs x {agent['envs_per_run']} environments" if agent["envs_per_run"] > 1 else "one per run"
+    lines = [f"Montezuma throughput on {device} (environment steps per second, compile excluded; a pool per device "
+             f"when split; environments: {layout}).", "",
+             "| environments | devices | raw EnvPool | OPIQ agent | agent / raw | agent without overlap | its ratio "
+             "| agent without updates | its ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    layouts = rates_by_layout(rows)
+    for (size, devices), rate in layouts.items():
+        lines.append(f"| {size} | {devices} | {rate['raw']:,.0f} | {ratio_cell(rate, 'agent')} | "
+                     f"{ratio_cell(rate, 'agent_strict')} | {ratio_cell(rate, 'agent_no_updates')} |")
+    lines += split_lines(layouts)
     lines += ["", f"Device state per run: {agent['paper_state_bytes_per_run'] / 2**30:.2f} GiB with the paper's 1M-frame "
               f"replay ({agent['state_bytes_per_run'] / 2**20:.0f} MiB at the {agent['buffer_size']:,}-frame replay timed here)."]
     return "\n".join(lines)
 
 
 def time_size(size: int, args: Args, devices: int) -> list[dict]:
-    """Raw EnvPool and the agent (with and without overlap) at ``size`` environments on ``devices`` devices."""
+    """Raw EnvPool and the agent (with and without overlap, and without updates) at ``size`` environments on
+    ``devices`` devices."""
     raw = time_raw(size, args.steps) if devices == 1 else time_raw_devices(size, args.steps, devices)
-    rows = [raw, time_agent(size, args.steps, args.buffer_size, devices=devices)]
+    timed = lambda **kw: time_agent(size, args.steps, args.buffer_size, devices=devices,  # noqa: E731
+                                    envs_per_run=args.envs_per_run, **kw)
+    rows = [raw, timed()]
     if args.strict:
-        rows.append(time_agent(size, args.steps, args.buffer_size, overlap=False, devices=devices))
+        rows += [timed(overlap=False), timed(overlap=False, updates=False)]
     print(*rows, sep="\n", flush=True)
     return rows
 
@@ -187,6 +249,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--devices is 1 or every local device ({jax.local_device_count()}), got {args.devices}")
     if any(size % args.devices for size in args.pool_sizes):
         raise SystemExit(f"every pool size must divide over {args.devices} devices, got {args.pool_sizes}")
+    if any(size % args.envs_per_run or (size // args.envs_per_run) % args.devices for size in args.pool_sizes):
+        raise SystemExit(f"every pool size must be whole runs of {args.envs_per_run} environments that divide over "
+                         f"{args.devices} devices, got {args.pool_sizes}")
     rows = []
     for size in args.pool_sizes:
         rows += time_size(size, args, 1)

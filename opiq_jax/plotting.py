@@ -258,9 +258,11 @@ def _span(values: set[int], unit: str) -> str:
     return f"{low:,}-{high:,} {unit}"
 
 
-def describe(configs: list[dict] | list[list[dict]], last_step: int | None = None) -> str:
+def describe(configs: list[dict] | list[list[dict]], last_step: int | None = None,
+             shortest_step: int | None = None) -> str:
     """One line naming the environment(s), the seeds per method and setting, and the steps of ``configs``: the
-    config.json dicts of one experiment's folders, or a list of such lists (pooled experiments add their seeds)."""
+    config.json dicts of one experiment's folders, or a list of such lists (pooled experiments add their seeds).
+    ``shortest_step``: where the method that stopped first stopped, when the methods reached different steps."""
     experiments = [configs] if configs and isinstance(configs[0], dict) else configs
     configs = _flat(experiments)
     envs = sorted({environment_label(c["static"]) for c in configs})
@@ -270,7 +272,9 @@ def describe(configs: list[dict] | list[list[dict]], last_step: int | None = Non
             seeds[(run["method"], run["setting"])].add((i, run["seed"]))
     totals = {int(c["static"]["total_steps"]) for c in configs}
     steps = _span(totals, "steps")
-    if last_step is not None and last_step < min(totals):
+    if last_step is not None and shortest_step is not None and shortest_step < last_step:
+        steps = f"{shortest_step:,}-{last_step:,} of {steps}"
+    elif last_step is not None and last_step < min(totals):
         steps = f"{last_step:,} of {steps}"
     seed_text = _span({len(s) for s in seeds.values()}, "seeds") if seeds else "no runs"
     return f"{' + '.join(envs)}, {seed_text}, {steps}"
@@ -295,18 +299,27 @@ def precision_text(configs: list[dict] | list[list[dict]]) -> str:
 
 
 def figure_title(heading: str, configs: list[dict] | list[list[dict]], last_step: int | None = None,
-                 statistic: str = "median") -> str:
+                 statistic: str = "median", shortest_step: int | None = None) -> str:
     """A curve figure's title: ``heading``; the environment, seeds, steps (:func:`describe`) and precision; the
     statistic drawn. Read from the configs, so a figure cannot claim more seeds or steps than its folder holds."""
-    return f"{heading}\n{describe(configs, last_step)}, {precision_text(configs)}\n{STATISTIC_TEXT[statistic]}"
+    return (f"{heading}\n{describe(configs, last_step, shortest_step)}, {precision_text(configs)}\n"
+            f"{STATISTIC_TEXT[statistic]}")
 
 
 def folder_title(out: str | Path, rows: list[dict], heading: str | None = None, statistic: str = "median") -> str:
     """:func:`figure_title` for the results folder ``out`` (its experiments pooled) whose metrics are ``rows``;
     the heading defaults to the folder's name."""
     out = Path(out)
-    configs = check_one_experiment(out, pooled=True)
-    return figure_title(heading or out.name, configs, max(r["step"] for r in rows), statistic)
+    return rows_title(heading or out.name, check_one_experiment(out, pooled=True), rows, statistic)
+
+
+def rows_title(heading: str, configs: list[dict] | list[list[dict]], rows: list[dict], statistic: str) -> str:
+    """:func:`figure_title` with the steps the metrics ``rows`` reach: pooled experiments (or a run cut short)
+    can leave methods at different steps, and the title then gives both ends."""
+    reached: dict[tuple[str, str], int] = defaultdict(int)
+    for r in rows:
+        reached[(r["method"], r["setting"])] = max(reached[(r["method"], r["setting"])], r["step"])
+    return figure_title(heading, configs, max(reached.values()), statistic, min(reached.values()))
 
 
 def _experiment_identity(config: dict) -> str:
@@ -401,7 +414,7 @@ def plot_folder(out: str | Path, metrics: tuple[str, ...] | None = DEFAULT_METRI
     rows = read_metrics(out)
     if not rows:
         raise UsageError(f"{out} holds no metrics yet: plot it once a chunk has finished")
-    title = figure_title(out.name, configs, max(r["step"] for r in rows), statistic)
+    title = rows_title(out.name, configs, rows, statistic)
     suffix = "_iqm" if statistic == "iqm" else ""
     written = []
     for metric in choose_metrics(rows, metrics, out):

@@ -182,6 +182,15 @@ def test_titles_name_environment_size_seeds_and_steps(env, static, label):
     assert describe([config, config]).startswith(f"{label}, 5 seeds,")
 
 
+def test_title_gives_both_ends_when_pooled_methods_stop_at_different_steps():
+    config = dict(static=dict(env="montezuma", total_steps=5_000_000),
+                  runs=[dict(method=m, setting="paper", seed=0) for m in ("opiq", "opiq_no_ob")])
+    rows = [dict(method="opiq", setting="paper", step=5_000_000), dict(method="opiq_no_ob", setting="paper",
+                                                                     step=3_000_000)]
+    assert "1 seed, 3,000,000-5,000,000 of 5,000,000 steps" in plotting.rows_title("h", [config], rows, "median")
+    assert "1 seed, 5,000,000 steps" in plotting.rows_title("h", [config], rows[:1], "median")
+
+
 def test_iqm_curve_ci_matches_a_loop_over_steps():
     values = np.random.default_rng(0).normal(size=(6, 4))
     values[0, 1] = np.nan  # one seed without a finished episode at step 1

@@ -1,0 +1,106 @@
+"""The Montezuma headline's tables: every method's rooms, episode return and maximum return at the last step all
+methods share and at each method's own last step (median with 25-75 %, IQM with its 95 % CI), and the projected
+cost of the paper's whole comparison from the rates the runs measured.
+
+Reads a folder of ``experiments.timeboxed_run`` results (subfolders holding ``config.json``, ``metrics.csv`` and
+``timeboxed.json``) and writes ``summary.md`` into it. Run:
+``python -m experiments.montezuma_headline docs/results/montezuma-5m``.
+
+The projection's model, said in the table: the paper's five methods x 4 seeds x 12.5M steps run as the trainer
+groups them, OPIQ, OPIQ w/o OB and DQN + PC as one program of 12 runs and DQN + RND and BSP as one of 4 runs
+each. The 12-run program is taken at the rate measured with 8 runs of 32 environments (256 environments, every
+core of the 4-GPU host), each 4-run program at the rate measured with 4 runs of 32 (128 environments). RND's and
+BSP's networks add learner work that was not measured at this scale, so their times are lower bounds. An 8-GPU
+host is assumed to keep the 4-GPU host's rate per GPU (twice the cores, a pool per GPU); it was not measured.
+
+Reaches inside: opiq_jax.reading and opiq_jax.stats, for the metrics table and its IQM confidence intervals.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tyro
+
+from opiq_jax.plotting import paper_name, paper_order
+from opiq_jax.reading import read_metrics
+from opiq_jax.stats import summarise
+
+METRICS = {"rooms_visited": "distinct rooms visited", "train_return": "episode return",
+           "max_return": "maximum episode return"}
+PAPER_STEPS, PAPER_SEEDS = 12_500_000, 4
+PROGRAMS = {"OPIQ, OPIQ w/o OB, DQN + PC": (12, 8), "DQN + RND": (4, 4), "BSP": (4, 4)}
+"""Each program of the paper's comparison: its runs, and the runs of the measured layout whose rate it takes."""
+
+
+@dataclass
+class Args:
+    folder: tyro.conf.Positional[Path]
+    """A folder of timeboxed_run results (one subfolder per call)."""
+
+
+def seed_values(rows: list[dict], metric: str) -> dict[str, dict[int, np.ndarray]]:
+    """method -> step -> the seeds' values of ``metric`` at that step."""
+    table: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r["metric"] == metric:
+            table[r["method"]][r["step"]].append(r["value"])
+    return {m: {s: np.asarray(v) for s, v in steps.items()} for m, steps in table.items()}
+
+
+def metric_table(values: dict[str, dict[int, np.ndarray]], common: int) -> list[str]:
+    lines = ["| method | step | seeds | median (25 %, 75 %) | IQM [95 % CI] | per seed |", "|---|---|---|---|---|---|"]
+    for method in paper_order(list(values)):
+        for step in dict.fromkeys((common, max(values[method]))):
+            v = values[method][step]
+            s = summarise(v)
+            lines.append(f"| {paper_name(method)} | {step:,} | {s['n']} | {s['median']:.4g} ({s['q25']:.4g}, "
+                         f"{s['q75']:.4g}) | {s['iqm']:.4g} [{s['iqm_low']:.4g}, {s['iqm_high']:.4g}] | "
+                         f"{', '.join(f'{x:.4g}' for x in v)} |")
+    return lines
+
+
+def measured_rates(folder: Path) -> dict[int, dict]:
+    """runs -> the timeboxed record of the call that trained that many runs (its rate, GPUs, wall-clock)."""
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*/timeboxed.json"))]
+    return {r["runs"]: r for r in records if r.get("env_steps_per_second")}
+
+
+def projection_lines(rates: dict[int, dict]) -> list[str]:
+    lines = ["| program | runs | measured layout's rate (env steps/s) | 4-GPU host (h) | 8-GPU host, assumed (h) |",
+             "|---|---|---|---|---|"]
+    total = 0.0
+    for name, (runs, measured) in PROGRAMS.items():
+        rate = rates[measured]["env_steps_per_second"]
+        hours = runs * PAPER_STEPS / rate / 3600
+        total += hours
+        lines.append(f"| {name} | {runs} | {rate:,.0f} ({measured} runs x 32 environments) | {hours:.2f} | "
+                     f"{hours / 2:.2f} |")
+    lines.append(f"| all, one after another | {sum(r for r, _ in PROGRAMS.values())} | | **{total:.2f}** | "
+                 f"**{total / 2:.2f}** |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = tyro.cli(Args, args=argv)
+    rows = read_metrics(args.folder)
+    last = {m: max(r["step"] for r in rows if r["method"] == m) for m in {r["method"] for r in rows}}
+    common = min(last.values())
+    text = [f"# {args.folder.name}: the last common step ({common:,}) and each method's last step", ""]
+    for metric, label in METRICS.items():
+        text += [f"## {label} (`{metric}`)", "", *metric_table(seed_values(rows, metric), common), ""]
+    rates = measured_rates(args.folder)
+    if all(measured in rates for _, measured in PROGRAMS.values()):
+        gpus = sorted({f"{len(r['gpus'])} x {r['gpus'][0]}" for r in rates.values() if r["gpus"]})
+        text += [f"## The paper's comparison, projected ({PAPER_SEEDS} seeds x {PAPER_STEPS:,} steps, 5 methods; "
+                 f"measured on {'; '.join(gpus)})", "", *projection_lines(rates), ""]
+    (args.folder / "summary.md").write_text("\n".join(text), encoding="utf-8")
+    print("\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
