@@ -200,16 +200,19 @@ def time_split(rate: dict[str, float]) -> dict[str, float] | None:
 
 
 def split_lines(layouts: dict) -> list[str]:
-    lines = ["", "Where a step's time goes (microseconds per environment step; shares of the agent without overlap):", "",
-             "| environments | devices | emulators | acting, counting, storing | updates | hidden by the overlap |",
-             "|---|---|---|---|---|---|"]
+    """The table of :func:`time_split` for the layouts that timed its parts (none: no table)."""
+    rows = []
     for (size, devices), rate in layouts.items():
         if (split := time_split(rate)) is None:
             continue
         cell = lambda k: f"{split[k]:.2f} ({split[k] / split['strict_total']:.0%})"  # noqa: E731
-        lines.append(f"| {size} | {devices} | {cell('emulators')} | {cell('per_step_work')} | {cell('updates')} | "
-                     f"{cell('hidden_by_overlap')} |")
-    return lines if len(lines) > 5 else []
+        rows.append(f"| {size} | {devices} | {cell('emulators')} | {cell('per_step_work')} | {cell('updates')} | "
+                    f"{cell('hidden_by_overlap')} |")
+    if not rows:
+        return []
+    return ["", "Where a step's time goes (microseconds per environment step; shares of the agent without overlap):", "",
+            "| environments | devices | emulators | acting, counting, storing | updates | hidden by the overlap |",
+            "|---|---|---|---|---|---|", *rows]
 
 
 def table(rows: list[dict], device: str) -> str:

@@ -13,20 +13,20 @@ core of the 4-GPU host), each 4-run program at the rate measured with 4 runs of 
 BSP's networks add learner work that was not measured at this scale, so their times are lower bounds. An 8-GPU
 host is assumed to keep the 4-GPU host's rate per GPU (twice the cores, a pool per GPU); it was not measured.
 
-Reaches inside: opiq_jax.reading and opiq_jax.stats, for the metrics table and its IQM confidence intervals.
+Reaches inside: opiq_jax.reading, opiq_jax.plotting and opiq_jax.stats, for the metrics table, its curves and
+their IQM confidence intervals.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import tyro
 
-from opiq_jax.plotting import paper_name, paper_order
+from opiq_jax.plotting import curves, paper_name, paper_order
 from opiq_jax.reading import read_metrics
 from opiq_jax.stats import summarise
 
@@ -43,20 +43,13 @@ class Args:
     """A folder of timeboxed_run results (one subfolder per call)."""
 
 
-def seed_values(rows: list[dict], metric: str) -> dict[str, dict[int, np.ndarray]]:
-    """method -> step -> the seeds' values of ``metric`` at that step."""
-    table: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if r["metric"] == metric:
-            table[r["method"]][r["step"]].append(r["value"])
-    return {m: {s: np.asarray(v) for s, v in steps.items()} for m, steps in table.items()}
-
-
-def metric_table(values: dict[str, dict[int, np.ndarray]], common: int) -> list[str]:
+def metric_table(metric_curves: dict[str, dict[str, np.ndarray]], common: int) -> list[str]:
+    """Per method (its :func:`opiq_jax.plotting.curves`), a row at the ``common`` step and one at its own last."""
     lines = ["| method | step | seeds | median (25 %, 75 %) | IQM [95 % CI] | per seed |", "|---|---|---|---|---|---|"]
-    for method in paper_order(list(values)):
-        for step in dict.fromkeys((common, max(values[method]))):
-            v = values[method][step]
+    for method in paper_order(list(metric_curves)):
+        curve = metric_curves[method]
+        for step in dict.fromkeys((common, int(curve["steps"][-1]))):
+            v = curve["values"][:, list(curve["steps"]).index(step)]
             s = summarise(v)
             lines.append(f"| {paper_name(method)} | {step:,} | {s['n']} | {s['median']:.4g} ({s['q25']:.4g}, "
                          f"{s['q75']:.4g}) | {s['iqm']:.4g} [{s['iqm_low']:.4g}, {s['iqm_high']:.4g}] | "
@@ -88,11 +81,11 @@ def projection_lines(rates: dict[int, dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
     rows = read_metrics(args.folder)
-    last = {m: max(r["step"] for r in rows if r["method"] == m) for m in {r["method"] for r in rows}}
-    common = min(last.values())
+    by_metric = {metric: curves(rows, metric) for metric in METRICS}
+    common = min(int(c["steps"][-1]) for metric_curves in by_metric.values() for c in metric_curves.values())
     text = [f"# {args.folder.name}: the last common step ({common:,}) and each method's last step", ""]
     for metric, label in METRICS.items():
-        text += [f"## {label} (`{metric}`)", "", *metric_table(seed_values(rows, metric), common), ""]
+        text += [f"## {label} (`{metric}`)", "", *metric_table(by_metric[metric], common), ""]
     rates = measured_rates(args.folder)
     if all(measured in rates for _, measured in PROGRAMS.values()):
         gpus = sorted({f"{len(r['gpus'])} x {r['gpus'][0]}" for r in rates.values() if r["gpus"]})

@@ -12,12 +12,12 @@ when each chunk's rows appeared (the run's rate, compile excluded).
 Run: ``python -m experiments.timeboxed_run --out DIR --budget-seconds 1200 -- --env montezuma --method opiq
 dqn_pc --seeds 4 --envs-per-run 32 --steps 5000000 --log-every 40000``.
 
-Reaches inside: opiq_jax.results, for the atomic write every results file of the project uses.
+Reaches inside: opiq_jax.results and opiq_jax.metrics_file, for the atomic write and the reading of a metrics
+file being appended that the trainer itself uses.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -29,9 +29,12 @@ from pathlib import Path
 
 import tyro
 
-from opiq_jax.results import atomic_write_bytes
+from opiq_jax.metrics_file import rows_without_checkpoint
+from opiq_jax.results import CONFIG_FILE, METRICS_FILE, atomic_write_bytes, read_json
 
 POLL_SECONDS = 5.0
+
+
 def stop_file(out: Path) -> Path:
     """``<out>.stop``, beside the results folder (opiq-jax refuses to resume a folder holding files it did not
     write): created, it ends the run at the next poll, for a lease that ends sooner than planned."""
@@ -48,14 +51,18 @@ class Args:
     """``opiq-jax train`` options, given after ``--`` (all but ``--out`` and ``--checkpoint-every``)."""
 
 
-def chunks_written(metrics: Path, runs_seen: dict[int, int]) -> int:
-    """The last step every run has rows for (0 before the first chunk); ``runs_seen`` caches the file's rows."""
-    if not metrics.exists():
+def trainer_config(out: Path) -> dict | None:
+    """The ``config.json`` the trainer wrote into ``out`` at its start (None before, or when it refused to start)."""
+    return read_json(out / CONFIG_FILE) if (out / CONFIG_FILE).exists() else None
+
+
+def chunks_written(out: Path) -> int:
+    """The last step every run has rows for (0 before the first chunk), read as a resume reads it: a row the
+    trainer is still appending is left out."""
+    config = trainer_config(out)
+    if config is None:
         return 0
-    with metrics.open(newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            runs_seen[int(row["run"])] = max(runs_seen.get(int(row["run"]), 0), int(row["step"]))
-    return min(runs_seen.values()) if runs_seen else 0
+    return rows_without_checkpoint(out / METRICS_FILE, len(config["runs"]), int(config["static"]["log_every"]))[1]
 
 
 def gpu_names() -> list[str]:
@@ -73,19 +80,19 @@ def total_steps(train: tuple[str, ...]) -> int | None:
 
 def watch(trainer: subprocess.Popen, args: Args, record: dict) -> None:
     """Polls the metrics until the last chunk's rows are in, the trainer exits, or the budget ends."""
-    started, runs_seen, goal = time.monotonic(), {}, total_steps(args.train)
+    started, goal = time.monotonic(), total_steps(args.train)
     while True:
         time.sleep(POLL_SECONDS)
-        step = chunks_written(args.out / "metrics.csv", runs_seen)
+        step = chunks_written(args.out)
         elapsed = time.monotonic() - started
         if step and (not record["chunks"] or record["chunks"][-1][0] != step):
             record["chunks"].append([step, round(elapsed, 1)])
             print(f"timeboxed: step {step:,} of every run at {elapsed:.0f} s", flush=True)
         done = goal is not None and 0 < goal <= step
-        asked = stop_file(args.out).exists()
-        if done or asked or trainer.poll() is not None or elapsed >= args.budget_seconds:
+        asked, exited = stop_file(args.out).exists(), trainer.poll()
+        if done or asked or exited is not None or elapsed >= args.budget_seconds:
             record["stopped"] = "last chunk written" if done else "asked to stop" if asked else (
-                f"trainer exited with {trainer.returncode}" if trainer.poll() is not None else "budget ended")
+                f"trainer exited with {exited}" if exited is not None else "budget ended")
             return
 
 
@@ -117,9 +124,9 @@ def main(argv: list[str] | None = None) -> None:
         if trainer.poll() is None:
             trainer.send_signal(signal.SIGKILL)  # the final checkpoint would write every ring whole: skip it
             trainer.wait()
-    runs = json.loads((args.out / "config.json").read_text()).get("runs") if (args.out / "config.json").exists() else None
+    config = trainer_config(args.out)
     record |= dict(wall_clock_seconds=round(time.monotonic() - wall, 1), last_step=record["chunks"][-1][0] if
-                   record["chunks"] else 0, runs=len(runs) if isinstance(runs, list) else None)
+                   record["chunks"] else 0, runs=None if config is None else len(config["runs"]))
     record["env_steps_per_second"] = rate(record, record["runs"])
     args.out.mkdir(parents=True, exist_ok=True)  # a trainer that refused its options made no folder
     atomic_write_bytes(args.out / "timeboxed.json", json.dumps(record, indent=1).encode())

@@ -12,16 +12,16 @@ TINY_CHAIN = ("--env", "chain", "--chain-length", "5", "--method", "dqn", "--see
               "--buffer-size", "200", "--batch-size", "8")
 
 
-def write_rows(path, rows):
+def write_rows(path, rows, torn=""):
     path.write_text(",".join(METRICS_HEADER) + "\n" + "".join(
-        f"{run},dqn,paper,{run},{step},loss,0.5\n" for run, step in rows), encoding="utf-8")
+        f"{run},dqn,paper,{run},{step},loss,0.5\n" for run, step in rows) + torn, encoding="utf-8")
 
 
 def test_chunks_written_is_the_step_every_run_has_reached(tmp_path):
-    metrics = tmp_path / "metrics.csv"
-    assert timeboxed_run.chunks_written(metrics, {}) == 0  # before the trainer wrote anything
-    write_rows(metrics, [(0, 1000), (1, 1000), (0, 2000)])
-    assert timeboxed_run.chunks_written(metrics, {}) == 1000  # run 1 has not written its second chunk yet
+    assert timeboxed_run.chunks_written(tmp_path) == 0  # before the trainer wrote anything
+    (tmp_path / "config.json").write_text(json.dumps(dict(static=dict(log_every=1000), runs=[{}, {}])))
+    write_rows(tmp_path / "metrics.csv", [(0, 1000), (1, 1000), (0, 2000)], torn="1,dqn,paper,1,20")
+    assert timeboxed_run.chunks_written(tmp_path) == 1000  # run 1's second chunk is still being appended
 
 
 def test_rate_counts_every_run_between_the_first_and_last_chunk_seen():
