@@ -1,0 +1,39 @@
+"""experiments.sweep_last_step: each setting's seeds at the last step all of them logged, read from batch folders."""
+
+import csv
+import json
+
+import pytest
+
+from experiments import sweep_last_step as sls
+
+FIELDS = ["run", "method", "setting", "seed", "step", "metric", "value"]
+
+
+def write_batch(folder, rows, runs):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"runs": [{} for _ in range(runs)]}))
+    with open(folder / "metrics.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(FIELDS)
+        writer.writerows(rows)
+
+
+def test_table_takes_the_step_every_seed_logged_and_each_setting_separately(tmp_path):
+    odd = 'β="1,2" ✓'  # a comma, a quote and unicode in a setting's label
+    rows = [[0, "dqn_pc", odd, 0, 10, "max_return", 1], [0, "dqn_pc", odd, 0, 20, "max_return", 7],
+            [1, "dqn_pc", odd, 1, 10, "max_return", 3],  # seed 1 has not logged step 20: the table stops at 10
+            [2, "dqn_pc", "beta=1", 0, 10, "max_return", 5], [3, "dqn_pc", "beta=1", 1, 10, "max_return", 9]]
+    write_batch(tmp_path / "batch_000", rows, runs=4)
+    write_batch(tmp_path / "batch_001", [[0, "bsp", "beta_bsp=1", 0, 30, "max_return", 4]], runs=1)
+    sls.main(sls.Args(tmp_path, metrics=("max_return",)))
+    lines = (tmp_path / "last_step.md").read_text(encoding="utf-8").splitlines()
+    body = [line for line in lines if line.startswith("| DQN") or line.startswith("| BSP")]
+    assert body == [f"| DQN + PC | {odd} | 10 | 2 | 2 (1.5-2.5) |", "| DQN + PC | beta=1 | 10 | 2 | 7 (6-8) |",
+                    "| BSP | beta_bsp=1 | 30 | 1 | 4 (4-4) |"]
+
+
+def test_a_metric_the_sweep_did_not_log_is_named(tmp_path):
+    write_batch(tmp_path / "batch_000", [[0, "dqn", "eps=1", 0, 10, "max_return", 0]], runs=1)
+    with pytest.raises(ValueError, match="no rows of cells.*its metrics are max_return"):
+        sls.last_step_table(sls.sweep_rows(tmp_path), ("max_return", "cells"))
