@@ -70,7 +70,9 @@ def test_two_devices_each_step_their_own_pool_and_train_as_one_device_does(tmp_p
     pytest.importorskip("envpool")
     from opiq_jax import read_metrics, train
 
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    # the session's XLA flags (tests/conftest.py), as the one-device run below compiles with, and 2 devices
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
     done = subprocess.run([sys.executable, "-c", TWO_DEVICES, str(tmp_path / "two")], env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
