@@ -42,6 +42,12 @@ def xla_flags_without(flags: tuple[str, ...]) -> str:
     return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f.split("=")[0] not in names)
 
 
+def xla_flags_with_host_devices(count: int) -> str:
+    """The session's XLA_FLAGS and ``count`` CPU devices: for a process that shards over devices and compiles as
+    the tests' own processes do."""
+    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}".strip()
+
+
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     chosen = [TEST_XLA_FLAGS[0], *(f for f in TEST_XLA_FLAGS[1:] if xla_knows(f))]
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *chosen]).strip()

@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from opiq_jax.envs.atari import threads_per_pool
+from tests.conftest import xla_flags_with_host_devices
 
 TWO_DEVICES = textwrap.dedent('''
     import json, sys
@@ -71,7 +72,7 @@ def test_two_devices_each_step_their_own_pool_and_train_as_one_device_does(tmp_p
     from opiq_jax import read_metrics, train
 
     # the session's XLA flags (tests/conftest.py), as the one-device run below compiles with, and 2 devices
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
+    flags = xla_flags_with_host_devices(2)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
     done = subprocess.run([sys.executable, "-c", TWO_DEVICES, str(tmp_path / "two")], env=env, capture_output=True,
                           text=True, timeout=600)

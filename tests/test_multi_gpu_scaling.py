@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments.multi_gpu_scaling import count_collectives, rate, scaling_row
+from tests.conftest import xla_flags_with_host_devices
 
 SCRIPT = """
 import sys
@@ -24,7 +25,7 @@ main(["--env", "chain", "--runs", "2", "--steps", "70", "--repeats", "1", "--pre
 
 def test_script_times_one_and_two_devices_and_refuses_runs_that_do_not_divide(tmp_path):
     # the session's XLA flags (tests/conftest.py: the cheapest LLVM level compiles these small programs faster) and 2 devices
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
+    flags = xla_flags_with_host_devices(2)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=Path(__file__).parents[1], env=env,
                             capture_output=True, text=True, timeout=600)

@@ -21,6 +21,7 @@ from opiq_jax.results import CHECKPOINT_FILE
 from opiq_jax.reading import read_metrics
 from opiq_jax.compiled import compiled_trainer
 from opiq_jax.experiment import Experiment, RunSpec
+from tests.conftest import xla_flags_with_host_devices
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=3000, log_every=150, buffer_size=500, hidden=(16,))
 EXPERIMENT = Experiment(STATIC, tuple(RunSpec(m, "paper", s, method_hparams("chain", m)) for m in ("opiq", "dqn_pc") for s in range(2)))
@@ -157,7 +158,7 @@ SHARD_EXPERIMENT = Experiment(SHARD_STATIC, tuple(RunSpec("opiq", "paper", s, me
 
 def test_runs_sharded_over_four_host_devices_match_one_device(tmp_path):
     # the session's XLA flags (tests/conftest.py: the cheapest LLVM level, as the one-device run below) and 4 devices
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip()
+    flags = xla_flags_with_host_devices(4)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
     result = subprocess.run([sys.executable, "-c", SHARDED_CHILD, str(tmp_path / "sharded")], cwd=Path(__file__).parents[1],
                             env=env, capture_output=True, text=True, timeout=300)
