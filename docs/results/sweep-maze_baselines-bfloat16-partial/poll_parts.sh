@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Prints each part's last logged step and packs its metrics, run_info and log into OUT/parts.tgz.
+# Prints the time, each part's last logged step and packs its metrics, run_info and log into OUT/parts.tgz.
 # Usage: bash poll_parts.sh ROOT OUT
 root=$1; out=$2
+echo "time: $(date -u +%FT%TZ) ($(date +%s))"
 for part in plain rnd dora bsp; do
   m="$root/$part/batch_000/metrics.csv"
+  [ -f "$m" ] || [ -f "$root/$part.log" ] || continue
   last=$( [ -f "$m" ] && tail -n 1 "$m" | cut -c1-60 )
   echo "$part: $(wc -l < "$m" 2>/dev/null) rows; last: $last; log: $(tail -n 1 "$root/$part.log" | cut -c1-160)"
 done
