@@ -293,6 +293,18 @@ def static_option(public_name: str) -> Option | None:
     return next((o for o in STATIC_OPTIONS.values() if o.public_name == public_name), None)
 
 
+def uses_cell_table(static: StaticConfig, name: str, has_cell_table: bool) -> bool:
+    """Whether the option ``name`` (``target_values``, BSP's ``prior_values``: ``auto``, ``table`` or ``network``)
+    chooses a table of a fixed network's values per cell. ``auto``: in bfloat16 where the environment lists its
+    cells, so that float32 keeps the network's passes and its results bit for bit; ``table`` needs such a list."""
+    choice = getattr(static, name)
+    if choice == "table" and not has_cell_table:
+        raise ValueError(f"{name}='table' needs an environment with a cell table (chain, maze), not {static.env!r}")
+    if choice == "auto":
+        return has_cell_table and static.precision == "bfloat16"
+    return choice == "table"
+
+
 # ------------------------------------------------------------------------------------ hyperparameters
 
 HParams = dict

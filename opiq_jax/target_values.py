@@ -15,8 +15,9 @@ import abc
 from typing import Any, ClassVar, Protocol
 
 import jax
+import jax.numpy as jnp
 
-from .config import StaticConfig
+from .config import StaticConfig, uses_cell_table
 from .paths import Batch, ObservationPath
 from .state import RunState
 
@@ -26,8 +27,11 @@ class AgentView(Protocol):
 
     path: ObservationPath
 
-    def head_values(self, run: RunState, params: Any, obs: jax.Array) -> jax.Array:
-        """``[B, K, A]``: what each head acts and bootstraps on."""
+    def head_values(self, run: RunState, params: Any, obs: jax.Array, cells: jax.Array | None = None) -> jax.Array:
+        """``[B, K, A]``: what each head acts and bootstraps on (``cells``: the cell ids of ``obs``, if known)."""
+
+    def batch_cells(self, batch: Batch, name: str) -> jax.Array | None:
+        """The batch's cell ids ``name`` where the path has a cell table, else None."""
 
 
 class TargetValues(abc.ABC):
@@ -59,7 +63,7 @@ class NetworkTargets(TargetValues):
         return run
 
     def next_values(self, agent: AgentView, run: RunState, batch: Batch) -> jax.Array:
-        return agent.head_values(run, run.target_params, batch.next_obs)
+        return agent.head_values(run, run.target_params, batch.next_obs, agent.batch_cells(batch, "next_cells"))
 
     def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float, runs: Any) -> tuple[float, float, float]:
         per_update, per_copy, b = 1.0 / static.train_every, 1.0 / static.target_update, static.batch_size
@@ -72,7 +76,9 @@ class TableTargets(TargetValues):
     description = "the target network's values per cell"
 
     def copied(self, agent: AgentView, run: RunState) -> RunState:
-        return run.replace(target_table=agent.head_values(run, run.target_params, agent.path.cell_table_obs(run)))
+        obs = agent.path.cell_table_obs(run)
+        cells = jnp.arange(obs.shape[0], dtype=jnp.int32)
+        return run.replace(target_table=agent.head_values(run, run.target_params, obs, cells))
 
     def next_values(self, agent: AgentView, run: RunState, batch: Batch) -> jax.Array:
         del agent
@@ -89,11 +95,7 @@ class TableTargets(TargetValues):
 
 def uses_target_table(static: StaticConfig, path: ObservationPath) -> bool:
     """Whether the targets look the target network's values up per cell (``StaticConfig.target_values``)."""
-    if static.target_values == "table" and not path.has_cell_table:
-        raise ValueError(f"target_values='table' needs an environment with a cell table (chain, maze), not {static.env!r}")
-    if static.target_values == "auto":
-        return path.has_cell_table and static.precision == "bfloat16"
-    return static.target_values == "table"
+    return uses_cell_table(static, "target_values", path.has_cell_table)
 
 
 def target_values(static: StaticConfig, path: ObservationPath) -> TargetValues:

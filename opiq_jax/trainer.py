@@ -171,13 +171,16 @@ class Agent:
 
     def resolved(self) -> dict[str, str]:
         """What runs where an option says ``auto`` or leaves the choice to the environment, in words: the network,
-        its precision and torso, the weight storage, the target values, the backward pass, and what is counted."""
+        its precision and torso, the weight storage, the target values, the backward pass, what is counted, and
+        what each part's own ``auto`` options chose (``Part.resolved``: BSP's prior values)."""
         maze = self.network_name == "maze_conv"
         torso = ("pallas" if uses_pallas_torso(self.static, self.network_name) else "xla") if maze else "-"
+        parts = {key: value for part in self.parts for key, value in part.resolved(self).items()}
         return {"network": self.network_name + (f" with {self.num_heads} heads" if self.num_heads > 1 else ""),
                 "precision": self.static.precision, "maze_torso": torso, "weight_storage": self.weights.name,
                 "target_values": self.targets.name, "backward": self.backward.name,
-                "counted": self.path.counted if self.uses_counts else "nothing (no part of the program counts)"}
+                "counted": self.path.counted if self.uses_counts else "nothing (no part of the program counts)",
+                **parts}
 
     def make_network(self, num_outputs: int):
         """A network of the Q-network's architecture with ``num_outputs`` outputs (parts' own networks: DORA's
@@ -213,14 +216,21 @@ class Agent:
         """What acting, the loss and the test episodes evaluate (the weight storage's)."""
         return self.weights.forward(run)
 
-    def head_values(self, run: RunState, params, obs: jax.Array) -> jax.Array:
-        """``[B, K, A]``: what each head acts and bootstraps on (the network's values, adjusted by the parts)."""
+    def head_values(self, run: RunState, params, obs: jax.Array, cells: jax.Array | None = None) -> jax.Array:
+        """``[B, K, A]``: what each head acts and bootstraps on (the network's values, adjusted by the parts);
+        ``cells``: the cell ids of ``obs`` where the caller knows them (parts may look fixed values up by them)."""
+        if cells is not None:
+            chex.assert_shape(cells, (obs.shape[0],))
         q = self.q_network.apply(params, obs)
         q = q if self.num_heads > 1 else q[:, None, :]
         for part in self.parts:
-            q = checked_output(part, "head_values", part.head_values(self, run, q, obs), q.shape, "[B, K, A]: what "
-                               "each head acts and bootstraps on")
+            q = checked_output(part, "head_values", part.head_values(self, run, q, obs, cells), q.shape,
+                               "[B, K, A]: what each head acts and bootstraps on")
         return q
+
+    def batch_cells(self, batch: Batch, name: str) -> jax.Array | None:
+        """The batch's cell ids ``name`` (``cells`` or ``next_cells``) where the path has a cell table, else None."""
+        return getattr(batch, name) if self.path.has_cell_table else None
 
     def count_columns(self, run: RunState, key: jax.Array) -> jax.Array:
         """Sketch columns of one state as the path counts it."""
@@ -293,7 +303,9 @@ def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, 
         memory=path.init_memory(env, start), counts=run_counts, stats=stats, active_head=head, parts={},
     )
     run = with_initial_weights(agent, run, params, agent.init_key(run_key, "packing"))
-    example = Example(obs=obs, item=path.example_item(env))
+    # traced for every program on a cell-table path; XLA drops it where no part's init reads it
+    cell_obs = path.cell_table_obs(run) if path.has_cell_table else None
+    example = Example(obs=obs, item=path.example_item(env), cell_obs=cell_obs)
     states = {part.name: part.init(agent, run_key, example) for part in agent.parts}
     run = run.replace(parts={name: state for name, state in states.items() if state is not None})
     return with_target(agent, run, agent.forward_params(run))
@@ -423,7 +435,7 @@ def targets_for(agent: Agent, run: RunState, batch: Batch) -> tuple[jax.Array, j
 
 def td_loss_per_head(params, agent: Agent, run: RunState, batch: Batch, targets: jax.Array) -> jax.Array:
     """Sum over heads of each head's mean squared TD error (every head learns from every sample)."""
-    q = agent.head_values(run, params, batch.obs)  # [B, K, A]
+    q = agent.head_values(run, params, batch.obs, agent.batch_cells(batch, "cells"))  # [B, K, A]
     actions = batch.actions[:, 0]
     q_taken = jnp.take_along_axis(q, jnp.broadcast_to(actions[:, None, None], q.shape[:2] + (1,)), axis=2)[..., 0]
     if batch.weights is None:

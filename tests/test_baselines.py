@@ -18,8 +18,10 @@ from opiq_jax.parts.dora import dora_bonus, dora_sarsa_target
 from opiq_jax.parts.rnd import rnd_bonus, rnd_loss
 from opiq_jax.compiled import compiled_trainer
 from opiq_jax.experiment import Experiment, RunSpec, run_keys_for, split_by_program
-from opiq_jax.trainer import majority_vote, make_optimiser
-from tests.training import compiled_targets, train_chunks
+from opiq_jax.paths.compact import Transition
+from opiq_jax.target_values import TableTargets
+from opiq_jax.trainer import majority_vote, make_optimiser, make_train, td_loss_per_head
+from tests.training import batch_of, compiled_targets, train_chunks
 
 BASE = dict(chain_length=10, hidden=(32, 32), buffer_size=600, batch_size=16, total_steps=400, log_every=200)
 
@@ -210,6 +212,97 @@ def test_bsp_prior_stays_fixed_while_the_heads_learn():
     expected = trainer.network.apply(run.params, obs) + 100.0 * trainer.network.apply(run.parts["bsp"], obs)
     np.testing.assert_allclose(trainer.agent.head_values(run, run.params, obs), expected, rtol=1e-5)
     assert np.all(np.isfinite(metrics["test_return"]))
+
+
+def prior_table_window():
+    """Two hand-made two-step windows of the chain and which of their steps are stored."""
+    window = Transition(
+        compact=jnp.array([[[1], [2]], [[5], [4]]], jnp.int32), action=jnp.array([[1, 0], [0, 1]], jnp.int32),
+        reward=jnp.zeros((2, 2)), terminated=jnp.zeros((2, 2), bool), done=jnp.zeros((2, 2), bool),
+        next_compact=jnp.array([[[2], [3]], [[4], [5]]], jnp.int32),
+    )
+    return window, jnp.ones((2, 2), bool)
+
+
+def compiled_loss(trainer, window, exists):
+    """``(run, targets) -> TD loss`` of the hand-made windows against ``targets``, as the trainer computes it."""
+    def loss(run, targets):
+        batch = batch_of(trainer, run, window, exists)
+        return td_loss_per_head(trainer.agent.forward_params(run), trainer.agent, run, batch, targets)
+    return jax.jit(loss)
+
+
+def bsp_chain_run(**options):
+    """The compiled trainer of BSP (3 heads) on a short chain with ``options``, and its first run's initial state."""
+    static = static_for_env("chain", **{**BASE, "parts": program_parts(["bsp"]), "bsp_heads": 3, "n_step": 2,
+                                        **options})
+    experiment = Experiment(static, (RunSpec("bsp", "p", 0, method_hparams("chain", "bsp")),))
+    trainer, init, _ = compiled_trainer(static)
+    return trainer, first_run(init(*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs)
+
+
+def per_cell_prior(trainer, run):
+    """``[cells, K, A]``: the prior network's values on each cell's observation alone (a batch of one)."""
+    env, apply = trainer.path.env, jax.jit(trainer.network.apply)
+    cell_obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(env.all_compacts(), run.env.params)
+    prior = {"params": run.parts["bsp"]["params"]}
+    return np.stack([apply(prior, cell_obs[cell:cell + 1])[0] for cell in range(cell_obs.shape[0])])
+
+
+def test_bsp_prior_table_holds_the_prior_per_cell_and_the_loss_and_targets_read_it():
+    """prior_values='table': each cell's prior values are the prior network's on that cell alone; the loss, the
+    targets and the target table give what the prior network gives, and they read the table (shifting it moves
+    each)."""
+    table_trainer, table_run = bsp_chain_run(prior_values="table")
+    network_trainer, network_run = bsp_chain_run(prior_values="network")
+    prior = table_run.parts["bsp"]
+    assert set(network_run.parts["bsp"]) == {"params"}  # without the table: the network's variables, as ever
+    jax.tree.map(np.testing.assert_array_equal, prior["params"], network_run.parts["bsp"]["params"])
+    # alike to rounding: a batch of cells sums in another order than a batch of one
+    np.testing.assert_allclose(prior["cell_values"], per_cell_prior(table_trainer, table_run), rtol=1e-5, atol=1e-7)
+    window, exists = prior_table_window()
+    table_targets = compiled_targets(table_trainer)(table_run, window, exists)[0]
+    np.testing.assert_allclose(table_targets, compiled_targets(network_trainer)(network_run, window, exists)[0],
+                               rtol=1e-5)
+    table_loss = compiled_loss(table_trainer, window, exists)(table_run, table_targets)
+    np.testing.assert_allclose(table_loss, compiled_loss(network_trainer, window, exists)(network_run, table_targets),
+                               rtol=1e-5)
+    target_table = lambda trainer: jax.jit(  # noqa: E731
+        lambda run: TableTargets().copied(trainer.agent, run).target_table)
+    np.testing.assert_allclose(target_table(table_trainer)(table_run), target_table(network_trainer)(network_run),
+                               rtol=1e-5, atol=1e-6)
+    shifted = table_run.replace(parts={"bsp": {**prior, "cell_values": prior["cell_values"] + 1.0}})
+    # beta_bsp = 100 on the chain: the bootstrap values rise by 100 * gamma^2, the online values by 100
+    shifted_targets = compiled_targets(table_trainer)(shifted, window, exists)[0]
+    np.testing.assert_allclose(shifted_targets - table_targets, 100.0 * table_trainer.static.gamma ** 2, rtol=1e-3)
+    shifted_loss = compiled_loss(table_trainer, window, exists)(shifted, table_targets)  # the same targets
+    assert abs(float(shifted_loss) - float(table_loss)) > 1.0
+    np.testing.assert_allclose(target_table(table_trainer)(shifted) - target_table(table_trainer)(table_run), 100.0,
+                               rtol=1e-3)
+
+
+def test_bsp_prior_table_in_bfloat16_holds_the_prior_to_its_rounding():
+    """auto in bfloat16 tabulates the prior; the hidden layers round to 8 bits of significand, so a batch of cells and
+    a batch of one agree to that rounding, not to float32's."""
+    trainer, run = bsp_chain_run(precision="bfloat16")
+    table, by_cell = np.asarray(run.parts["bsp"]["cell_values"]), per_cell_prior(trainer, run)
+    assert table.shape == by_cell.shape and np.all(np.isfinite(table))
+    np.testing.assert_allclose(table, by_cell, rtol=0, atol=2 ** -7 * np.max(np.abs(by_cell)))
+
+
+def test_prior_values_choice():
+    """auto: the prior table in bfloat16 where there is a cell table, said in config.json's resolved; a table where
+    there is none is refused."""
+    def resolved(env, **options):
+        return make_train(static_for_env(env, parts=program_parts(["bsp"]), **options)).agent.resolved()
+    assert resolved("chain")["prior_values"] == "network"  # float32 keeps the path of the paper's results
+    assert resolved("maze", precision="bfloat16")["prior_values"] == "table"
+    assert resolved("gymnax:CartPole-v1", precision="bfloat16")["prior_values"] == "network"
+    with pytest.raises(ValueError, match="prior_values='table' needs an environment with a cell table"):
+        resolved("gymnax:CartPole-v1", prior_values="table")
+    assert "prior_values" not in make_train(static_for_env("chain")).agent.resolved()  # a program without BSP
+    with pytest.raises(ValueError, match="must be one of auto, table, network"):
+        static_for_env("chain", parts=program_parts(["bsp"]), prior_values="cells").validate()
 
 
 # ------------------------------------------------------------------------------------ numbers-only variants

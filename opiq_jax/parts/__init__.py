@@ -15,8 +15,8 @@ the same six places and never names a method:
 
 and, for the rarer parts that change the Q-network itself (BSP): ``heads`` (how many Q-heads),
 ``head_values`` (what each head acts and bootstraps on) and ``scale_gradients``; ``after_step`` sees
-every environment step (DORA keeps a ring of recent steps). Every hook has a default that does
-nothing, so a part defines only what it changes.
+every environment step (DORA keeps a ring of recent steps); ``resolved`` says what its ``auto`` options
+chose. Every hook has a default that does nothing, so a part defines only what it changes.
 
 Every hook gets the ``agent`` (:class:`AgentView`, which the trainer's ``Agent`` is: the static configuration, the
 networks, the optimiser, the observation path) and the run's state ``run``: ``run.hparams`` holds

@@ -48,10 +48,13 @@ class AgentView(Protocol):
 
 
 class Example(NamedTuple):
-    """What a part's ``init`` may shape its state after: one observation and one replay item of the run."""
+    """What a part's ``init`` may shape its state after: one observation and one replay item of the run and, on a
+    path with a cell table, every cell's observation (BSP tabulates its prior over them)."""
 
     obs: jax.Array  # [*obs_shape]: an observation as the Q-network reads it
     item: Any  # one item of the observation path's replay (the compact path's Transition), or None
+    cell_obs: jax.Array | None = None  # [num_cells, *obs_shape]: every cell's observation, where the path has a
+    # cell table (chain, maze), else None
 
 
 class Part:
@@ -95,10 +98,18 @@ class Part:
         del agent, run_key, example
         return None
 
-    def head_values(self, agent: AgentView, run: RunState, q: jax.Array, obs: jax.Array) -> jax.Array:
-        """``[B, K, A]``: what each head acts and bootstraps on, from the network's ``q`` on ``obs``."""
-        del agent, run, obs
+    def head_values(self, agent: AgentView, run: RunState, q: jax.Array, obs: jax.Array,
+                    cells: jax.Array | None) -> jax.Array:
+        """``[B, K, A]``: what each head acts and bootstraps on, from the network's ``q`` on ``obs``; ``cells``
+        (int32[B]) are the cell ids of ``obs`` where the caller knows them (the loss's and the targets' states on a
+        path with a cell table), else None."""
+        del agent, run, obs, cells
         return q
+
+    def resolved(self, agent: AgentView) -> Mapping[str, str]:
+        """What its ``auto`` options chose for ``agent``, in words, for ``config.json``'s ``resolved`` (default: none)."""
+        del agent
+        return {}
 
     def action_bonus(self, agent: AgentView, run: RunState, obs: jax.Array, counts: jax.Array | None) -> jax.Array | None:
         """``[E, A]`` added to the action values when acting in ``obs`` (``[E, *obs_shape]``); ``counts`` is

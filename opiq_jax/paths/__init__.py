@@ -66,8 +66,8 @@ class Batch:
     Computed on first use (and then kept), so a program pays only for what its parts read:
     ``obs`` and ``next_obs`` (the network inputs of ``s_t`` and of the bootstrap state ``s_{t+L}``),
     ``step_obs`` and ``reached_obs`` (``[B, n, ...]``: each step's state and the state it reached, as bonus
-    networks read them), ``step_columns`` / ``next_columns`` (count-min sketch columns), ``next_cells``
-    (cell ids of the bootstrap states, for the target table), and from the trainer ``step_counts``
+    networks read them), ``step_columns`` / ``next_columns`` (count-min sketch columns), ``cells`` and ``next_cells``
+    (cell ids of ``s_t`` and of the bootstrap states, for the per-cell tables), and from the trainer ``step_counts``
     (``N(s_{t+i}, a_{t+i})``, int32[B, n]) and ``next_counts`` (``N(s_{t+L}, .)``, int32[B, A]).
     """
 

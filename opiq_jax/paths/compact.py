@@ -201,6 +201,7 @@ class CompactPath(ObservationPath):
                 reached_obs=lambda: self.obs_of(run, windows.next_compact),
                 step_columns=lambda: jax.vmap(columns)(windows.compact),
                 next_columns=lambda: columns(next_compact),
+                cells=lambda: jax.vmap(self.env.cell_id)(windows.compact[:, 0]),
                 next_cells=lambda: jax.vmap(self.env.cell_id)(next_compact),
             ),
         )
