@@ -39,7 +39,7 @@ class Args:
     env: str = "maze"
     """Environment with a cell table (maze, chain)."""
     seeds: int = 48
-    """BSP runs in the program (the maze_baselines sweep: 6 settings x 8 seeds)."""
+    """BSP runs in the program (as many as the maze_baselines sweep's BSP program: 6 settings x 8 seeds)."""
     steps: int = 20_000
     """Environment steps per run (two chunks at the maze's log interval)."""
     variants: tuple[str, ...] = VARIANTS

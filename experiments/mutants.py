@@ -38,6 +38,7 @@ ACTING = V + "test_trainer_acts_greedily_on_q_plus_with_c_action_not_c_bootstrap
 ACTING_TABLE = V + "test_greedy_action_is_argmax_of_q_plus_c_action_bonus_on_a_hand_made_count_table"
 RESUME = V + "test_resume_drops_the_rows_of_a_chunk_written_after_the_checkpoint_and_matches_an_uninterrupted_run"
 CHECKPOINTS = V + "test_checkpoints_read_back_the_newest_values_and_fall_back_past_a_damaged_one"
+PRIOR_TABLE_TEST = BASE + "test_bsp_prior_table_holds_the_prior_per_cell_and_the_loss_and_targets_read_it"
 FRAMES = "tests/test_frame_checkpoints.py::"
 ATARI = "tests/test_atari.py::"
 POOLS = "tests/test_device_pools.py::"
@@ -169,18 +170,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "BSP prior added without beta_bsp", (BASE + "test_bsp_prior_stays_fixed_while_the_heads_learn",)),
     Mutant("bsp-prior-table-rows-shuffled", "opiq_jax/parts/bsp.py",
            "prior_heads = prior[PRIOR_TABLE][cells]", "prior_heads = prior[PRIOR_TABLE][cells[::-1]]",
-           "BSP's prior table looked up in another row's cell", (BASE + "test_bsp_prior_table_holds_the_prior_per_cell_and_the_loss_and_targets_read_it",)),
+           "BSP's prior table looked up in another row's cell", (PRIOR_TABLE_TEST,)),
     Mutant("bsp-loss-ignores-prior-table", "opiq_jax/trainer.py",
            'agent.head_values(run, params, batch.obs, agent.batch_cells(batch, "cells"))',
            "agent.head_values(run, params, batch.obs, None)",
-           "the loss evaluates BSP's prior network instead of its table", (BASE + "test_bsp_prior_table_holds_the_prior_per_cell_and_the_loss_and_targets_read_it",)),
+           "the loss evaluates BSP's prior network instead of its table", (PRIOR_TABLE_TEST,)),
     Mutant("targets-ignore-prior-table", "opiq_jax/target_values.py",
            'batch.next_obs, agent.batch_cells(batch, "next_cells"))', "batch.next_obs, None)",
-           "the targets evaluate BSP's prior network instead of its table", (BASE + "test_bsp_prior_table_holds_the_prior_per_cell_and_the_loss_and_targets_read_it",)),
+           "the targets evaluate BSP's prior network instead of its table", (PRIOR_TABLE_TEST,)),
     Mutant("target-table-ignores-prior-table", "opiq_jax/target_values.py",
            "agent.head_values(run, run.target_params, obs, cells)", "agent.head_values(run, run.target_params, obs, None)",
-           "the target table evaluates BSP's prior network instead of its table",
-           (BASE + "test_bsp_prior_table_holds_the_prior_per_cell_and_the_loss_and_targets_read_it",)),
+           "the target table evaluates BSP's prior network instead of its table", (PRIOR_TABLE_TEST,)),
     Mutant("bsp-torso-unscaled", "opiq_jax/parts/bsp.py",
            "scale_torso_gradients(grads, 1.0 / agent.num_heads)", "scale_torso_gradients(grads, 1.0)",
            "BSP torso gradients not divided by K", (V + "test_bsp_scales_the_shared_torsos_gradients_by_one_over_the_number_of_heads",)),
