@@ -244,8 +244,12 @@ def cited_results(text: str, page: Path) -> list[Path]:
 
 def known_numbers(folders: list[Path]) -> tuple[set[float], dict[int, set[float]]]:
     """Every number in the cited folders' text files: exact values, and values rounded to each precision."""
+    return numbers_in_files({f for folder in folders for f in _files(_scope(folder)) if f.suffix in TEXT_SUFFIXES})
+
+
+def numbers_in_files(files: set[Path]) -> tuple[set[float], dict[int, set[float]]]:
+    """Every number in ``files``: exact values, and values rounded to each precision."""
     exact, rounded = set(), {d: set() for d in range(7)}
-    files = {f for folder in folders for f in _files(_scope(folder)) if f.suffix in TEXT_SUFFIXES}
     for f in files:
         for token in FILE_NUMBER.findall(f.read_text(errors="replace")):
             try:
@@ -258,9 +262,9 @@ def known_numbers(folders: list[Path]) -> tuple[set[float], dict[int, set[float]
     return exact, rounded
 
 
-def unbacked_numbers(table: list[str], folders: list[Path]) -> list[str]:
-    """The cells' numbers (first column and header excepted) that no cited file holds."""
-    exact, rounded = known_numbers(folders)
+def unbacked_numbers(table: list[str], folders: list[Path], known=None) -> list[str]:
+    """The cells' numbers (first column and header excepted) that no cited file holds (or none of ``known``)."""
+    exact, rounded = known if known is not None else known_numbers(folders)
     missing = []
     for line in table[2:]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -301,3 +305,49 @@ def test_a_changed_number_is_caught(tmp_path, monkeypatch):
     assert unbacked_numbers(table, cited_results(paragraph, page)) == []
     (paragraph, table), = tables_with_paragraphs(good.replace("9.11", "9.12"))
     assert unbacked_numbers(table, cited_results(paragraph, page)) == ["'9.12' in row 'OPIQ'"]
+
+
+# --------------------------------------------------------------------------------------------
+# The README's table of the paper's experiments links doc pages, not results folders. Its verdicts use one
+# vocabulary (reproduced / differs / not run), and every number in a row appears in the page that row links to,
+# whose own numbers the checks above tie to their folders.
+
+VERDICTS = ("reproduced", "differs", "not run")
+EXPERIMENTS_HEADER = "| the paper's experiment |"
+
+
+def experiments_table(text: str) -> list[str]:
+    """The lines of the table whose header starts with EXPERIMENTS_HEADER."""
+    tables = [t for _, t in tables_with_paragraphs(text) if t[0].startswith(EXPERIMENTS_HEADER)]
+    assert len(tables) == 1, f"expected one table headed {EXPERIMENTS_HEADER!r}, found {len(tables)}"
+    return tables[0]
+
+
+def experiment_row_problems(line: str, page: Path) -> list[str]:
+    """What is wrong with one row: a verdict outside VERDICTS, no linked page, or a number its page lacks."""
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    problems = [] if cells[1].startswith(VERDICTS) else [f"verdict {cells[1][:30]!r} in row {cells[0]!r}"]
+    pages = {(page.parent / t.split("#")[0]).resolve() for t in LINK.findall(line) if t.split("#")[0].endswith(".md")}
+    if not pages or not all(p.is_file() for p in pages):
+        return problems + [f"no linked page in row {cells[0]!r}"]
+    verdict_only = "| " + " | ".join(cells[:2]) + " |"
+    return problems + unbacked_numbers(["", "", verdict_only], [], known=numbers_in_files(pages))
+
+
+def test_the_paper_experiments_table_says_reproduced_differs_or_not_run_and_its_pages_hold_its_numbers():
+    page = ROOT / "README.md"
+    table = experiments_table(page.read_text())
+    assert len(table) >= 8
+    problems = [p for line in table[2:] for p in experiment_row_problems(line, page)]
+    assert not problems, "; ".join(problems)
+
+
+def test_an_experiments_row_with_another_verdict_or_a_number_its_page_lacks_is_caught(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "maze.md").write_text("OPIQ reaches the goal in 24 of 24 seeds at 100k steps.\n")
+    page = tmp_path / "README.md"
+    good = "| Figure 5 | differs: 24 seeds, 100k steps | [maze](docs/maze.md) |"
+    assert experiment_row_problems(good, page) == []
+    assert experiment_row_problems(good.replace("differs", "in part"), page) == ["verdict 'in part: 24 seeds, 100k steps' in row 'Figure 5'"]
+    assert experiment_row_problems(good.replace("24 seeds", "25 seeds"), page) == ["'25' in row 'Figure 5'"]
+    assert experiment_row_problems(good.replace("docs/maze.md", "docs/none.md"), page) == ["no linked page in row 'Figure 5'"]
