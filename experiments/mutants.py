@@ -49,6 +49,7 @@ SWEEP_LABELS = "tests/test_sweep.py::test_every_runs_label_names_the_hyperparame
 MEMORY_FREED = ("tests/test_runner.py::test_programs_trained_one_after_another_free_the_device_memory_of_the_one_"
                 "before")
 CHECKED_ONCE = "tests/test_runner.py::test_the_grouping_into_programs_and_the_memory_check_happen_once_per_experiment"
+SHARDED_TEST = "tests/test_runner.py::test_runs_sharded_over_four_host_devices_match_one_device"
 LAYERS = "tests/test_layers.py::test_the_package_import_graph_has_no_circle"
 SCHEDULES = "tests/test_trainer.py::test_updates_target_copies_and_epsilon_follow_the_environment_steps"
 PACKED = "tests/test_packed_state.py::"
@@ -322,7 +323,11 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------------ devices, parallel programs, envs per run
     Mutant("sharding-refuses-runs-that-divide", "opiq_jax/devices.py",
            "    if num_runs % len(devices):", "    if num_runs % len(devices) == 0:",
-           "runs that divide over the devices stay on one", ("tests/test_runner.py::test_runs_sharded_over_four_host_devices_match_one_device",)),
+           "runs that divide over the devices stay on one", (SHARDED_TEST,)),
+    Mutant("sharding-runs-replicated", "opiq_jax/devices.py",
+           "runs=jax.tree.map(lambda x: jax.device_put(x, by_run), state.runs),",
+           "runs=jax.tree.map(lambda x: jax.device_put(x, replicated), state.runs),",
+           "every device holds every run instead of its share", (SHARDED_TEST,)),
     Mutant("programs-stopped-reported-failed", "opiq_jax/program_processes.py",
            "c not in (0, EXIT_NONFINITE, EXIT_USAGE) and n not in stopped}", "c not in (0, EXIT_NONFINITE, EXIT_USAGE)}",
            "a program stopped on request counts as failed", ("tests/test_program_processes.py::test_exit_codes_become_one_error",)),

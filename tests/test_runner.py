@@ -150,7 +150,9 @@ assert jax.local_device_count() == 4, jax.local_devices()
 from tests.test_runner import SHARD_EXPERIMENT
 from opiq_jax.runner import run_experiment
 state = run_experiment(SHARD_EXPERIMENT, sys.argv[1], progress=False)
-print("shards", len(state.runs.params["params"]["head"]["bias"].sharding.device_set))
+bias = state.runs.params["params"]["head"]["bias"]
+# split, not copied: each device holds its own runs (a replicated array also spans every device)
+print("shards", len(bias.sharding.device_set), "runs per shard", {s.data.shape[0] for s in bias.addressable_shards})
 """
 SHARD_STATIC = static_for_env("chain", chain_length=8, total_steps=600, log_every=200, buffer_size=300, hidden=(16,))
 SHARD_EXPERIMENT = Experiment(SHARD_STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq")) for s in range(4)))
@@ -163,7 +165,7 @@ def test_runs_sharded_over_four_host_devices_match_one_device(tmp_path):
     result = subprocess.run([sys.executable, "-c", SHARDED_CHILD, str(tmp_path / "sharded")], cwd=Path(__file__).parents[1],
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "shards 4" in result.stdout
+    assert "shards 4 runs per shard {1}" in result.stdout
     run_experiment(SHARD_EXPERIMENT, tmp_path / "single", progress=False)
     sharded, single = read_metrics(tmp_path / "sharded"), read_metrics(tmp_path / "single")
     assert [(r["run"], r["step"], r["metric"]) for r in sharded] == [(r["run"], r["step"], r["metric"]) for r in single]
