@@ -13,6 +13,10 @@ Both use the same pool sizes and the same number of steps after a warm-up chunk 
 excluded, reported apart). Writes ``montezuma_bench.json`` and ``montezuma_bench.md`` into ``--out``.
 Run: ``python -m experiments.montezuma_bench --pool-sizes 4 16 --steps 4000``.
 
+``time_plain`` times the plain baseline on the same pool (``opiq_jax.benchmark.plain_atari``: a straightforward
+vmapped JAX DQN with counts, one dispatch per step) for ``experiments.throughput_table``; this script's table
+does not show it.
+
 ``--envs-per-run E`` times the agent as ``pool_size / E`` runs of E environments each (the layout of
 ``opiq-jax train --envs-per-run E``: the same replay ratio, so the same number of updates per environment step,
 but E / train_every updates in sequence per scan step instead of one batched over E times as many runs).
@@ -173,6 +177,33 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
                 first_call_seconds=compile_and_first, peak_device_bytes=peak,
                 state_bytes_per_run=state_bytes_per_run(static), buffer_size=buffer_size,
                 paper_state_bytes_per_run=state_bytes_per_run(static_for_env("montezuma")))
+
+
+def time_plain(pool_size: int, steps: int, buffer_size: int) -> dict:
+    """The plain baseline (``opiq_jax.benchmark.plain_atari``: a straightforward vmapped JAX DQN with counts, one
+    dispatch per step) on one pool of ``pool_size`` environments, one run each: ``steps`` timed steps after a
+    warm-up of as many (at least a batch and one, so that the timed steps learn; the first call compiles)."""
+    from opiq_jax.benchmark.plain_atari import make_plain_atari, run_plain_atari, state_bytes_per_run
+    from opiq_jax.envs.montezuma import MontezumaPool
+
+    static = static_for_env("montezuma", buffer_size=buffer_size)
+    runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(pool_size))
+    experiment = Experiment(static, runs)
+    pool = MontezumaPool(num_envs=pool_size, seed=0)
+    plain = make_plain_atari(static, pool)
+    run_keys, _ = run_keys_for(experiment)
+    state = plain.init(run_keys, stack_hparams(experiment.hparams()), pool.reset())
+    started = time.perf_counter()
+    state = jax.block_until_ready(plain.step(state))
+    compile_and_first = time.perf_counter() - started
+    state = jax.block_until_ready(run_plain_atari(plain, state, max(steps, static.batch_size + 1) - 1))
+    started = time.perf_counter()
+    state = jax.block_until_ready(run_plain_atari(plain, state, steps))
+    seconds = time.perf_counter() - started
+    return dict(pool_size=pool_size, devices=1, kind="plain", runs=pool_size,
+                env_steps_per_second=steps * pool_size / seconds, first_call_seconds=compile_and_first,
+                buffer_size=buffer_size, state_bytes_per_run=state_bytes_per_run(state),
+                updates_per_run=int(state.runs.updates[0]), count_slots=plain.count_slots)
 
 
 def rates_by_layout(rows: list[dict]) -> dict[tuple[int, int], dict[str, float]]:

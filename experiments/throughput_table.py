@@ -8,19 +8,23 @@ on one card:
   learning (an update per step; Montezuma: per 4 steps) (``opiq_jax.benchmark.throughput.measure_trainer``; Montezuma: the OPIQ agent on one
   EnvPool pool, ``experiments.montezuma_bench.time_agent``);
 * **the plain baseline** of ``opiq-jax bench`` (``opiq_jax/benchmark/plain.py``): a straightforward vmapped, jitted
-  DQN with exact counts, one Python dispatch per step, at the same number of runs. It has no Atari form, so on
-  Montezuma the column holds EnvPool's emulators alone on the same pool, stepping random actions (the ceiling of
-  any agent on that pool);
+  DQN with exact counts, one Python dispatch per step, at the same number of runs; on Montezuma its Atari form
+  (``opiq_jax/benchmark/plain_atari.py``: the same pool, the Nature network, a hashed count table of the frame
+  feature, a replay of whole transitions; ``experiments.montezuma_bench.time_plain``) at the same number of runs;
+* on Montezuma also EnvPool's **emulators alone** on the same pool, stepping random actions (the ceiling of any
+  agent on that pool), given under the table;
 * **a PyTorch loop in the authors' structure (one environment per process), not their code**
   (``experiments/torch_loop.py``), per process, on the CPU and on the GPU, each in a subprocess of its own
   (skipped where torch is not importable).
 
 Counts are exact cell counts on the chain and the maze for both JAX columns (the paper hashes with SimHash; the
-PyTorch loop does, as the authors' code does); Montezuma counts the paper's 8 x 11 frame feature.
+PyTorch loop does, as the authors' code does); Montezuma counts the paper's 8 x 11 frame feature in every column.
 
 Writes ``--out``: ``table.md`` (the README-ready table and its notes), ``README.md`` (the command, the table,
 the files), ``throughput.json`` (every figure) and ``run_info.json`` (device, JAX version, command, wall-clock of
-each measurement). The default sizes finish in about five minutes on one H200, compiles included.
+each measurement). The default sizes of the chain and the maze, and Montezuma's without its plain baseline,
+finished in about five minutes on one H200, compiles included (Montezuma's plain baseline is not yet timed there;
+its default replay of 20k whole transitions per run takes 69 GiB at 64 runs).
 Run: ``CUDA_VISIBLE_DEVICES=0 python -m experiments.throughput_table --out results/throughput-table``;
 ``--quick`` is a tiny CPU run of the same code (a test).
 
@@ -91,6 +95,12 @@ class Args:
     """Timed agent steps per pool environment (after a warm-up chunk of the same length)."""
     montezuma_buffer: int = 100_000
     """Replay frames per Montezuma run (the step's work does not depend on it; the paper's 1M would not fit)."""
+    montezuma_plain_steps: int = 1_000
+    """Timed steps per pool environment of the plain baseline on Montezuma (one dispatch each; after a warm-up of as
+    many, at least a batch and one)."""
+    montezuma_plain_buffer: int = 20_000
+    """Replay transitions per run of the plain baseline on Montezuma. It stores both stacks of every transition
+    whole (56 KB each: 69 GiB for 64 runs of 20k); the step's work does not depend on it."""
     torch_steps: int = 2_000
     """Timed steps of the PyTorch loop per process on the chain and the maze."""
     montezuma_torch_steps: int = 1_000
@@ -104,8 +114,8 @@ class Args:
 
 
 QUICK = dict(chain_runs=4, maze_runs=2, maze_buffer=1_000, montezuma_pool=2, steps=50, baseline_steps=10, repeats=1,
-             montezuma_steps=20, montezuma_buffer=1_000, torch_steps=30,
-             montezuma_torch_steps=20)
+             montezuma_steps=20, montezuma_buffer=1_000, montezuma_plain_steps=5, montezuma_plain_buffer=200,
+             torch_steps=30, montezuma_torch_steps=20)
 """What ``--quick`` sets."""
 
 
@@ -156,20 +166,41 @@ def measure_jax_env(env: str, args: Args, log: dict[str, float]) -> dict[str, An
                 baseline=dataclasses.asdict(baseline), baseline_kind="plain vmapped JAX DQN with exact counts")
 
 
+def measure_montezuma_plain(args: Args, log: dict[str, float]) -> dict[str, Any]:
+    """The plain baseline on one EnvPool pool (``time_plain``); running out of device memory is a figure's error."""
+    from experiments import montezuma_bench
+    from opiq_jax.benchmark.throughput import is_out_of_memory
+
+    pool, steps = args.montezuma_pool, args.montezuma_plain_steps
+    try:
+        plain = timed(log, f"montezuma: plain baseline, pool of {pool}",
+                      lambda: montezuma_bench.time_plain(pool, steps, buffer_size=args.montezuma_plain_buffer))
+    except Exception as error:  # XlaRuntimeError and friends
+        if not is_out_of_memory(error):
+            raise
+        return dict(error="out of memory", steps_timed=steps, buffer_size=args.montezuma_plain_buffer)
+    return dict(steps_per_s=plain["env_steps_per_second"], first_call_s=plain["first_call_seconds"], steps_timed=steps,
+                buffer_size=plain["buffer_size"], state_bytes_per_run=plain["state_bytes_per_run"],
+                updates_per_run=plain["updates_per_run"], count_slots=plain["count_slots"])
+
+
 def measure_montezuma(args: Args, log: dict[str, float]) -> dict[str, Any]:
-    """The OPIQ agent on one EnvPool pool, and the pool's emulators alone stepping random actions."""
-    from experiments.montezuma_bench import time_agent, time_raw
+    """The OPIQ agent and the plain baseline on one EnvPool pool each, and the pool's emulators alone stepping random
+    actions."""
+    from experiments import montezuma_bench
 
     pool, steps = args.montezuma_pool, args.montezuma_steps
     agent = timed(log, f"montezuma: this project, pool of {pool}",
-                  lambda: time_agent(pool, steps, buffer_size=args.montezuma_buffer))
-    raw = timed(log, f"montezuma: EnvPool alone, pool of {pool}", lambda: time_raw(pool, steps))
+                  lambda: montezuma_bench.time_agent(pool, steps, buffer_size=args.montezuma_buffer))
+    baseline = measure_montezuma_plain(args, log)
+    raw = timed(log, f"montezuma: EnvPool alone, pool of {pool}", lambda: montezuma_bench.time_raw(pool, steps))
     return dict(env="montezuma", runs=pool, settings=SAFE_SETTINGS["montezuma"], count_features="8x11 frame, 8 levels",
                 this=dict(steps_per_s=agent["env_steps_per_second"], first_call_s=agent["first_call_seconds"],
                           steps_timed=steps, buffer_size=agent["buffer_size"]),
-                baseline=dict(steps_per_s=raw["env_steps_per_second"], first_call_s=raw["first_call_seconds"],
-                              steps_timed=steps),
-                baseline_kind="EnvPool's emulators alone, random actions (no plain DQN exists for Atari)")
+                baseline=baseline,
+                baseline_kind="plain vmapped JAX DQN with hashed counts of the frame feature",
+                emulators=dict(steps_per_s=raw["env_steps_per_second"], first_call_s=raw["first_call_seconds"],
+                               steps_timed=steps, kind="EnvPool's emulators alone, random actions"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -209,12 +240,8 @@ def table_row(row: dict[str, Any], torch_rows: dict[str, dict | None]) -> str:
     """One environment's line of the table."""
     this, base = row["this"].get("steps_per_s"), row["baseline"].get("steps_per_s")
     name = NAMES[row["env"]]
-    if row["env"] == "montezuma":
-        base_text = f"emulators alone: {rate(base)}"
-        ratio = ""
-    else:
-        base_text = rate(base) if base else row["baseline"].get("error") or ""
-        ratio = f"{this / base:.2f}×" if this and base else ""
+    base_text = rate(base) if base else row["baseline"].get("error") or ""
+    ratio = f"{this / base:.2f}×" if this and base else ""
     cells = [(torch_rows.get(device) or {}).get("env_steps_per_second") for device in ("cpu", "cuda")]
     torch_text = [rate(c) if c else "not measured" for c in cells]
     return f"| {name} | {row['runs']:,} | {rate(this) or row['this'].get('error', '')} | {base_text} | {ratio} | " \
@@ -229,7 +256,8 @@ def counts_note(rows: list[dict[str, Any]]) -> str:
         parts.append("on the chain and the maze both JAX columns count exact cells (the paper counts SimHash codes; "
                      "`opiq-jax train` does too by default), the PyTorch loop SimHash codes")
     if "montezuma" in envs:
-        parts.append("Montezuma counts the paper's 8 × 11 frame feature in every column")
+        parts.append("Montezuma counts the paper's 8 × 11 frame feature in every column (this project in its "
+                     "count-min sketch, the plain baseline in a hashed table, the PyTorch loop in a dict)")
     return "Counts: " + "; ".join(parts) + "."
 
 
@@ -243,6 +271,15 @@ def table_lines(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict
     return HEADER + [table_row(row, torch_rows.get(row["env"], {})) for row in rows]
 
 
+def emulators_note(row: dict[str, Any]) -> str:
+    """The sentence on Montezuma's pool's emulators alone, the ceiling of any agent on it ("" where not measured)."""
+    emulators = row.get("emulators", {}).get("steps_per_s")
+    if not emulators:
+        return ""
+    return (f"Montezuma's pool of {row['runs']:,} emulators alone, stepping random actions, runs {rate(emulators)} "
+            "env steps/s: the ceiling of any agent on that pool.")
+
+
 def readme_text(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict | None]], device: str) -> str:
     """The table as the top-level README shows it, with a two-line note (``table.md``)."""
     envs = [r["env"] for r in rows]
@@ -252,12 +289,23 @@ def readme_text(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict
     if set(envs) & {"chain", "maze"}:
         note.append("Both JAX columns count chain and maze cells exactly (the paper: SimHash codes).")
     if "montezuma" in envs:
-        note.append("Montezuma counts the paper's 8 × 11 frame feature; the plain baseline has no Atari form, "
-                    "so its row gives the emulators alone.")
+        note.append("Montezuma counts the paper's 8 × 11 frame feature (the plain baseline in a hashed table).")
+    note += [emulators_note(r) for r in rows if r["env"] == "montezuma" and emulators_note(r)]
     note.append("The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
                 "not their code.")
     intro = f"Environment steps per second on one {device}, every run learning, OPIQ at the paper's settings:"
     return "\n".join([intro, "", *table_lines(rows, torch_rows), "", " ".join(note)])
+
+
+def montezuma_note(row: dict[str, Any], args: Args) -> str:
+    """The paragraph on Montezuma's columns in the folder's README."""
+    return (f"Montezuma: one EnvPool pool of {args.montezuma_pool} environments per JAX column, one per run; this "
+            f"project's replay holds {args.montezuma_buffer:,} frames per run. The plain baseline "
+            "(`opiq_jax/benchmark/plain_atari.py`) is the same OPIQ agent written the obvious way: the Nature network "
+            "in stock flax layers vmapped over runs, one Python dispatch per step (step, store, then train), counts "
+            f"in a table of the hashed frame feature, a replay of {args.montezuma_plain_buffer:,} whole transitions "
+            "per run (both stacks of four frames, 56 KB each), one update of 32 every 4 steps, no mixed Monte Carlo "
+            "return. " + emulators_note(row)).strip()
 
 
 def notes(rows: list[dict[str, Any]], args: Args) -> str:
@@ -268,10 +316,7 @@ def notes(rows: list[dict[str, Any]], args: Args) -> str:
     if any(r["env"] == "maze" for r in rows):
         lines += ["", f"The maze's replay holds {args.maze_buffer:,} steps per run in both JAX columns (the plain "
                   "baseline stores whole observations)."]
-    if any(r["env"] == "montezuma" for r in rows):
-        lines += ["", f"Montezuma: one EnvPool pool of {args.montezuma_pool} environments, a replay of "
-                  f"{args.montezuma_buffer:,} frames per run. The plain baseline has no Atari form: the row gives, in "
-                  "that column, the pool's emulators alone stepping random actions, the ceiling of any agent on it."]
+    lines += [line for r in rows if r["env"] == "montezuma" for line in ("", montezuma_note(r, args))]
     lines += ["", "The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
               "not their code (`experiments/torch_loop.py`): one run per process, counts in a Python dict (SimHash "
               "codes on the chain and the maze, the 8 × 11 frame feature on Montezuma), one minibatch update per "

@@ -1,5 +1,6 @@
 """``experiments.throughput_table`` in its tiny mode on the CPU writes a complete folder with the README's table,
-and the PyTorch loop's NumPy pieces (replay windows, SimHash counts) do what its docstring says.
+its Montezuma row times the plain baseline's Atari form on EnvPool's pool (where EnvPool is installed), and the
+PyTorch loop's NumPy pieces (replay windows, SimHash counts) do what its docstring says.
 
 Run: ``JAX_PLATFORMS=cpu pytest tests/test_throughput_table.py``. The PyTorch columns are measured only where
 torch is importable; without it they read "not measured".
@@ -8,6 +9,7 @@ torch is importable; without it they read "not measured".
 import json
 
 import numpy as np
+import pytest
 
 from experiments import throughput_table as tt
 from experiments.torch_loop import FrameCounts, Replay, SimHashCounts
@@ -40,12 +42,45 @@ def test_quick_run_writes_the_folder_and_the_table(tmp_path):
 
 
 def test_table_rows_for_montezuma_and_torch():
-    montezuma = dict(env="montezuma", runs=64, this=dict(steps_per_s=11_000.4), baseline=dict(steps_per_s=40_000.0))
+    montezuma = dict(env="montezuma", runs=64, this=dict(steps_per_s=11_000.4), baseline=dict(steps_per_s=4_000.0),
+                     emulators=dict(steps_per_s=40_000.0))
     line = tt.table_row(montezuma, {})
-    assert line == "| Montezuma's Revenge | 64 | 11,000 | emulators alone: 40,000 |  | not measured | not measured |"
+    assert line == "| Montezuma's Revenge | 64 | 11,000 | 4,000 | 2.75× | not measured | not measured |"
+    assert tt.emulators_note(montezuma) == ("Montezuma's pool of 64 emulators alone, stepping random actions, runs "
+                                            "40,000 env steps/s: the ceiling of any agent on that pool.")
+    out_of_memory = {**montezuma, "baseline": dict(error="out of memory")}
+    assert tt.table_row(out_of_memory, {}).startswith("| Montezuma's Revenge | 64 | 11,000 | out of memory |  |")
     maze = dict(env="maze", runs=512, this=dict(steps_per_s=200_000.0), baseline=dict(steps_per_s=50_000.0))
     torch_rows = {"cpu": dict(env_steps_per_second=150.2), "cuda": None}
     assert tt.table_row(maze, torch_rows) == "| maze | 512 | 200,000 | 50,000 | 4.00× | 150 | not measured |"
+
+
+def test_montezuma_row_times_the_plain_baseline_on_the_pool(tmp_path, monkeypatch):
+    """The plain baseline's Atari form really runs on EnvPool's Montezuma (two environments, a few steps); this
+    project's agent and the emulators alone are stand-ins here (tests/test_montezuma.py trains the agent)."""
+    pytest.importorskip("envpool")
+    from experiments import montezuma_bench
+
+    monkeypatch.setattr(montezuma_bench, "time_agent", lambda pool, steps, buffer_size: dict(
+        env_steps_per_second=30.0, first_call_seconds=1.0, buffer_size=buffer_size))
+    monkeypatch.setattr(montezuma_bench, "time_raw", lambda pool, steps: dict(
+        env_steps_per_second=900.0, first_call_seconds=0.5))
+    monkeypatch.setattr(tt, "measure_torch", lambda *args: None)
+    out = tmp_path / "throughput-table"
+    tt.main(["--quick", "--envs", "montezuma", "--out", str(out)])  # the plain baseline: 5 steps timed, replay 200
+
+    (row,) = json.loads((out / "throughput.json").read_text())["rows"]
+    plain = row["baseline"]
+    assert row["runs"] == 2 and plain["steps_per_s"] > 0 and plain["steps_timed"] == 5
+    assert plain["buffer_size"] == 200 and plain["updates_per_run"] == 1  # of 38 steps, the 36th trains
+    assert plain["state_bytes_per_run"] > 200 * 2 * 4 * 84 * 84  # both stacks of every transition, whole
+    assert row["emulators"]["steps_per_s"] == 900.0 and "plain" in row["baseline_kind"]
+    table = (out / "table.md").read_text()
+    line = next(line for line in table.splitlines() if line.startswith("| Montezuma"))
+    assert line.split(" | ")[2:5] == ["30", f"{plain['steps_per_s']:,.0f}", f"{30.0 / plain['steps_per_s']:.2f}×"]
+    assert tt.emulators_note(row) in table and "emulators alone" not in line
+    info = json.loads((out / "run_info.json").read_text())
+    assert "montezuma: plain baseline, pool of 2" in info["seconds_per_measurement"]
 
 
 def test_replay_windows_stay_within_the_stored_steps():
