@@ -5,8 +5,10 @@ steps) into two results folders, one per revision, then
 ``python -m experiments.before_after --before results/chain-old --after results/chain-new``. Writes
 into ``--out`` (default: the ``--after`` folder):
 
-* ``before_after_<metric>.png``: per method, the median across seeds before (dashed) and after (solid),
-  with the 25-75% band of the after run;
+* ``before_after_<metric>.png``: one panel per method (named as the paper names it), the median across seeds
+  before (grey, dashed) and after (blue, solid, with the 25-75% band of the after run); the title states each
+  folder's environment, seeds, steps and precision. A panel per method, as the line style already tells before
+  from after and thirteen methods' lines in one axes hid one another;
 * ``before_after.md``: per method and metric, the final median and the area under the median curve
   before and after, the share of (seed, step) points whose value is identical, the mean of the seeds'
   own areas before and after, and the p-value of a two-sided rank-sum (Mann-Whitney) test that the seeds' own areas (the mean of the metric over the
@@ -22,8 +24,11 @@ GPU runs of the same command differ slightly from one another (scatter-adds and 
 ordered), so identical points are expected only on the CPU; the curves say whether the learning
 changed.
 
+``--figures-only`` redraws the figures of a comparison whose table is already written (the table is left as it
+was).
+
 Reaches inside: opiq_jax.plotting and opiq_jax.stats, for the per-seed areas and the paired statistics that its
-tables are made of (the API gives curves, not these).
+tables are made of (the API gives curves, not these), and for the figures' names, titles and layout.
 """
 
 from __future__ import annotations
@@ -40,7 +45,19 @@ import numpy as np
 import tyro
 
 import opiq_jax
-from opiq_jax.plotting import METRIC_LABELS, area_under_median, curves, group_colours, seed_areas
+from opiq_jax.plotting import (
+    METRIC_LABELS,
+    STATISTIC_TEXT,
+    area_under_median,
+    check_one_experiment,
+    curves,
+    line_zorder,
+    paper_name,
+    paper_order,
+    seed_areas,
+    setting_text,
+    steps_reached,
+)
 from opiq_jax.stats import iqm, probability_of_improvement_ci, stratified_bootstrap_ci
 
 
@@ -54,6 +71,8 @@ class Args:
     """Metrics to compare."""
     out: Path | None = None
     """Folder for the figures and the table (default: --after)."""
+    figures_only: bool = False
+    """Only draw the figures (a comparison's before_after.md is left as it was)."""
 
 
 def rank_sum_p_value(x: np.ndarray, y: np.ndarray) -> float:
@@ -144,24 +163,62 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def draw(path: Path, before: list[dict], after: list[dict], metric: str) -> Path:
+BEFORE_STYLE = dict(color="0.35", ls="--", lw=1.3)
+AFTER_STYLE = dict(color="C0", ls="-", lw=1.6)
+"""Before and after differ in colour and line style both, so either tells them apart where they overlap."""
+PANEL_COLUMNS = 4
+
+
+def folder_text(name: str, folder: Path, rows: list[dict]) -> str:
+    """``before: <folder> (<environment, seeds, steps, precision>)``, read from the folder's configs and the steps
+    its metrics reach, as every other figure's title is (:func:`opiq_jax.plotting.setting_text`)."""
+    shortest, last = steps_reached(rows)
+    return f"{name}: {folder.name} ({setting_text(check_one_experiment(folder, pooled=True), last, shortest)})"
+
+
+def comparison_title(before: Path, after: Path, before_rows: list[dict], after_rows: list[dict]) -> str:
+    """The figures' title: what the lines are, each folder's setting (the precision may differ between the two:
+    that can be the change compared), and the statistic."""
+    return (f"{folder_text('before (grey, dashed)', before, before_rows)}\n"
+            f"{folder_text('after (blue, solid)', after, after_rows)}\n"
+            f"{STATISTIC_TEXT['median']} (the band of the after run only)")
+
+
+def draw(path: Path, before: list[dict], after: list[dict], metric: str, title: str) -> Path:
+    """One panel per method present in both (the paper's names and order), before against after."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     old, new = curves(before, metric), curves(after, metric)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    methods = sorted(set(old) & set(new))
-    for method, colour in zip(methods, group_colours(len(methods))):
-        ax.plot(old[method]["steps"], old[method]["median"], ls="--", color=colour, lw=1.2)
-        ax.plot(new[method]["steps"], new[method]["median"], color=colour, lw=1.6, label=method)
-        ax.fill_between(new[method]["steps"], new[method]["q25"], new[method]["q75"], color=colour, alpha=0.15, lw=0)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-    ax.set_title("before (dashed) and after (solid, 25-75% band)", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    methods = paper_order(set(old) & set(new))
+    columns = min(len(methods), PANEL_COLUMNS)
+    rows = -(-len(methods) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(max(3.0 * columns, 7.5), 2.3 * rows + 1.5), sharex=True,
+                             sharey=True, squeeze=False, layout="constrained")
+    for ax, method in zip(axes.flat, methods):
+        # the dashed 'before' over the solid 'after': where they agree, both stay visible
+        ax.plot(old[method]["steps"], old[method]["median"], label="before", zorder=line_zorder(BEFORE_STYLE["ls"]),
+                **BEFORE_STYLE)
+        ax.plot(new[method]["steps"], new[method]["median"], label="after (25-75% band)",
+                zorder=line_zorder(AFTER_STYLE["ls"]), **AFTER_STYLE)
+        ax.fill_between(new[method]["steps"], new[method]["q25"], new[method]["q75"], color=AFTER_STYLE["color"],
+                        alpha=0.15, lw=0)
+        ax.set_title(paper_name(method), fontsize=9)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))  # 200k, 1M: no offset text
+        ax.tick_params(labelsize=8)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(methods):
+            ax.set_visible(False)
+        elif i + columns >= len(methods):  # no panel below it: its steps are labelled here
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("environment steps", fontsize=8)
+    fig.supylabel(METRIC_LABELS.get(metric, metric), fontsize=9)
+    fig.suptitle(title, fontsize=9)
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=8,
+               frameon=False)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -178,9 +235,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = []
     for metric in args.metrics:
         rows += comparison_rows(before, after, metric)
-        draw(out / f"before_after_{metric}.png", before, after, metric)
     if not rows:
         raise SystemExit(f"before_after: error: {args.before} and {args.after} share no method")
+    title = comparison_title(args.before, args.after, before, after)
+    for metric in dict.fromkeys(r["metric"] for r in rows):  # a metric neither folder logged has no panel to draw
+        draw(out / f"before_after_{metric}.png", before, after, metric, title)
+    if args.figures_only:
+        return rows
     text = markdown(rows)
     (out / "before_after.md").write_text(f"before: {args.before}\n\nafter: {args.after}\n\n{text}\n")
     print(text)

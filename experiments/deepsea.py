@@ -43,7 +43,11 @@ Writes into ``--out``: ``size_<N>/`` (each a resumable results folder: ``config.
 Run: ``python -m experiments.deepsea --out results/deepsea`` (then again with the same arguments to
 resume an interrupted or time-boxed run; ``--max-minutes`` stops cleanly between chunks).
 
-Reaches inside: opiq_jax.plotting, for the paper's method names (one table for every figure).
+``--plot-only`` redraws the figure and the tables from the size folders in ``--out``, or, where none is there (a
+committed result keeps only the tables), from ``deepsea_runs.csv``: every run's two numbers, all the figure needs.
+
+Reaches inside: opiq_jax.plotting, for the paper's method names and the methods' (colour, line style), as every
+figure has them.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ import math
 import platform
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -68,14 +73,20 @@ import tyro
 
 import opiq_jax
 from opiq_jax import train
-from opiq_jax.plotting import paper_name
+from opiq_jax.config import StaticConfig
+from opiq_jax.plotting import group_styles, line_zorder, paper_name
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ENV = "gymnax:DeepSea-bsuite"
 FOUND = 0.5  # an episode return above this found the treasure (0.99 if found, <= 0 otherwise)
-METHOD_STYLE = {"opiq": ("C0", "o"), "dqn": ("C3", "s"), "dqn_pc": ("C2", "^")}
+METHOD_MARKERS = {"opiq": "o", "dqn": "s", "dqn_pc": "^"}
+"""A marker per method besides its (colour, line style): at the budget, methods that never succeeded sit on one
+another."""
+RUNS_CSV = "deepsea_runs.csv"
+PRECISION = StaticConfig().precision
+"""The runs' precision: the script sets none, so every run trains at the default (float32)."""
 
 
 @dataclass
@@ -109,7 +120,8 @@ class Args:
     checkpoint_minutes: float = 2.0
     """Minutes between checkpoints within a size."""
     plot_only: bool = False
-    """Only redraw the figure and tables from the results already in --out."""
+    """Only redraw the figure and tables from the results already in --out (the size folders, or, without them,
+    deepsea_runs.csv)."""
 
 
 def budget_episodes(args: Args, size: int) -> int:
@@ -217,15 +229,16 @@ def figure(path: Path, measures: list[dict], table: list[dict], methods: tuple[s
     N, every run as a small dot; censored runs and censored medians at the budget, open markers."""
     sizes = sorted({m["size"] for m in measures})
     budgets = {r["size"]: r["budget_episodes"] for r in table}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 5.0), sharey=True)
     offsets = {m: (i - (len(methods) - 1) / 2) * 0.01 for i, m in enumerate(methods)}  # dex, to unclutter
     for ax, key, name in zip(axes, ("first_found", "reliable"),
                              ("episodes until the treasure is first found", "episodes until the greedy policy finds it reliably")):
-        ax.plot(sizes, [budgets[s] for s in sizes], color="0.6", ls="--", lw=2, zorder=1, label="budget")
+        # the budget wide, pale and solid: methods that never succeed lie on it, their own dashes drawn over it
+        ax.plot(sizes, [budgets[s] for s in sizes], color="0.82", ls="-", lw=5, zorder=1, label="budget")
         grid = np.linspace(min(sizes), max(sizes), 50)
         ax.plot(grid, 2.0 ** grid, color="0.3", ls=":", lw=1, zorder=1, label="random policy: 2^N")
-        for method in methods:
-            color, marker = METHOD_STYLE.get(method, ("C7", "D"))
+        for method, (color, style) in zip(methods, group_styles(len(methods))):
+            marker = METHOD_MARKERS.get(method, "D")
             rows = [r for r in table if r["method"] == method]
             if not rows:
                 continue
@@ -235,8 +248,8 @@ def figure(path: Path, measures: list[dict], table: list[dict], methods: tuple[s
             lo = np.array([cap(r[f"{key}_q25"], r["size"]) for r in rows])
             hi = np.array([cap(r[f"{key}_q75"], r["size"]) for r in rows])
             censored = np.array([not math.isfinite(r[f"{key}_median"]) for r in rows])
-            ax.errorbar(xs, med, yerr=[med - lo, hi - med], color=color, lw=1.2, capsize=3, ls="-",
-                        label=paper_name(method))
+            ax.errorbar(xs, med, yerr=[med - lo, hi - med], color=color, lw=1.2, capsize=3, ls=style,
+                        label=paper_name(method), zorder=line_zorder(style))
             ax.scatter(xs[~censored], med[~censored], color=color, marker=marker, s=45, zorder=3)
             ax.scatter(xs[censored], med[censored], facecolors="white", edgecolors=color, marker=marker, s=45, zorder=3)
             runs = [m for m in measures if m["method"] == method]
@@ -265,24 +278,53 @@ def figure(path: Path, measures: list[dict], table: list[dict], methods: tuple[s
     return path
 
 
-def report(args: Args) -> str:
+def read_runs_csv(path: Path) -> list[dict]:
+    """The measures :func:`write_csv` wrote to ``deepsea_runs.csv`` (``inf``: never within the budget), typed as
+    :func:`run_measures` gives them."""
+    with open(path, newline="") as f:
+        return [dict(size=int(r["size"]), run=int(r["run"]), method=r["method"], seed=int(r["seed"]),
+                     first_found=float(r["first_found"]), reliable=float(r["reliable"]), budget=float(r["budget"]))
+                for r in csv.DictReader(f)]
+
+
+def finished_measures(args: Args) -> list[dict]:
+    """The measures of every finished size folder in ``--out``; with ``--plot-only`` and no size folder there, those
+    of ``deepsea_runs.csv`` (a committed result, whose size folders were not kept)."""
     measures = []
     for size in args.sizes:
         folder = size_folder(args.out, size)
         if is_done(folder):
             measures += run_measures(opiq_jax.load(folder).metrics, size)
+    if not measures and args.plot_only and (args.out / RUNS_CSV).exists():
+        measures = [m for m in read_runs_csv(args.out / RUNS_CSV) if m["size"] in args.sizes]
+    return measures
+
+
+def scaling_title(args: Args, measures: list[dict]) -> str:
+    """The figure's title: the seeds, budget and steps read from the measures, the counting, the precision and the
+    statistic."""
+    seeds = sorted(set(Counter((m["size"], m["method"]) for m in measures).values()))  # runs per method and size
+    seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    steps = sorted({int(m["budget"] * m["size"]) for m in measures})  # an episode of size N is N steps
+    features = "SimHash k=32" if args.count_features == "simhash" else "exact cell counts"
+    return (f"DeepSea (deterministic), N = {', '.join(str(s) for s in sorted({m['size'] for m in measures}))}: "
+            f"{seed_text} seeds per method and size, {features}, {PRECISION}\n"
+            f"budget {args.budget_per_n}·N episodes ({steps[0]:,}-{steps[-1]:,} steps per run)\n"
+            "median and 25-75% of the seeds (empirical quantiles), each run a dot; "
+            "open markers: not within the budget")
+
+
+def report(args: Args) -> str:
+    measures = finished_measures(args)
     if not measures:
         return "no finished size yet"
     methods = tuple(m for m in args.methods if any(x["method"] == m for x in measures))
     table = summarise(measures, methods)
-    features = "SimHash k=32" if args.count_features == "simhash" else "exact cell counts"
-    title = (f"DeepSea (deterministic): {args.seeds} seeds per method and size, budget {args.budget_per_n}·N episodes, "
-             f"{features}; open markers: not within the budget")
-    figure(args.out / "deepsea_scaling.png", measures, table, methods, title)
+    figure(args.out / "deepsea_scaling.png", measures, table, methods, scaling_title(args, measures))
     text = markdown(table)
     (args.out / "deepsea_scaling.md").write_text(text + "\n")
     write_csv(args.out / "deepsea_scaling.csv", table)
-    write_csv(args.out / "deepsea_runs.csv", measures)
+    write_csv(args.out / RUNS_CSV, measures)
     return text
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 import opiq_jax
 from opiq_jax import stats
-from opiq_jax.plotting import check_one_experiment, describe, group_styles, paper_name, precision_text
+from opiq_jax.plotting import check_one_experiment, group_styles, line_zorder, paper_name, setting_text
 
 GOAL_REWARD = 10.0
 PAPER_ORDER = ("opiq", "opiq_no_ob", "opiq_no_pc")
@@ -178,10 +178,11 @@ def markdown(summary: dict[str, dict], pairs: list[dict], result: dict, folder: 
     return "\n".join(lines)
 
 
-def figure_title(folder: str | Path, configs: list, seeds: list[dict]) -> str:
-    """The figure's title: the folder, then the environment, seeds, steps and precision read from its configs."""
+def analysis_title(folder: str | Path, configs: list, seeds: list[dict]) -> str:
+    """The figure's title: the folder, then the environment, seeds, steps and precision read from its configs (each
+    panel's title names its statistic)."""
     last_step = max(step for s in seeds for step in s["steps"])
-    return f"{Path(folder).name}: {describe(configs, last_step)}, {precision_text(configs)}"
+    return f"{Path(folder).name}: {setting_text(configs, last_step)}"
 
 
 def figure(path: Path, seeds: list[dict], summary: dict[str, dict], title: str) -> None:
@@ -193,13 +194,14 @@ def figure(path: Path, seeds: list[dict], summary: dict[str, dict], title: str) 
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw=dict(width_ratios=[1.6, 1]))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 5.2), gridspec_kw=dict(width_ratios=[1.6, 1]))
     for i, (method, (colour, style)) in enumerate(zip(summary, group_styles(len(summary)))):
         runs = [s for s in seeds if s["method"] == method]
         steps = np.array(runs[0]["steps"])
         values = np.array([r["values"] for r in runs], dtype=float)
         q25, med, q75 = np.nanpercentile(values, [25, 50, 75], axis=0)
-        left.plot(steps, med, color=colour, ls=style, label=paper_name(method), lw=2.2 if method == "opiq" else 1.5)
+        left.plot(steps, med, color=colour, ls=style, label=paper_name(method), lw=2.2 if method == "opiq" else 1.5,
+                  zorder=line_zorder(style))
         left.fill_between(steps, q25, q75, color=colour, alpha=0.15, lw=0)
         areas = np.array([r["area"] for r in runs])
         jitter = np.random.default_rng(i).uniform(-0.15, 0.15, areas.size)
@@ -215,7 +217,9 @@ def figure(path: Path, seeds: list[dict], summary: dict[str, dict], title: str) 
     left.set_ylabel("training episode return")
     left.legend(fontsize=8, handlelength=3.2)
     right.set_title("each seed's area (dots); IQM and its 95 % CI (diamond)", fontsize=9)
-    right.set_xticks(range(len(summary)), [paper_name(m) for m in summary], fontsize=8)
+    # slanted: thirteen methods' names side by side run into one another
+    right.set_xticks(range(len(summary)), [paper_name(m) for m in summary], fontsize=8, rotation=45, ha="right",
+                     rotation_mode="anchor")
     right.set_ylabel("area under each seed's curve")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -259,7 +263,7 @@ def analyse(folder: str | Path, out: str | Path | None = None, reps: int = 2000,
     document = dict(settings=settings, methods=summary, improvements=pairs, verdict=result, seeds=seeds_out,
                     note="non-finite numbers (a median of 'never') are written as null")
     (out / "summary.json").write_text(json.dumps(_finite(document), indent=1))
-    figure(out / "fig5_analysis.png", seeds, summary, figure_title(folder, configs_of(folder), seeds))
+    figure(out / "fig5_analysis.png", seeds, summary, analysis_title(folder, configs_of(folder), seeds))
     return dict(methods=summary, improvements=pairs, verdict=result)
 
 

@@ -37,7 +37,7 @@ never-tried pair) around the visited region, and once OPIQ has visited all 340 c
 steps in our maze runs) they are all blue: ``--visited-alpha 0.35`` shows the values underneath.
 
 Reaches inside: the compiled trainer, the maze's layout and the optimism bonus, to evaluate a trained Q-network (and
-Q+) at every cell; and opiq_jax.plotting, for the paper's method names.
+Q+) at every cell; and opiq_jax.plotting, for the paper's method names and the precision's name.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ from opiq_jax.parts.optimism import optimism_bonus
 # offer: the trainer of the results folder's configuration does (its environment, network and count lookup).
 from opiq_jax.plan import experiment_from_configs
 from opiq_jax.compiled import compiled_trainer
-from opiq_jax.plotting import paper_name
+from opiq_jax.plotting import paper_name, precision_text
 
 BASE_METHODS = ("dqn_pc", "opiq")
 # Methods that differ from these only in numbers (HParams), so all share one compiled program; methods
@@ -251,15 +251,20 @@ def run_label(method: str) -> str:
     return paper_name(method)
 
 
-def acting_title(method: str, c_action: float, m: float, step: int, seed: int, visited: int, open_cells: int) -> str:
+def run_line(step: int, seed: int, precision: str, visited: int, open_cells: int) -> str:
+    """The maps' second title line: the one run drawn (its seed and step), its precision (bfloat16 learns
+    differently on the maze), and how much of the maze it has seen. One run, so no statistic across seeds."""
+    return f"one run: seed {seed}, step {step:,}, {precision}; {visited} of {open_cells} cells visited (blue)"
+
+
+def acting_title(method: str, c_action: float, m: float, line: str) -> str:
     what = (f"Q+(s, a) = Q(s, a) + {c_action:g} / (N(s, a) + 1)^{m:g}" if c_action > 0 else "Q(s, a)")
-    return (f"{run_label(method)}: {what}, used for acting\n"
-            f"step {step:,}, seed {seed}, {visited} of {open_cells} cells visited (blue)")
+    return f"{run_label(method)}: {what}, used for acting\n{line}"
 
 
-def bootstrap_title(method: str, c_bootstrap: float, m: float, step: int, seed: int, visited: int, open_cells: int) -> str:
-    return (f"{run_label(method)}: Q_target(s, a) + {c_bootstrap:g} / (N(s, a) + 1)^{m:g}, used for bootstrapping\n"
-            f"step {step:,}, seed {seed}, {visited} of {open_cells} cells visited (blue)")
+def bootstrap_title(method: str, c_bootstrap: float, m: float, line: str) -> str:
+    what = f"Q_target(s, a) + {c_bootstrap:g} / (N(s, a) + 1)^{m:g}"
+    return f"{run_label(method)}: {what}, used for bootstrapping\n{line}"
 
 
 # ------------------------------------------------------------------------------------ files
@@ -321,18 +326,18 @@ def main(argv: list[str] | None = None) -> dict:
     visited_ids = np.asarray(visited_ids)  # bool[runs, 576] by cell id
     visited_maps = visited_ids.reshape(-1, MAZE_SIZE, MAZE_SIZE) & ~walls
     files = []
+    precision = precision_text([results.config])
     for i, run in enumerate(final.runs):
         method, seed, hp = run["method"], run["seed"], run["hparams"]
-        visited = int(visited_maps[i].sum())
+        line = run_line(step, seed, precision, int(visited_maps[i].sum()), open_cells)
         acting = to_maps(values["acting"][i], walls)
         files.append(draw_maps(args.out / f"maze_values_{method}.png", acting, walls, visited_maps[i],
-                               acting_title(method, float(hp["c_action"]), float(hp["m"]), step, seed, visited, open_cells),
+                               acting_title(method, float(hp["c_action"]), float(hp["m"]), line),
                                args.vmax, args.visited_alpha))
         if float(hp["c_bootstrap"]) > 0:
             boot = to_maps(values["bootstrap"][i], walls)
             files.append(draw_maps(args.out / f"maze_bootstrap_values_{method}.png", boot, walls, visited_maps[i],
-                                   bootstrap_title(method, float(hp["c_bootstrap"]), float(hp["m"]), step, seed,
-                                                   visited, open_cells),
+                                   bootstrap_title(method, float(hp["c_bootstrap"]), float(hp["m"]), line),
                                    args.vmax, args.visited_alpha))
     files.append(save_values(args.out / VALUES_FILE, final.runs, values, visited_ids, walls,
                              np.asarray(action_map), step))

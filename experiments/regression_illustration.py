@@ -67,6 +67,8 @@ from opiq_jax.networks import HEAD, MLP, set_final_bias
 from opiq_jax.parts.optimism import optimism_bonus
 
 LOW, HIGH = -2.0, 2.0
+PRECISION = "float32"
+"""The networks' precision (JAX's default: data, weights and Adam all float32), for the figures' captions."""
 
 # The data set and the initialisations are drawn once; compiling them without LLVM's optimisation passes saves
 # seconds (the threefry random bits compile slowly on CPU) at no measurable run-time cost. Only for top-level
@@ -308,9 +310,18 @@ def _data(ax, x, y):
     ax.scatter(np.asarray(x), np.asarray(y), s=14, color="tab:blue", zorder=5, label="data")
 
 
-def plot_left(path: Path, grid, init_grid, trained_grid, x, y, final_bias: float) -> None:
+def caption(args: Args, drawn: str) -> str:
+    """A figure's caption: the data, the networks (their number and seed), the training steps and the precision,
+    and which networks are drawn (each on its own: there is no statistic across them)."""
+    points = len(args.clusters) * args.points_per_cluster
+    widths = "-".join(str(w) for w in (1, *args.hidden, 1))
+    return (f"1-D regression, {points} points; {args.num_networks} ReLU MLPs {widths} (seed {args.seed}), "
+            f"{args.steps:,} full-batch Adam steps, {PRECISION}\n{drawn}")
+
+
+def plot_left(path: Path, grid, init_grid, trained_grid, x, y, final_bias: float, note: str) -> None:
     """Figure 2 (left): the networks at initialisation (green) and after training (red), with the data."""
-    fig = Figure(figsize=(5.5, 4))
+    fig = Figure(figsize=(5.5, 4.4))
     ax = fig.subplots()
     for i, (g0, g1) in enumerate(zip(np.asarray(init_grid), np.asarray(trained_grid))):
         ax.plot(grid, g0, color="tab:green", alpha=0.7, lw=1.2, label="initialisation" if i == 0 else None)
@@ -320,6 +331,7 @@ def plot_left(path: Path, grid, init_grid, trained_grid, x, y, final_bias: float
     ax.set(xlim=(LOW, HIGH), xlabel="x", ylabel="network output",
            title=f"{len(init_grid)} networks, final-layer bias initialised at {final_bias:g}")
     ax.legend(loc="best", fontsize=8)
+    fig.suptitle(note, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 
@@ -336,25 +348,30 @@ def _bonus_panel(ax, grid, prediction, x, y, bins: int, scale: float, exponent: 
     ax.set_zorder(twin.get_zorder() + 1)
     ax.patch.set_visible(False)
     ax.plot(grid, prediction, color="tab:red", lw=1.5, label="trained network f(x)")
-    ax.plot(grid, prediction + bonus, color="tab:purple", lw=1.5, label=f"f(x) + {scale:g}/(N(x)+1)^{exponent:g}")
+    # dashed: at the data the bonus is almost 0 and this line lies on f(x)
+    ax.plot(grid, prediction + bonus, color="tab:purple", lw=1.5, ls="--",
+            label=f"f(x) + {scale:g}/(N(x)+1)^{exponent:g}")
     _data(ax, x, y)
     ax.set(xlim=(LOW, HIGH), xlabel="x", ylabel="output", title=f"count bonus, {bins} bins over [-2, 2]")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8, frameon=False)
 
 
-def plot_right(path: Path, grid, prediction, x, y, bins: int, scale: float, exponent: float) -> None:
+def plot_right(path: Path, grid, prediction, x, y, bins: int, scale: float, exponent: float, note: str) -> None:
     """Figure 2 (right): one trained network with the count-based optimistic bonus added."""
-    fig = Figure(figsize=(5.5, 4.4))
+    fig = Figure(figsize=(5.5, 4.8))
     _bonus_panel(fig.subplots(), grid, prediction, x, y, bins, scale, exponent)
+    fig.suptitle(note, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 
 
-def plot_granularity(path: Path, grid, prediction, x, y, bins: Sequence[int], scale: float, exponent: float) -> None:
+def plot_granularity(path: Path, grid, prediction, x, y, bins: Sequence[int], scale: float, exponent: float,
+                     note: str) -> None:
     """Appendix figure: the same bonus with each number of bins in ``bins``, side by side."""
-    fig = Figure(figsize=(5.5 * len(bins), 4.4))
+    fig = Figure(figsize=(5.5 * len(bins), 4.7))
     for ax, b in zip(np.atleast_1d(fig.subplots(1, len(bins), sharey=True)), bins):
         _bonus_panel(ax, grid, prediction, x, y, b, scale, exponent)
+    fig.suptitle(note, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 
@@ -386,10 +403,12 @@ def main(args: Args) -> dict:
         "granularity": args.out / "granularity_6_vs_50_bins.png",
         "json": args.out / "regression_illustration.json",
     }
-    plot_left(paths["fig2_left"], grid, init_grid, trained_grid, x, y, args.final_bias)
-    plot_right(paths["fig2_right"], grid, shown, x, y, args.bins, args.bonus_scale, args.bonus_exponent)
+    one = caption(args, f"network {args.shown_network} of the {args.num_networks} drawn, after training")
+    plot_left(paths["fig2_left"], grid, init_grid, trained_grid, x, y, args.final_bias,
+              caption(args, "every network drawn, before and after training"))
+    plot_right(paths["fig2_right"], grid, shown, x, y, args.bins, args.bonus_scale, args.bonus_exponent, one)
     plot_granularity(paths["granularity"], grid, shown, x, y, (args.coarse_bins, args.bins), args.bonus_scale,
-                     args.bonus_exponent)
+                     args.bonus_exponent, one)
 
     numbers = summarise(args, x, y, grid, init_grid, trained_grid, trained_at_data, losses)
     numbers["wall_clock_seconds"] = time.perf_counter() - start

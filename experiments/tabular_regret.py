@@ -15,6 +15,8 @@ printed.
 
     python -m experiments.tabular_regret --out results/tabular
     python -m experiments.tabular_regret --out /tmp/tabular --quick
+
+Reaches inside: opiq_jax.plotting, for the methods' (colour, line style) and drawing order, as every figure has them.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import tyro  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from experiments import tabular as T  # noqa: E402
+from opiq_jax.plotting import group_styles, line_zorder  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,28 +189,40 @@ def markdown_table(rows: list[dict], K: int) -> str:
     return "\n".join(lines)
 
 
+PRECISION = "float32"
+"""The agents' precision (experiments.tabular: Q tables, bonuses and each episode's regret in float32; only the
+cumulative sums are float64), for the figure's title."""
+
+
+def regret_title(args: Args, runs: int) -> str:
+    """The figure's title: the MDPs, the runs and episodes behind every curve, c, the precision and the statistic."""
+    K = args.num_episodes
+    return (f"Random MDPs S={args.num_states}, A={args.num_actions}, H={args.horizon}; c={args.bonus_scale:g}; "
+            f"{PRECISION}\n{args.num_mdps} MDPs x {args.num_seeds} seeds = {runs} runs per method, {K:,} episodes "
+            f"({K * args.horizon:,} steps) each\n"
+            f"median cumulative regret across the {runs} runs, 25-75% band (drawn at log-spaced episodes)")
+
+
+PLOTTED_EPISODES = 400
+"""Log-spaced episodes the curves are drawn at (fewer once rounded to whole episodes)."""
+
+
 def plot(labels, cumulative: np.ndarray, args: Args, path: pathlib.Path) -> None:
+    """Median and 25-75% band per method, each with its own (colour, line style): OPIQ with a large M and UCB-H
+    lie on one another, and the broken line drawn over the solid one leaves both visible."""
     K = cumulative.shape[-1]
-    ks = np.unique(np.geomspace(1, K, 400).round().astype(int))
+    ks = np.unique(np.geomspace(1, K, PLOTTED_EPISODES).round().astype(int))
     fig, ax = plt.subplots(figsize=(7, 5))
-    for label, cum in zip(labels, cumulative):
+    for label, cum, (colour, style) in zip(labels, cumulative, group_styles(len(labels))):
         q25, med, q75 = np.percentile(cum[:, ks - 1], [25, 50, 75], axis=0)
-        (line,) = ax.plot(ks, med, label=label)
-        ax.fill_between(ks, q25, q75, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.plot(ks, med, label=label, color=colour, ls=style, zorder=line_zorder(style))
+        ax.fill_between(ks, q25, q75, color=colour, alpha=0.2, linewidth=0)
     ax.axvspan(K / 10, K, color="grey", alpha=0.08, label="slope window [K/10, K]")
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="episode k",
-        ylabel="cumulative regret",
-        title=(
-            f"Random MDPs S={args.num_states}, A={args.num_actions}, H={args.horizon}; "
-            f"{args.num_mdps} MDPs x {args.num_seeds} seeds; c={args.bonus_scale:g}"
-        ),
-    )
-    ax.title.set_fontsize(9)
+    ax.set(xscale="log", yscale="log", xlabel="episode k", ylabel="cumulative regret",
+           title=regret_title(args, cumulative.shape[1]))
+    ax.title.set_fontsize(8)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, handlelength=3.2)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)

@@ -159,21 +159,17 @@ def curve_band(curve: dict[str, np.ndarray], statistic: str = "median") -> tuple
     return curve["median"], curve["q25"], curve["q75"]
 
 
-def group_colours(count: int) -> list:
-    """One colour per group: matplotlib's ten defaults, or tab20's twenty when more than ten groups would
-    otherwise share colours (the maze figure has 13 methods). Used where the line style already means something
-    else (before_after's dashed 'before'); curve figures use :func:`group_styles`."""
-    import matplotlib
-
-    palette = matplotlib.colormaps["tab20"].colors if count > 10 else [f"C{i}" for i in range(10)]
-    return [palette[i % len(palette)] for i in range(count)]
-
-
 def group_styles(count: int) -> list[tuple[str, str]]:
     """One (colour, line style) per group, every pair distinct up to 44 groups (11 colours x 4 styles, coprime
     cycles) and neighbours differing in both: lines that overlap (methods that fail alike sit on one another at 0)
     stay apart by their dashes where the colours alone would hide one under the other."""
     return [(STRONG_COLOURS[i % len(STRONG_COLOURS)], LINE_STYLES[i % len(LINE_STYLES)]) for i in range(count)]
+
+
+def line_zorder(style: str) -> float:
+    """The drawing order of a line of ``style``: solid lines first, broken ones over them. A solid line drawn last
+    would cover the line it overlaps entirely; a dashed or dotted one on top leaves the other showing in its gaps."""
+    return 2.0 + 0.01 * LINE_STYLES.index(style) if style in LINE_STYLES else 2.0
 
 
 def paper_name(method: str) -> str:
@@ -298,12 +294,18 @@ def precision_text(configs: list[dict] | list[list[dict]]) -> str:
     return " + ".join(sorted(names))
 
 
+def setting_text(configs: list[dict] | list[list[dict]], last_step: int | None = None,
+                 shortest_step: int | None = None) -> str:
+    """One line of what a figure of ``configs`` shows: the environment, seeds and steps (:func:`describe`) and the
+    precision (:func:`precision_text`). Every figure's title states these through here."""
+    return f"{describe(configs, last_step, shortest_step)}, {precision_text(configs)}"
+
+
 def figure_title(heading: str, configs: list[dict] | list[list[dict]], last_step: int | None = None,
                  statistic: str = "median", shortest_step: int | None = None) -> str:
-    """A curve figure's title: ``heading``; the environment, seeds, steps (:func:`describe`) and precision; the
+    """A curve figure's title: ``heading``; the environment, seeds, steps and precision (:func:`setting_text`); the
     statistic drawn. Read from the configs, so a figure cannot claim more seeds or steps than its folder holds."""
-    return (f"{heading}\n{describe(configs, last_step, shortest_step)}, {precision_text(configs)}\n"
-            f"{STATISTIC_TEXT[statistic]}")
+    return f"{heading}\n{setting_text(configs, last_step, shortest_step)}\n{STATISTIC_TEXT[statistic]}"
 
 
 def folder_title(out: str | Path, rows: list[dict], heading: str | None = None, statistic: str = "median") -> str:
@@ -316,10 +318,17 @@ def folder_title(out: str | Path, rows: list[dict], heading: str | None = None, 
 def rows_title(heading: str, configs: list[dict] | list[list[dict]], rows: list[dict], statistic: str) -> str:
     """:func:`figure_title` with the steps the metrics ``rows`` reach: pooled experiments (or a run cut short)
     can leave methods at different steps, and the title then gives both ends."""
+    shortest, last = steps_reached(rows)
+    return figure_title(heading, configs, last, statistic, shortest)
+
+
+def steps_reached(rows: list[dict]) -> tuple[int, int]:
+    """The last step of the group (method, setting) that stopped first and of the one that went furthest, in the
+    metrics ``rows`` (the steps a figure of them shows, which a run cut short leaves below its configured steps)."""
     reached: dict[tuple[str, str], int] = defaultdict(int)
     for r in rows:
         reached[(r["method"], r["setting"])] = max(reached[(r["method"], r["setting"])], r["step"])
-    return figure_title(heading, configs, max(reached.values()), statistic, min(reached.values()))
+    return min(reached.values()), max(reached.values())
 
 
 def _experiment_identity(config: dict) -> str:

@@ -4,7 +4,10 @@ import numpy as np
 import pytest
 
 from experiments.before_after import (
+    AFTER_STYLE,
+    BEFORE_STYLE,
     comparison_rows,
+    draw,
     main,
     markdown,
     mean_difference_interval,
@@ -30,7 +33,27 @@ def experiment(lr_scale: float = 1.0) -> Experiment:
     return Experiment(STATIC, tuple(runs))
 
 
-def test_same_code_twice_is_identical_and_a_change_shows(tmp_path):
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the code under test closes, kept open for inspection (it closes each after saving)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    yield figures
+    for fig in figures:
+        close(fig)
+
+
+def figure_texts(fig) -> list[str]:
+    """Every text of a figure: titles, labels, tick labels and legends."""
+    return [t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))]
+
+
+def test_same_code_twice_is_identical_and_a_change_shows(tmp_path, drawn):
     run_experiment(experiment(), tmp_path / "before", progress=False)
     run_experiment(experiment(), tmp_path / "after", progress=False)
     rows = main(["--before", str(tmp_path / "before"), "--after", str(tmp_path / "after"), "--out", str(tmp_path / "cmp")])
@@ -38,6 +61,21 @@ def test_same_code_twice_is_identical_and_a_change_shows(tmp_path):
     assert all(r["identical"] == 1.0 and r["auc_before"] == r["auc_after"] and r["seed_area_p"] == 1.0 for r in rows)
     assert (tmp_path / "cmp" / "before_after_train_return.png").stat().st_size > 10_000
     assert "| opiq | states_visited |" in (tmp_path / "cmp" / "before_after.md").read_text()
+
+    # the figures: a panel per method named as the paper does, and a title read from the two folders' configs
+    fig = drawn[0]
+    assert [ax.get_title() for ax in fig.axes] == ["OPIQ", "DQN + PC"]
+    title = fig._suptitle.get_text()
+    for part in ("before", "after", "chain of 8 states", "2 seeds", "400 steps", "float32", "median", "25-75%"):
+        assert part in title, (part, title)
+    assert "before (grey, dashed): before (" in title and "after (blue, solid): after (" in title
+    assert not any(method in text for text in figure_texts(fig) for method in ("opiq", "dqn_pc"))
+
+    # --figures-only redraws the figures and leaves the table as it was
+    (tmp_path / "cmp" / "before_after.md").write_text("kept")
+    main(["--before", str(tmp_path / "before"), "--after", str(tmp_path / "after"), "--out", str(tmp_path / "cmp"),
+          "--figures-only"])
+    assert (tmp_path / "cmp" / "before_after.md").read_text() == "kept"
 
     run_experiment(experiment(lr_scale=10.0), tmp_path / "changed", progress=False)
     changed = comparison_rows(read_metrics(tmp_path / "before"), read_metrics(tmp_path / "changed"), "loss")
@@ -121,3 +159,28 @@ def test_markdown_shows_iqm_and_improvement_columns():
     header, rule, line = text.splitlines()
     assert header.count("|") == rule.count("|") == line.count("|") == 15
     assert "P(after > before) (95 % CI)" in header and "| 2.5 (" in line and "| 0.72 (" in line
+
+
+METHODS = ("opiq", "opiq_no_ob", "opiq_no_pc", "dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias",
+           "dqn_bias_pc", "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
+
+
+def test_thirteen_methods_get_a_panel_each_named_as_the_paper(tmp_path, drawn):
+    """Every method its own panel (in the paper's order), before and after differing in colour and line style, and
+    every panel without one below it labelling its steps."""
+    rows = tidy_rows({m: [1.0, 2.0] for m in reversed(METHODS)})
+    draw(tmp_path / "f.png", rows, rows, "train_return", "the title")
+    (fig,) = drawn
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == [
+        "OPIQ", "OPIQ w/o OB", "OPIQ w/o PC", "ε-greedy DQN", "DQN + PC", "DQN R-Subtract", "DQN R-Subtract + PC",
+        "DQN Bias", "DQN Bias + PC", "DQN + DORA", "DQN + DORA OA", "DQN + RND", "BSP"]
+    assert len(fig.axes) == 16 and fig._suptitle.get_text() == "the title"
+    for ax in panels:
+        before, after = ax.get_lines()
+        assert (before.get_linestyle(), before.get_color()) == ("--", BEFORE_STYLE["color"])
+        assert (after.get_linestyle(), after.get_color()) == ("-", AFTER_STYLE["color"])
+    # 4 columns: the last row holds BSP only, so the three panels above the empty places label their steps too
+    labelled = [ax.get_title() for ax in panels if ax.get_xlabel() == "environment steps"]
+    assert labelled == ["DQN + DORA", "DQN + DORA OA", "DQN + RND", "BSP"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["before", "after (25-75% band)"]

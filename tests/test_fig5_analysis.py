@@ -128,3 +128,39 @@ def test_figure_names_methods_as_the_paper_and_states_what_it_shows(tmp_path, mo
     assert "median" in left.get_title() and "25-75 %" in left.get_title()
     assert "IQM" in right.get_title() and "95 % CI" in right.get_title()
     close(fig)
+
+
+ALL_METHODS = ("opiq", "opiq_no_ob", "opiq_no_pc", "dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias",
+               "dqn_bias_pc", "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
+
+
+def test_thirteen_methods_names_on_the_axis_do_not_overlap(tmp_path, monkeypatch):
+    """The maze figure's 13 methods: their paper names under the right panel, slanted so that no two run into one
+    another (side by side they did), and the left panel's broken lines drawn over the solid ones."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    rows = [dict(run=i, method=m, setting="paper", seed=0, step=step, metric="train_return", value=float(i))
+            for i, m in enumerate(ALL_METHODS) for step in STEPS]
+    seeds = fa.seed_table(rows)
+    summary = fa.method_summary(seeds, reps=20)
+    fa.figure(tmp_path / "f.png", seeds, summary, "t")
+    (fig,) = figures
+    left, right = fig.axes
+    labels = right.get_xticklabels()
+    assert [t.get_text() for t in labels][:4] == ["OPIQ", "OPIQ w/o OB", "OPIQ w/o PC", "BSP"]
+    assert "ε-greedy DQN" in [t.get_text() for t in labels] and len(labels) == 13
+    # slanted labels anchored at ticks d pixels apart lie on parallel lines d * sin(angle) apart: they stay clear of
+    # one another when that is at least a line of text (upright ones, at angle 0, would need their widths)
+    ticks = right.transData.transform([(i, 0) for i in range(13)])[:, 0]
+    angle = np.radians(labels[0].get_rotation())
+    line_height = labels[0].get_fontsize() * fig.dpi / 72
+    assert 0 < angle <= np.pi / 2 and np.min(np.diff(ticks)) * np.sin(angle) >= line_height
+    solid = [line.get_zorder() for line in left.get_lines() if line.get_linestyle() == "-"]
+    broken = [line.get_zorder() for line in left.get_lines() if line.get_linestyle() != "-"]
+    assert max(solid) < min(broken)
+    close(fig)

@@ -220,3 +220,33 @@ def test_deep_sea_measures_from_a_metrics_table():
     summary = deepsea.summarise(measures, ("opiq", "dqn"))
     assert summary[0]["first_found_runs"] == 1 and math.isinf(summary[1]["reliable_median"])
     assert "> 50" in deepsea.markdown(summary)
+
+
+def test_deep_sea_figure_redrawn_from_the_runs_csv(tmp_path, monkeypatch):
+    """--plot-only without size folders reads deepsea_runs.csv back exactly (inf included); the figure names the
+    methods as the paper does, tells them apart by colour, line style and marker, and its title states the seeds,
+    steps, counting, precision and statistic."""
+    measures = [dict(size=size, run=run, method=method, seed=seed, first_found=first, reliable=math.inf,
+                     budget=100.0 * size)
+                for size in (4, 6) for run, (method, seed, first) in enumerate(
+                    [("opiq", 0, 30.0), ("opiq", 1, 50.0), ("dqn", 0, math.inf), ("dqn", 1, math.inf),
+                     ("dqn_pc", 0, math.inf), ("dqn_pc", 1, 70.0)])]
+    deepsea.write_csv(tmp_path / deepsea.RUNS_CSV, measures)
+    args = deepsea.Args(out=tmp_path, sizes=(4, 6), plot_only=True)
+    assert deepsea.finished_measures(args) == measures
+    title = deepsea.scaling_title(args, measures)
+    for part in ("N = 4, 6", "2 seeds per method and size", "SimHash k=32", "float32", "budget 100·N episodes",
+                 "1,600-3,600 steps per run", "median and 25-75% of the seeds"):
+        assert part in title, (part, title)
+
+    figures, close = [], deepsea.plt.close
+    monkeypatch.setattr(deepsea.plt, "close", lambda fig=None: figures.append(fig))
+    deepsea.report(args)
+    (fig,) = figures
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "budget", "random policy: 2^N", "OPIQ", "ε-greedy DQN", "DQN + PC"]
+    assert fig._suptitle.get_text() == title
+    bars = [c for c in fig.axes[0].containers if c.get_label() in ("OPIQ", "ε-greedy DQN", "DQN + PC")]
+    styles = {(str(c.lines[0].get_color()), c.lines[0].get_linestyle()) for c in bars}
+    assert len(bars) == 3 and len(styles) == 3 and len({s for _, s in styles}) == 3
+    close(fig)

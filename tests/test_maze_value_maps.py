@@ -103,10 +103,13 @@ def test_default_log_every_and_titles():
     assert mv.default_log_every(1_500) == 500
     assert mv.default_log_every(7) == 7
     assert mv.default_log_every(12_345) == 4_115
-    title = mv.acting_title("opiq", 100.0, 2.0, 20_000, 3, 120, 340)
-    assert "Q+(s, a) = Q(s, a) + 100 / (N(s, a) + 1)^2" in title and "step 20,000" in title and "seed 3" in title
-    assert "Q(s, a), used for acting" in mv.acting_title("dqn_pc", 0.0, 2.0, 10, 0, 1, 340)
-    assert "+ 0.01 / (N(s, a) + 1)^2" in mv.bootstrap_title("opiq", 0.01, 2.0, 10, 0, 1, 340)
+    line = mv.run_line(20_000, 3, "bfloat16", 120, 340)
+    assert line == "one run: seed 3, step 20,000, bfloat16; 120 of 340 cells visited (blue)"
+    title = mv.acting_title("opiq", 100.0, 2.0, line)
+    assert title.startswith("OPIQ: Q+(s, a) = Q(s, a) + 100 / (N(s, a) + 1)^2") and title.endswith("\n" + line)
+    assert mv.acting_title("dqn_pc", 0.0, 2.0, line).startswith("DQN + PC: Q(s, a), used for acting\n")
+    bootstrap = mv.bootstrap_title("opiq", 0.01, 2.0, line)
+    assert "+ 0.01 / (N(s, a) + 1)^2" in bootstrap and bootstrap.endswith(line)
 
 
 # ------------------------------------------------------------------------------------ end to end
@@ -187,9 +190,15 @@ def test_start_values_match_the_trainers_own_metrics(finished):
         assert v["acting"][i, start].max() == pytest.approx(last[(method, "qplus_start")], rel=1e-4, abs=1e-5)
 
 
-def test_running_again_resumes_and_only_redraws(finished):
+def test_running_again_resumes_and_only_redraws(finished, monkeypatch):
     out, _, values = finished
+    titles, draw = [], mv.draw_maps
+    monkeypatch.setattr(mv, "draw_maps", lambda path, maps, walls, visited, title, *a: titles.append(title)
+                        or draw(path, maps, walls, visited, title, *a))
     info = mv.main(["--out", str(out), *ARGV])
+    # each map's title: the method's paper name, the one run's seed and step, and the precision of its config
+    assert [t.split(":")[0] for t in titles] == ["DQN + PC", "OPIQ", "OPIQ"]
+    assert all(f"one run: seed 3, step {STEPS}, float32;" in t for t in titles), titles
     assert len(info["seconds_per_invocation"]) == 2
     again = np.load(out / mv.VALUES_FILE)
     for name in ("acting", "bootstrap", "counts"):

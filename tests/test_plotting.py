@@ -206,14 +206,24 @@ def test_iqm_curve_ci_matches_a_loop_over_steps():
         iqm_curve_ci(np.zeros(3))
 
 
-def test_group_colours_are_distinct_for_the_maze_figures_thirteen_methods():
-    """Both the method figures and before_after's figures colour groups here: 13 methods once shared colours."""
-    from opiq_jax.plotting import group_colours
+def test_broken_lines_are_drawn_over_solid_ones():
+    """A solid line drawn last would hide the line under it; a broken one leaves it showing in its gaps."""
+    orders = [plotting.line_zorder(style) for style in plotting.LINE_STYLES]
+    assert plotting.LINE_STYLES[0] == "-" and orders[0] == min(orders) and len(set(orders)) == len(orders)
+    assert all(o < 3 for o in orders)  # below the markers and errorbars matplotlib draws at 3
 
-    for count in (1, 10, 13, 20):
-        colours = group_colours(count)
-        assert len(colours) == count and len(set(map(str, colours))) == count
-    assert group_colours(3) == ["C0", "C1", "C2"]
+
+def test_setting_text_and_the_steps_rows_reach():
+    config = dict(static=dict(env="maze", total_steps=1_000_000, precision="bfloat16"),
+                  runs=[dict(method=m, setting="paper", seed=s) for m in ("opiq", "bsp") for s in range(8)])
+    assert plotting.setting_text([config]) == "maze 24x24, 8 seeds, 1,000,000 steps, bfloat16"
+    rows = [dict(method="opiq", setting="paper", step=s) for s in (10, 1_000_000)]
+    rows += [dict(method="bsp", setting="paper", step=s) for s in (10, 720_000)]
+    assert plotting.steps_reached(rows) == (720_000, 1_000_000)
+    assert plotting.setting_text([config], 1_000_000, 720_000) == (
+        "maze 24x24, 8 seeds, 720,000-1,000,000 of 1,000,000 steps, bfloat16")
+    # every curve figure's title holds that line
+    assert plotting.setting_text([config]) in plotting.figure_title("h", [config]).splitlines()
 
 
 @pytest.fixture

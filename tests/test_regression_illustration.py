@@ -99,3 +99,27 @@ def test_main_writes_figures_and_json(trained, tmp_path, capsys):
     assert len(numbers["final_train_mse_per_network"]) == 10
     assert numbers["spread_ratio_far_over_data"] > 5
     assert "wall-clock" in capsys.readouterr().out
+
+
+def test_figures_state_data_networks_steps_and_precision(trained, tmp_path, monkeypatch):
+    """Each figure's caption: the data, the networks and their seed, the steps, the precision and which networks are
+    drawn; where the bonus is near 0 (at the data) its line, dashed, stays apart from the network's."""
+    figures = []
+
+    class Kept(ri.Figure):  # every figure main draws, kept for inspection
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            figures.append(self)
+
+    monkeypatch.setattr(ri, "Figure", Kept)
+    ri.main(ri.Args(out=tmp_path, steps=TEST_STEPS))
+    assert len(figures) == 3
+    setting = (f"1-D regression, 40 points; 10 ReLU MLPs 1-64-64-1 (seed 0), {TEST_STEPS:,} full-batch Adam steps, "
+               "float32")
+    left, right, granularity = (fig._suptitle.get_text() for fig in figures)
+    assert left == f"{setting}\nevery network drawn, before and after training"
+    assert right == granularity == f"{setting}\nnetwork 0 of the 10 drawn, after training"
+    for ax in figures[2].axes[:2]:  # the two panels (their twin axes of counts come after them)
+        network, bonus = ax.get_lines()[:2]
+        assert network.get_linestyle() == "-" and bonus.get_linestyle() == "--"
+        assert network.get_label() == "trained network f(x)" and bonus.get_label().startswith("f(x) + 3/")
