@@ -225,7 +225,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="Sacred's file observer on (save=True, as their README's maze command).")
     parser.add_argument("--timeout", type=float, default=1800.0, help="Seconds before their process is killed.")
     parser.add_argument("--out", type=Path, default=Path("results/authors-code-rate"))
+    parser.add_argument("--force", action="store_true", help="Replace this environment's results already in --out.")
     args = parser.parse_args(argv)
+
+    earlier = [f for f in (args.out / f"authors_{args.env}.{x}" for x in ("json", "md", "log")) if f.exists()]
+    if earlier and not args.force:  # a second measurement (other threads, another machine) must not replace the first
+        parser.error(f"{earlier[0]} exists: choose another --out, or --force to replace it")
 
     code = args.code.resolve()
     if not (code / "src" / "main.py").exists():

@@ -287,17 +287,17 @@ def read_runs_csv(path: Path) -> list[dict]:
                 for r in csv.DictReader(f)]
 
 
-def finished_measures(args: Args) -> list[dict]:
-    """The measures of every finished size folder in ``--out``; with ``--plot-only`` and no size folder there, those
-    of ``deepsea_runs.csv`` (a committed result, whose size folders were not kept)."""
+def finished_measures(args: Args) -> tuple[list[dict], bool]:
+    """The measures of every finished size folder in ``--out``, and False; with ``--plot-only`` and no size folder
+    there, those of ``deepsea_runs.csv`` (a committed result, whose size folders were not kept), and True."""
     measures = []
     for size in args.sizes:
         folder = size_folder(args.out, size)
         if is_done(folder):
             measures += run_measures(opiq_jax.load(folder).metrics, size)
     if not measures and args.plot_only and (args.out / RUNS_CSV).exists():
-        measures = [m for m in read_runs_csv(args.out / RUNS_CSV) if m["size"] in args.sizes]
-    return measures
+        return [m for m in read_runs_csv(args.out / RUNS_CSV) if m["size"] in args.sizes], True
+    return measures, False
 
 
 def scaling_title(args: Args, measures: list[dict]) -> str:
@@ -306,16 +306,18 @@ def scaling_title(args: Args, measures: list[dict]) -> str:
     seeds = sorted(set(Counter((m["size"], m["method"]) for m in measures).values()))  # runs per method and size
     seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
     steps = sorted({int(m["budget"] * m["size"]) for m in measures})  # an episode of size N is N steps
+    per_n = sorted({m["budget"] / m["size"] for m in measures})  # the data's budget, not this invocation's option
     features = "SimHash k=32" if args.count_features == "simhash" else "exact cell counts"
     return (f"DeepSea (deterministic), N = {', '.join(str(s) for s in sorted({m['size'] for m in measures}))}: "
             f"{seed_text} seeds per method and size, {features}, {PRECISION}\n"
-            f"budget {args.budget_per_n}·N episodes ({steps[0]:,}-{steps[-1]:,} steps per run)\n"
+            f"budget {per_n[0]:g}{'' if len(per_n) == 1 else f'-{per_n[-1]:g}'}·N episodes "
+            f"({steps[0]:,}-{steps[-1]:,} steps per run)\n"
             "median and 25-75% of the seeds (empirical quantiles), each run a dot; "
             "open markers: not within the budget")
 
 
 def report(args: Args) -> str:
-    measures = finished_measures(args)
+    measures, from_runs_csv = finished_measures(args)
     if not measures:
         return "no finished size yet"
     methods = tuple(m for m in args.methods if any(x["method"] == m for x in measures))
@@ -324,7 +326,8 @@ def report(args: Args) -> str:
     text = markdown(table)
     (args.out / "deepsea_scaling.md").write_text(text + "\n")
     write_csv(args.out / "deepsea_scaling.csv", table)
-    write_csv(args.out / RUNS_CSV, measures)
+    if not from_runs_csv:  # rewriting the csv from a subset of its own sizes would drop the others' runs
+        write_csv(args.out / RUNS_CSV, measures)
     return text
 
 

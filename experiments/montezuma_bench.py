@@ -197,13 +197,14 @@ def time_plain(pool_size: int, steps: int, buffer_size: int) -> dict:
     state = jax.block_until_ready(plain.step(state))
     compile_and_first = time.perf_counter() - started
     state = jax.block_until_ready(run_plain_atari(plain, state, max(steps, static.batch_size + 1) - 1))
+    updates_before = int(state.runs.updates[0])
     started = time.perf_counter()
     state = jax.block_until_ready(run_plain_atari(plain, state, steps))
     seconds = time.perf_counter() - started
     return dict(pool_size=pool_size, devices=1, kind="plain", runs=pool_size,
                 env_steps_per_second=steps * pool_size / seconds, first_call_seconds=compile_and_first,
                 buffer_size=buffer_size, state_bytes_per_run=state_bytes_per_run(state),
-                updates_per_run=int(state.runs.updates[0]), count_slots=plain.count_slots)
+                updates_timed_per_run=int(state.runs.updates[0]) - updates_before, count_slots=plain.count_slots)
 
 
 def rates_by_layout(rows: list[dict]) -> dict[tuple[int, int], dict[str, float]]:

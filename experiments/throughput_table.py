@@ -181,7 +181,7 @@ def measure_montezuma_plain(args: Args, log: dict[str, float]) -> dict[str, Any]
         return dict(error="out of memory", steps_timed=steps, buffer_size=args.montezuma_plain_buffer)
     return dict(steps_per_s=plain["env_steps_per_second"], first_call_s=plain["first_call_seconds"], steps_timed=steps,
                 buffer_size=plain["buffer_size"], state_bytes_per_run=plain["state_bytes_per_run"],
-                updates_per_run=plain["updates_per_run"], count_slots=plain["count_slots"])
+                updates_timed_per_run=plain["updates_timed_per_run"], count_slots=plain["count_slots"])
 
 
 def measure_montezuma(args: Args, log: dict[str, float]) -> dict[str, Any]:

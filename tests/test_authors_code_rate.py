@@ -159,6 +159,13 @@ def test_a_run_of_a_stand_in_for_their_code_writes_the_rate(tmp_path, capsys):
     assert result["code_commit"] == "0123abc" and settings(result["command"])["t_max"] == "1000"
     assert "Beginning training." in (out / "authors_chain.log").read_text()
     assert "steps_per_second" in capsys.readouterr().out
+    # a second measurement into the same folder is refused, unless --force
+    again = ["--code", str(code), "--python", sys.executable, "--env", "chain", "--steps", "1000", "--out", str(out)]
+    first = (out / "authors_chain.json").read_text()
+    with pytest.raises(SystemExit):
+        main(again)
+    assert "--force" in capsys.readouterr().err and (out / "authors_chain.json").read_text() == first
+    assert main([*again, "--force"]) == 0
 
 
 def test_a_failed_run_is_reported_with_its_log(tmp_path, capsys):

@@ -233,7 +233,7 @@ def test_deep_sea_figure_redrawn_from_the_runs_csv(tmp_path, monkeypatch):
                      ("dqn_pc", 0, math.inf), ("dqn_pc", 1, 70.0)])]
     deepsea.write_csv(tmp_path / deepsea.RUNS_CSV, measures)
     args = deepsea.Args(out=tmp_path, sizes=(4, 6), plot_only=True)
-    assert deepsea.finished_measures(args) == measures
+    assert deepsea.finished_measures(args) == (measures, True)
     title = deepsea.scaling_title(args, measures)
     for part in ("N = 4, 6", "2 seeds per method and size", "SimHash k=32", "float32", "budget 100·N episodes",
                  "1,600-3,600 steps per run", "median and 25-75% of the seeds"):
@@ -250,3 +250,7 @@ def test_deep_sea_figure_redrawn_from_the_runs_csv(tmp_path, monkeypatch):
     styles = {(str(c.lines[0].get_color()), c.lines[0].get_linestyle()) for c in bars}
     assert len(bars) == 3 and len(styles) == 3 and len({s for _, s in styles}) == 3
     close(fig)
+    # a redraw of fewer sizes leaves the committed runs csv whole
+    deepsea.report(deepsea.Args(out=tmp_path, sizes=(4,), plot_only=True))
+    close(figures[-1])
+    assert deepsea.read_runs_csv(tmp_path / deepsea.RUNS_CSV) == measures
