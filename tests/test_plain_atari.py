@@ -167,6 +167,21 @@ def test_targets_sum_n_rewards_with_bonuses_and_bootstrap_from_q_plus(trained, t
     np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
+def test_targets_read_windows_across_the_end_of_the_ring(trained):
+    """The same transitions stored from ring slot 40 on (so windows run over slot 63 into slot 0) give the same
+    targets as stored from slot 0."""
+    plain, state, _ = trained
+    run = one_run(state)
+    capacity, start = run.replay.obs.shape[0], 40
+    assert int(run.replay.position) == int(run.replay.size) == STORED  # stored from slot 0, not wrapped yet
+    rolled = jax.tree.map(lambda x: jnp.roll(x, start, axis=0) if x.ndim else x, run.replay)
+    rolled = rolled.replace(position=jnp.int32((STORED + start) % capacity))
+    ages = jnp.arange(STORED)
+    assert int(pa.slots_at(rolled, jnp.int32(capacity - start - 1))) == capacity - 1  # a window that wraps
+    np.testing.assert_allclose(pa.td_targets(STATIC, plain.network, run.replace(replay=rolled), ages),
+                               pa.td_targets(STATIC, plain.network, run, ages), rtol=1e-6)
+
+
 def test_updates_and_target_copies_follow_the_schedule(trained):
     _, _, snapshots = trained
     for snap in snapshots:
