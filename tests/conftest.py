@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
@@ -76,3 +78,19 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable: a module's order is kept
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the code under test closes, kept open for inspection (it closes each after saving); closed at
+    the test's end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    yield figures
+    for fig in figures:
+        close(fig)

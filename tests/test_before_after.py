@@ -33,21 +33,6 @@ def experiment(lr_scale: float = 1.0) -> Experiment:
     return Experiment(STATIC, tuple(runs))
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The figures the code under test closes, kept open for inspection (it closes each after saving)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figures, close = [], plt.close
-    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
-    yield figures
-    for fig in figures:
-        close(fig)
-
-
 def figure_texts(fig) -> list[str]:
     """Every text of a figure: titles, labels, tick labels and legends."""
     return [t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))]

@@ -105,20 +105,13 @@ def test_analyse_writes_the_summary(tmp_path, monkeypatch):
     assert np.isfinite(document["improvements"][0]["p"])
 
 
-def test_figure_names_methods_as_the_paper_and_states_what_it_shows(tmp_path, monkeypatch):
+def test_figure_names_methods_as_the_paper_and_states_what_it_shows(tmp_path, monkeypatch, drawn):
     """Paper names in the legend and on the axis, a (colour, line style) per method, and a title naming the
     environment, seeds, steps and precision (read from the configs), with each panel's statistic."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figures, close = [], plt.close
-    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))  # kept open for inspection
     monkeypatch.setattr(fa, "metrics_of", lambda folder: table())
     monkeypatch.setattr(fa, "configs_of", lambda folder: CONFIGS)
     fa.analyse("results/fig5-run", out=tmp_path, reps=100)
-    (fig,) = figures
+    (fig,) = drawn
     left, right = fig.axes
     assert [t.get_text() for t in left.get_legend().get_texts()] == ["OPIQ", "OPIQ w/o PC"]
     assert [t.get_text() for t in right.get_xticklabels()] == ["OPIQ", "OPIQ w/o PC"]
@@ -127,29 +120,21 @@ def test_figure_names_methods_as_the_paper_and_states_what_it_shows(tmp_path, mo
     assert fig._suptitle.get_text() == "fig5-run: maze 24x24, 2-4 seeds, 40 steps, bfloat16"
     assert "median" in left.get_title() and "25-75 %" in left.get_title()
     assert "IQM" in right.get_title() and "95 % CI" in right.get_title()
-    close(fig)
 
 
 ALL_METHODS = ("opiq", "opiq_no_ob", "opiq_no_pc", "dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias",
                "dqn_bias_pc", "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
 
 
-def test_thirteen_methods_names_on_the_axis_do_not_overlap(tmp_path, monkeypatch):
+def test_thirteen_methods_names_on_the_axis_do_not_overlap(tmp_path, drawn):
     """The maze figure's 13 methods: their paper names under the right panel, slanted so that no two run into one
     another (side by side they did), and the left panel's broken lines drawn over the solid ones."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figures, close = [], plt.close
-    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
     rows = [dict(run=i, method=m, setting="paper", seed=0, step=step, metric="train_return", value=float(i))
             for i, m in enumerate(ALL_METHODS) for step in STEPS]
     seeds = fa.seed_table(rows)
     summary = fa.method_summary(seeds, reps=20)
     fa.figure(tmp_path / "f.png", seeds, summary, "t")
-    (fig,) = figures
+    (fig,) = drawn
     left, right = fig.axes
     labels = right.get_xticklabels()
     assert [t.get_text() for t in labels][:4] == ["OPIQ", "OPIQ w/o OB", "OPIQ w/o PC", "BSP"]
@@ -163,4 +148,3 @@ def test_thirteen_methods_names_on_the_axis_do_not_overlap(tmp_path, monkeypatch
     solid = [line.get_zorder() for line in left.get_lines() if line.get_linestyle() == "-"]
     broken = [line.get_zorder() for line in left.get_lines() if line.get_linestyle() != "-"]
     assert max(solid) < min(broken)
-    close(fig)

@@ -222,7 +222,7 @@ def test_deep_sea_measures_from_a_metrics_table():
     assert "> 50" in deepsea.markdown(summary)
 
 
-def test_deep_sea_figure_redrawn_from_the_runs_csv(tmp_path, monkeypatch):
+def test_deep_sea_figure_redrawn_from_the_runs_csv(tmp_path, drawn):
     """--plot-only without size folders reads deepsea_runs.csv back exactly (inf included); the figure names the
     methods as the paper does, tells them apart by colour, line style and marker, and its title states the seeds,
     steps, counting, precision and statistic."""
@@ -239,18 +239,14 @@ def test_deep_sea_figure_redrawn_from_the_runs_csv(tmp_path, monkeypatch):
                  "1,600-3,600 steps per run", "median and 25-75% of the seeds"):
         assert part in title, (part, title)
 
-    figures, close = [], deepsea.plt.close
-    monkeypatch.setattr(deepsea.plt, "close", lambda fig=None: figures.append(fig))
     deepsea.report(args)
-    (fig,) = figures
+    (fig,) = drawn
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [
         "budget", "random policy: 2^N", "OPIQ", "ε-greedy DQN", "DQN + PC"]
     assert fig._suptitle.get_text() == title
     bars = [c for c in fig.axes[0].containers if c.get_label() in ("OPIQ", "ε-greedy DQN", "DQN + PC")]
     styles = {(str(c.lines[0].get_color()), c.lines[0].get_linestyle()) for c in bars}
     assert len(bars) == 3 and len(styles) == 3 and len({s for _, s in styles}) == 3
-    close(fig)
     # a redraw of fewer sizes leaves the committed runs csv whole
     deepsea.report(deepsea.Args(out=tmp_path, sizes=(4,), plot_only=True))
-    close(figures[-1])
     assert deepsea.read_runs_csv(tmp_path / deepsea.RUNS_CSV) == measures

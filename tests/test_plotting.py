@@ -226,21 +226,6 @@ def test_setting_text_and_the_steps_rows_reach():
     assert plotting.setting_text([config]) in plotting.figure_title("h", [config]).splitlines()
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The figures the code under test closes, kept open for inspection (it closes each after saving)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figures, close = [], plt.close
-    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
-    yield figures
-    for fig in figures:
-        close(fig)
-
-
 ALL_METHODS = ("opiq", "opiq_no_ob", "opiq_no_pc", "dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias",
                "dqn_bias_pc", "dqn_dora", "dqn_dora_oa", "dqn_rnd", "bsp")
 

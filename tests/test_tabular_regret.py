@@ -1,19 +1,8 @@
 """experiments/tabular_regret.py's figure: what its title states and how its lines are told apart."""
 
 import numpy as np
-import pytest
 
 from experiments import tabular_regret as tr
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    """The figures the code under test closes, kept open for inspection (it closes each after saving)."""
-    figures, close = [], tr.plt.close
-    monkeypatch.setattr(tr.plt, "close", lambda fig=None: figures.append(fig))
-    yield figures
-    for fig in figures:
-        close(fig)
 
 
 def test_regret_figure_states_runs_episodes_statistic_and_precision(tmp_path, drawn):
