@@ -140,6 +140,12 @@ def agent_kind(overlap: bool, updates: bool) -> str:
     return "agent" if overlap else "agent_strict" if updates else "agent_no_updates"
 
 
+def opiq_experiment(static, num_runs: int) -> Experiment:
+    """``num_runs`` seeds of OPIQ at the paper's Montezuma settings: what both the agent and the plain baseline time."""
+    runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(num_runs))
+    return Experiment(static, runs)
+
+
 def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True, devices: int = 1,
                envs_per_run: int = 1, updates: bool = True) -> dict:
     from opiq_jax.compiled import chunk_program
@@ -153,8 +159,7 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
                             overlap=overlap, envs_per_run=envs_per_run,
                             **({} if updates else {"train_every": NEVER}))
     num_runs = pool_size // envs_per_run
-    runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(num_runs))
-    experiment = Experiment(static, runs)
+    experiment = opiq_experiment(static, num_runs)
     static = experiment.static
     pool = MontezumaPool(num_envs=pool_size, seed=0) if devices == 1 else device_pools(pool_size, devices)
     trainer = make_train(static, pool)
@@ -187,8 +192,7 @@ def time_plain(pool_size: int, steps: int, buffer_size: int) -> dict:
     from opiq_jax.envs.montezuma import MontezumaPool
 
     static = static_for_env("montezuma", buffer_size=buffer_size)
-    runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(pool_size))
-    experiment = Experiment(static, runs)
+    experiment = opiq_experiment(static, pool_size)
     pool = MontezumaPool(num_envs=pool_size, seed=0)
     plain = make_plain_atari(static, pool)
     run_keys, _ = run_keys_for(experiment)
