@@ -341,6 +341,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("updates-ignore-envs-per-run", "opiq_jax/trainer.py",
            "iterations_per_update = max(1, static.train_every // envs)", "iterations_per_update = max(1, static.train_every)",
            "one update per train_every vectorised steps, whatever the environments per run", (ENVS_PER_RUN,)),
+    Mutant("bench-agent-chunk-jitted", "experiments/montezuma_bench.py",
+           "chunk = chunk_program(trainer.train_chunk, state).lower(state).compile()",
+           "chunk = chunk_program(trainer.train_chunk, state)",
+           "the Montezuma agent's timed chunk recompiles on one device (the bug found in its rates)",
+           ("tests/test_montezuma_bench.py::test_the_agents_timed_chunk_compiles_nothing",)),
 )
 
 CHEAP: tuple[str, ...] = (

@@ -181,7 +181,8 @@ def measure_montezuma_plain(args: Args, log: dict[str, float]) -> dict[str, Any]
         return dict(error="out of memory", steps_timed=steps, buffer_size=args.montezuma_plain_buffer)
     return dict(steps_per_s=plain["env_steps_per_second"], first_call_s=plain["first_call_seconds"], steps_timed=steps,
                 buffer_size=plain["buffer_size"], state_bytes_per_run=plain["state_bytes_per_run"],
-                updates_timed_per_run=plain["updates_timed_per_run"], count_slots=plain["count_slots"])
+                updates_timed_per_run=plain["updates_timed_per_run"], count_slots=plain["count_slots"],
+                compiles_timed=plain["compiles_timed"])
 
 
 def measure_montezuma(args: Args, log: dict[str, float]) -> dict[str, Any]:
@@ -196,11 +197,12 @@ def measure_montezuma(args: Args, log: dict[str, float]) -> dict[str, Any]:
     raw = timed(log, f"montezuma: EnvPool alone, pool of {pool}", lambda: montezuma_bench.time_raw(pool, steps))
     return dict(env="montezuma", runs=pool, settings=SAFE_SETTINGS["montezuma"], count_features="8x11 frame, 8 levels",
                 this=dict(steps_per_s=agent["env_steps_per_second"], first_call_s=agent["first_call_seconds"],
-                          steps_timed=steps, buffer_size=agent["buffer_size"]),
+                          steps_timed=steps, buffer_size=agent["buffer_size"], compiles_timed=agent["compiles_timed"]),
                 baseline=baseline,
                 baseline_kind="plain vmapped JAX DQN with hashed counts of the frame feature",
                 emulators=dict(steps_per_s=raw["env_steps_per_second"], first_call_s=raw["first_call_seconds"],
-                               steps_timed=steps, kind="EnvPool's emulators alone, random actions"))
+                               steps_timed=steps, kind="EnvPool's emulators alone, random actions",
+                               compiles_timed=raw["compiles_timed"]))
 
 
 @functools.lru_cache(maxsize=1)
@@ -280,6 +282,21 @@ def emulators_note(row: dict[str, Any]) -> str:
             "env steps/s: the ceiling of any agent on that pool.")
 
 
+COLUMN_NAMES = {"this": "this project's", "baseline": "the plain baseline's", "emulators": "the emulators'"}
+
+
+def compiles_note(row: dict[str, Any]) -> str:
+    """A sentence for each of a Montezuma row's columns whose timed window held an XLA compile ("" for none): its rate
+    includes the compile, so it is too low."""
+    sentences = []
+    for column, name in COLUMN_NAMES.items():
+        count = (row.get(column) or {}).get("compiles_timed") or 0
+        if count:
+            sentences.append(f"{count} XLA compile{'' if count == 1 else 's'} fell inside {name} timed window: "
+                             "that rate includes it and is too low.")
+    return " ".join(sentences)
+
+
 def readme_text(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict | None]], device: str) -> str:
     """The table as the top-level README shows it, with a two-line note (``table.md``)."""
     envs = [r["env"] for r in rows]
@@ -291,6 +308,7 @@ def readme_text(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict
     if "montezuma" in envs:
         note.append("Montezuma counts the paper's 8 × 11 frame feature (the plain baseline in a hashed table).")
     note += [emulators_note(r) for r in rows if r["env"] == "montezuma" and emulators_note(r)]
+    note += [compiles_note(r) for r in rows if r["env"] == "montezuma" and compiles_note(r)]
     note.append("The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
                 "not their code.")
     intro = f"Environment steps per second on one {device}, every run learning, OPIQ at the paper's settings:"

@@ -62,9 +62,9 @@ def test_montezuma_row_times_the_plain_baseline_on_the_pool(tmp_path, monkeypatc
     from experiments import montezuma_bench
 
     monkeypatch.setattr(montezuma_bench, "time_agent", lambda pool, steps, buffer_size: dict(
-        env_steps_per_second=30.0, first_call_seconds=1.0, buffer_size=buffer_size))
+        env_steps_per_second=30.0, first_call_seconds=1.0, buffer_size=buffer_size, compiles_timed=1))
     monkeypatch.setattr(montezuma_bench, "time_raw", lambda pool, steps: dict(
-        env_steps_per_second=900.0, first_call_seconds=0.5))
+        env_steps_per_second=900.0, first_call_seconds=0.5, compiles_timed=0))
     monkeypatch.setattr(tt, "measure_torch", lambda *args: None)
     out = tmp_path / "throughput-table"
     tt.main(["--quick", "--envs", "montezuma", "--out", str(out)])  # the plain baseline: 5 steps timed, replay 200
@@ -75,10 +75,12 @@ def test_montezuma_row_times_the_plain_baseline_on_the_pool(tmp_path, monkeypatc
     assert plain["buffer_size"] == 200 and plain["updates_timed_per_run"] == 1  # of 38 steps, the 36th trains, and it is timed
     assert plain["state_bytes_per_run"] > 200 * 2 * 4 * 84 * 84  # both stacks of every transition, whole
     assert row["emulators"]["steps_per_s"] == 900.0 and "plain" in row["baseline_kind"]
+    assert (row["this"]["compiles_timed"], plain["compiles_timed"], row["emulators"]["compiles_timed"]) == (1, 0, 0)
     table = (out / "table.md").read_text()
     line = next(line for line in table.splitlines() if line.startswith("| Montezuma"))
     assert line.split(" | ")[2:5] == ["30", f"{plain['steps_per_s']:,.0f}", f"{30.0 / plain['steps_per_s']:.2f}×"]
     assert tt.emulators_note(row) in table and "emulators alone" not in line
+    assert "1 XLA compile fell inside this project's timed window" in table  # the stand-in agent's, said beside the table
     info = json.loads((out / "run_info.json").read_text())
     assert "montezuma: plain baseline, pool of 2" in info["seconds_per_measurement"]
 

@@ -22,6 +22,7 @@ The results go to stdout and to ``--out`` as ``bench.json`` and ``bench.md``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -298,6 +299,29 @@ class Measurement:
     program_bytes: int | None = None  # XLA: arguments + outputs - aliased + temporaries
     state_bytes: int | None = None  # the training state of all runs, from shapes
     error: str | None = None  # "out of memory", "would not fit", ...
+
+
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+"""The event jax.monitoring records once per XLA compile (served from the persistent cache or not)."""
+
+
+@contextlib.contextmanager
+def counting_compiles():
+    """A one-item list holding the number of XLA compiles made while the block runs. Timers put it around their
+    timed window and report it: a window with a compile in it times the compile too (a jitted chunk whose first
+    input was uncommitted recompiles on its second call, when its input is its own committed output)."""
+    count = [0]
+
+    def listener(event: str, duration: float, **kwargs) -> None:
+        del duration, kwargs
+        if event == BACKEND_COMPILE_EVENT:
+            count[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield count
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def peak_bytes_in_use() -> int | None:
