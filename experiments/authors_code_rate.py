@@ -1,4 +1,5 @@
-"""Environment steps per second of the OPIQ authors' own PyTorch code, in one process, on the chain or the maze.
+"""Environment steps per second of the OPIQ authors' own PyTorch code, in one process, on the chain, the maze or
+Montezuma's Revenge.
 
 The authors' code (the repository of "Optimistic Exploration even with a Pessimistic Initialisation", ICLR 2020)
 is not part of this project and is never imported here: this script runs an external checkout of it as a program,
@@ -18,6 +19,11 @@ their code puts the networks on CUDA when torch sees a GPU.
 Writes into ``--out``: ``authors_<env>.json`` and ``authors_<env>.md`` (CPU model, GPU, torch and numpy versions
 of the interpreter that ran their code, the command, steps, seconds, rates) and ``authors_<env>.log`` (their
 output, each line with its arrival time).
+
+Montezuma: their ``Montezuma-v0`` goes through gym 0.12's Atari environment, which imports atari-py; where atari-py
+has no build (Python >= 3.9), an adapter module named ``atari_py`` on ale-py must be on ``PYTHONPATH`` (kept
+outside this project with their code, as are the files of theirs that it needs), and their wrappers need OpenCV
+and Pillow.
 
 Run: ``python experiments/authors_code_rate.py --code /path/to/opiq-checkout --python /path/to/venv/bin/python
 --env chain --steps 5000 --out results/authors-rate`` (``--python``: an interpreter with their dependencies;
@@ -61,6 +67,18 @@ PAPER_SETTINGS: dict[str, dict[str, str]] = {
         "episode_limit": "250", "action_selector": "optimistic_action", "optim_m": "2", "optim_action_tau": "100",
         "optim_bootstrap": "True", "optim_bootstrap_tau": "0.01", "log_interval": "10000", "name": "opiq",
         "label": "maze",
+    },
+    # their README's OPIQ Montezuma command, less t_max, the test schedule and save (their Montezuma-v0: the
+    # NoFrameskip-v4 ROM with sticky actions, a skip of 4 with the max of the last two frames, 84 x 84 grey frames)
+    "montezuma": {
+        "env": "Montezuma-v0", "past_frames_input": "4", "agent": "atari", "batch_size": "32", "update_freq": "4",
+        "epsilon_time_length": "1000000", "epsilon_finish": "0.01", "test_epsilon": "0.01",
+        "count_rewards": "True", "count_beta": "0.01", "atari_count": "True", "recompute_count_rewards": "True",
+        "n_step": "3", "buffer_size": "1000000", "double_q": "False", "count_state_only_rewards": "False",
+        "reward_clipping": "True", "target_update_interval": "8000", "gamma": "0.99", "lr": "0.0005",
+        "mmc": "True", "mmc_beta": "0.01", "action_selector": "optimistic_action", "optim_m": "2",
+        "optim_action_tau": "0.1", "optim_bootstrap": "True", "optim_bootstrap_tau": "0.01",
+        "log_interval": "50000", "name": "OPIQ", "label": "montezuma_opiq",
     },
 }
 

@@ -20,7 +20,7 @@ def settings(command):
     return dict(arg.split("=", 1) for arg in command[3:])
 
 
-@pytest.mark.parametrize("env", ["chain", "maze"])
+@pytest.mark.parametrize("env", ["chain", "maze", "montezuma"])
 def test_the_command_runs_opiq_for_the_budget_with_no_test_episodes(env):
     command = build_command("/venv/bin/python", env, 4000)
     assert command[0] == "/venv/bin/python"
@@ -39,7 +39,7 @@ def test_save_is_left_out_unless_asked_for():
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="unknown env"):
-        build_command("python", "montezuma", 10)
+        build_command("python", "pong", 10)
     with pytest.raises(ValueError, match="steps"):
         build_command("python", "chain", 0)
 
@@ -48,14 +48,17 @@ def test_the_settings_are_the_papers_as_this_project_records_them():
     from opiq_jax.environments import environment_spec
     from opiq_jax.methods import method_hparams
 
-    for env, network, environment in (("chain", "fc", "100Chain-v0"), ("maze", "2conv", "Maze-v0")):
+    envs = (("chain", "fc", "100Chain-v0"), ("maze", "2conv", "Maze-v0"), ("montezuma", "atari", "Montezuma-v0"))
+    for env, network, environment in envs:
         theirs = PAPER_SETTINGS[env]
         ours = {**environment_spec(env).defaults, **method_hparams(env, "opiq")}
         assert theirs["env"] == environment and theirs["agent"] == network
         pairs = [("batch_size", "batch_size"), ("buffer_size", "buffer_size"), ("n_step", "n_step"),
-                 ("target_update_interval", "target_update"), ("count_size", "simhash_bits"),
+                 ("target_update_interval", "target_update"),
                  ("count_beta", "beta"), ("optim_m", "m"), ("optim_action_tau", "c_action"),
                  ("optim_bootstrap_tau", "c_bootstrap"), ("lr", "lr"), ("epsilon_finish", "epsilon_end")]
+        pairs += [("count_size", "simhash_bits")] if env != "montezuma" else [
+            ("update_freq", "train_every"), ("mmc_beta", "beta_mmc")]  # Montezuma counts its frame feature
         for their_name, our_name in pairs:
             assert float(theirs[their_name]) == pytest.approx(ours[our_name]), (env, their_name)
         # epsilon_start: their default is 1 (the maze's schedule); the chain's OPIQ keeps 0.01 throughout
