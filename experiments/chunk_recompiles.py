@@ -8,6 +8,8 @@ committed rates held one. The rates themselves need a GPU; the counts do not (a 
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` stands in for two devices). Needs EnvPool.
 
 Writes ``chunk_recompiles.json``, ``chunk_recompiles.md`` and ``run_info.json`` into ``--out``.
+
+Reaches inside: the trainer and its chunk program, built around raw EnvPool pools as ``montezuma_bench`` builds them.
 Run: ``XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu python -m experiments.chunk_recompiles
 --out results/chunk-recompiles``.
 """

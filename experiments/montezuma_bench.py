@@ -268,8 +268,8 @@ def split_lines(layouts: dict) -> list[str]:
 def table(rows: list[dict], device: str) -> str:
     agent = next(r for r in rows if r["kind"] == "agent")
     layout = f"{agent['runs']} runs x {agent['envs_per_run']} environments" if agent["envs_per_run"] > 1 else "one per run"
-    lines = [f"Montezuma throughput on {device} (environment steps per second, compile excluded; a pool per device "
-             f"when split; environments: {layout}).", "",
+    lines = [f"Montezuma throughput on {device} (environment steps per second, compiles excluded unless noted below; "
+             f"a pool per device when split; environments: {layout}).", "",
              "| environments | devices | raw EnvPool | OPIQ agent | agent / raw | agent without overlap | its ratio "
              "| agent without updates | its ratio |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -330,7 +330,7 @@ def notes(rows: list[dict[str, Any]], args: Args) -> str:
     """The full notes under the table in the folder's README."""
     lines = ["This project's settings: " + "; ".join(f"{NAMES[r['env']]}, {SAFE_REASONS[r['env']]}" for r in rows)
              + ". Every run learns: one update per environment step on the chain and the maze, one per 4 on "
-             "Montezuma. Compiles are excluded.", "", counts_note(rows)]
+             "Montezuma. Compiles are excluded, unless a note says one fell inside a timed window.", "", counts_note(rows)]
     if any(r["env"] == "maze" for r in rows):
         lines += ["", f"The maze's replay holds {args.maze_buffer:,} steps per run in both JAX columns (the plain "
                   "baseline stores whole observations)."]

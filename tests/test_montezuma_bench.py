@@ -7,11 +7,18 @@ ahead of its first call, as ``opiq-jax train`` compiles it. Tiny pools and chunk
 how fast. Needs EnvPool (the ``atari`` extra). Run: ``JAX_PLATFORMS=cpu pytest tests/test_montezuma_bench.py``.
 """
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import pytest
 
 from opiq_jax.benchmark.throughput import counting_compiles
+from tests.conftest import xla_flags_with_host_devices
 
 pytest.importorskip("envpool")
 
@@ -49,3 +56,20 @@ def test_the_table_names_a_rate_whose_window_held_a_compile():
                  compiles_timed=1, state_bytes_per_run=2**20, paper_state_bytes_per_run=2**30, buffer_size=200)
     assert "XLA compiles" not in montezuma_bench.table([raw, {**agent, "compiles_timed": 0}], "CPU")
     assert "too low): agent at 2 on 1 device(s): 1." in montezuma_bench.table([raw, agent], "CPU")
+
+
+TWO_DEVICES = """
+import json
+from experiments import montezuma_bench
+row = montezuma_bench.time_agent(4, 40, buffer_size=200, devices=2)
+print(json.dumps(dict(devices=row["devices"], compiles_timed=row["compiles_timed"])))
+"""
+
+
+def test_the_agent_split_over_two_devices_times_no_compile():
+    """A pool per device, the state sharded before the first call (two CPU devices, in a subprocess)."""
+    env = {**os.environ, "XLA_FLAGS": xla_flags_with_host_devices(2), "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == dict(devices=2, compiles_timed=0)
