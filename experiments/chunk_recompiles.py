@@ -26,15 +26,11 @@ from pathlib import Path
 import jax
 import tyro
 
-from experiments.montezuma_bench import device_pools, opiq_experiment
+from experiments.montezuma_bench import agent_and_state
 from opiq_jax.benchmark.throughput import counting_compiles
 from opiq_jax.compiled import chunk_program
-from opiq_jax.config import stack_hparams
-from opiq_jax.devices import shard_over_devices
 from opiq_jax.environments import static_for_env
-from opiq_jax.experiment import run_keys_for
 from opiq_jax.results import atomic_write_text
-from opiq_jax.trainer import make_train
 
 
 @dataclass
@@ -54,14 +50,9 @@ BUILDS = ("jitted", "compiled ahead")
 def chunk_and_state(pool_size: int, steps: int, devices: int):
     """The agent's trainer around a pool of ``pool_size`` (one pool, or one per device) and its first state, placed as
     ``time_agent`` places it."""
-    from opiq_jax.envs.montezuma import MontezumaPool
-
     static = static_for_env("montezuma", total_steps=10 * steps, log_every=steps, buffer_size=500)
-    experiment = opiq_experiment(static, pool_size)
-    pool = MontezumaPool(num_envs=pool_size, seed=0) if devices == 1 else device_pools(pool_size, devices)
-    trainer = make_train(experiment.static, pool)
-    state = jax.jit(trainer.init)(*run_keys_for(experiment), stack_hparams(experiment.hparams()), pool.reset())
-    return trainer, shard_over_devices(state, pool_size) if devices > 1 else state
+    trainer, state, _ = agent_and_state(static, pool_size, devices=devices)
+    return trainer, state
 
 
 def compiles_per_call(build: str, pool_size: int, steps: int, devices: int, calls: int) -> list[int]:

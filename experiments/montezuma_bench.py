@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jax
 import tyro
@@ -63,6 +65,16 @@ class Args:
     """Environments per run for the agent: pool_size / envs_per_run runs (each pool size must divide)."""
 
 
+def timed_call(call: Callable[[], Any]) -> tuple[Any, float, int]:
+    """``call()``'s output once ready on the device, the seconds that took and the XLA compiles made meanwhile: every
+    timer here times its windows through it, so that a compile inside one shows in its ``compiles_timed``."""
+    with counting_compiles() as compiles:
+        started = time.perf_counter()
+        out = jax.block_until_ready(call())
+        seconds = time.perf_counter() - started
+    return out, seconds, compiles[0]
+
+
 def time_raw(pool_size: int, steps: int) -> dict:
     from opiq_jax.envs.montezuma import MontezumaPool
 
@@ -76,17 +88,10 @@ def time_raw(pool_size: int, steps: int) -> dict:
         return (handle, key), out.reward.sum()
 
     run = jax.jit(lambda h, k: jax.lax.scan(body, (h, k), None, length=steps))
-    started = time.perf_counter()
-    (handle, key), r = run(handle, jax.random.key(0))
-    jax.block_until_ready(r)
-    compile_and_first = time.perf_counter() - started
-    with counting_compiles() as compiles:
-        started = time.perf_counter()
-        (handle, key), r = run(handle, key)
-        jax.block_until_ready(r)
-        seconds = time.perf_counter() - started
+    ((handle, key), _), compile_and_first, _ = timed_call(lambda: run(handle, jax.random.key(0)))
+    _, seconds, compiles = timed_call(lambda: run(handle, key))
     return dict(pool_size=pool_size, devices=1, kind="raw", env_steps_per_second=steps * pool_size / seconds,
-                first_call_seconds=compile_and_first, compiles_timed=compiles[0])
+                first_call_seconds=compile_and_first, compiles_timed=compiles)
 
 
 def device_pools(pool_size: int, devices: int):
@@ -122,17 +127,10 @@ def time_raw_devices(pool_size: int, steps: int, devices: int) -> dict:
     spec = PartitionSpec("runs")
     run = jax.jit(jax.shard_map(local, mesh=pools.mesh, in_specs=(spec, spec), out_specs=(spec, spec, spec),
                                 check_vma=False))  # the pool call is opaque to the varying-axes check
-    started = time.perf_counter()
-    handle, keys, r = run(handle, keys)
-    jax.block_until_ready(r)
-    compile_and_first = time.perf_counter() - started
-    with counting_compiles() as compiles:
-        started = time.perf_counter()
-        handle, keys, r = run(handle, keys)
-        jax.block_until_ready(r)
-        seconds = time.perf_counter() - started
+    (handle, keys, _), compile_and_first, _ = timed_call(lambda: run(handle, keys))
+    _, seconds, compiles = timed_call(lambda: run(handle, keys))
     return dict(pool_size=pool_size, devices=devices, kind="raw", env_steps_per_second=steps * pool_size / seconds,
-                first_call_seconds=compile_and_first, compiles_timed=compiles[0])
+                first_call_seconds=compile_and_first, compiles_timed=compiles)
 
 
 NEVER = 10**9
@@ -149,6 +147,21 @@ def opiq_experiment(static, num_runs: int) -> Experiment:
     return Experiment(static, runs)
 
 
+def agent_and_state(static, pool_size: int, envs_per_run: int = 1, devices: int = 1) -> tuple[Any, Any, Any]:
+    """The OPIQ agent's trainer around ``pool_size`` Montezuma environments (one pool, or one per device), its first
+    state (sharded over the devices when several, as ``opiq-jax train`` places it) and the resolved configuration."""
+    from opiq_jax.devices import shard_over_devices
+    from opiq_jax.envs.montezuma import MontezumaPool
+    from opiq_jax.trainer import make_train
+
+    num_runs = pool_size // envs_per_run
+    experiment = opiq_experiment(static, num_runs)
+    pool = MontezumaPool(num_envs=pool_size, seed=0) if devices == 1 else device_pools(pool_size, devices)
+    trainer = make_train(experiment.static, pool)
+    state = jax.jit(trainer.init)(*run_keys_for(experiment), stack_hparams(experiment.hparams()), pool.reset())
+    return trainer, shard_over_devices(state, num_runs) if devices > 1 else state, experiment.static
+
+
 def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True, devices: int = 1,
                envs_per_run: int = 1, updates: bool = True) -> dict:
     """The OPIQ agent on ``pool_size`` environments: its second chunk of ``steps`` steps per environment timed.
@@ -160,38 +173,26 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
     one-device agent rate of this script and of the throughput table's Montezuma row held one. ``compiles_timed``
     counts the compiles in the timed chunk."""
     from opiq_jax.compiled import chunk_program
-    from opiq_jax.devices import shard_over_devices
-    from opiq_jax.envs.montezuma import MontezumaPool
     from opiq_jax.memory import state_bytes_per_run
-    from opiq_jax.trainer import make_train
 
     per_run = steps * envs_per_run  # each of the pool's environments steps ``steps`` times per chunk
     static = static_for_env("montezuma", total_steps=2 * per_run, log_every=per_run, buffer_size=buffer_size,
                             overlap=overlap, envs_per_run=envs_per_run,
                             **({} if updates else {"train_every": NEVER}))
-    num_runs = pool_size // envs_per_run
-    experiment = opiq_experiment(static, num_runs)
-    static = experiment.static
-    pool = MontezumaPool(num_envs=pool_size, seed=0) if devices == 1 else device_pools(pool_size, devices)
-    trainer = make_train(static, pool)
-    state = jax.jit(trainer.init)(*run_keys_for(experiment), stack_hparams(experiment.hparams()), pool.reset())
-    if devices > 1:
-        state = shard_over_devices(state, num_runs)
-    started = time.perf_counter()
-    chunk = chunk_program(trainer.train_chunk, state).lower(state).compile()
-    state, metrics = chunk(state)
-    jax.block_until_ready(metrics)
-    compile_and_first = time.perf_counter() - started
-    with counting_compiles() as compiles:
-        started = time.perf_counter()
-        state, metrics = chunk(state)
-        jax.block_until_ready(metrics)
-        seconds = time.perf_counter() - started
+    trainer, state, static = agent_and_state(static, pool_size, envs_per_run, devices)
+
+    def compile_and_call():
+        chunk = chunk_program(trainer.train_chunk, state).lower(state).compile()
+        return chunk, chunk(state)
+
+    (chunk, (state, _)), compile_and_first, _ = timed_call(compile_and_call)
+    _, seconds, compiles = timed_call(lambda: chunk(state))
     device = jax.local_devices()[0]
     peak = (device.memory_stats() or {}).get("peak_bytes_in_use") if hasattr(device, "memory_stats") else None
-    return dict(pool_size=pool_size, devices=devices, kind=agent_kind(overlap, updates), runs=num_runs,
-                envs_per_run=envs_per_run, env_steps_per_second=steps * pool_size / seconds,
-                first_call_seconds=compile_and_first, compiles_timed=compiles[0], peak_device_bytes=peak,
+    return dict(pool_size=pool_size, devices=devices, kind=agent_kind(overlap, updates),
+                runs=pool_size // envs_per_run, envs_per_run=envs_per_run,
+                env_steps_per_second=steps * pool_size / seconds,
+                first_call_seconds=compile_and_first, compiles_timed=compiles, peak_device_bytes=peak,
                 state_bytes_per_run=state_bytes_per_run(static), buffer_size=buffer_size,
                 paper_state_bytes_per_run=state_bytes_per_run(static_for_env("montezuma")))
 
@@ -209,18 +210,13 @@ def time_plain(pool_size: int, steps: int, buffer_size: int) -> dict:
     plain = make_plain_atari(static, pool)
     run_keys, _ = run_keys_for(experiment)
     state = plain.init(run_keys, stack_hparams(experiment.hparams()), pool.reset())
-    started = time.perf_counter()
-    state = jax.block_until_ready(plain.step(state))
-    compile_and_first = time.perf_counter() - started
+    state, compile_and_first, _ = timed_call(lambda: plain.step(state))
     state = jax.block_until_ready(run_plain_atari(plain, state, max(steps, static.batch_size + 1) - 1))
     updates_before = int(state.runs.updates[0])
-    with counting_compiles() as compiles:
-        started = time.perf_counter()
-        state = jax.block_until_ready(run_plain_atari(plain, state, steps))
-        seconds = time.perf_counter() - started
+    state, seconds, compiles = timed_call(lambda: run_plain_atari(plain, state, steps))
     return dict(pool_size=pool_size, devices=1, kind="plain", runs=pool_size,
                 env_steps_per_second=steps * pool_size / seconds, first_call_seconds=compile_and_first,
-                compiles_timed=compiles[0],
+                compiles_timed=compiles,
                 buffer_size=buffer_size, state_bytes_per_run=state_bytes_per_run(state),
                 updates_timed_per_run=int(state.runs.updates[0]) - updates_before, count_slots=plain.count_slots)
 

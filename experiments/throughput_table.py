@@ -307,8 +307,8 @@ def readme_text(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict
         note.append("Both JAX columns count chain and maze cells exactly (the paper: SimHash codes).")
     if "montezuma" in envs:
         note.append("Montezuma counts the paper's 8 × 11 frame feature (the plain baseline in a hashed table).")
-    note += [emulators_note(r) for r in rows if r["env"] == "montezuma" and emulators_note(r)]
-    note += [compiles_note(r) for r in rows if r["env"] == "montezuma" and compiles_note(r)]
+    montezuma = [r for r in rows if r["env"] == "montezuma"]
+    note += [text for r in montezuma for text in (emulators_note(r), compiles_note(r)) if text]
     note.append("The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
                 "not their code.")
     intro = f"Environment steps per second on one {device}, every run learning, OPIQ at the paper's settings:"
