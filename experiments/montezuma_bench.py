@@ -31,8 +31,6 @@ Reaches inside: the trainer, built around raw EnvPool pools, to time the agent a
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,7 @@ from typing import Any
 import jax
 import tyro
 
-from opiq_jax.benchmark.throughput import counting_compiles
+from opiq_jax.benchmark.throughput import timed_call
 from opiq_jax.config import stack_hparams
 from opiq_jax.environments import static_for_env
 from opiq_jax.methods import method_hparams
@@ -63,16 +61,6 @@ class Args:
     """Also time the agent without the overlap of emulators and learning, and without any update."""
     envs_per_run: int = 1
     """Environments per run for the agent: pool_size / envs_per_run runs (each pool size must divide)."""
-
-
-def timed_call(call: Callable[[], Any]) -> tuple[Any, float, int]:
-    """``call()``'s output once ready on the device, the seconds that took and the XLA compiles made meanwhile: every
-    timer here times its windows through it, so that a compile inside one shows in its ``compiles_timed``."""
-    with counting_compiles() as compiles:
-        started = time.perf_counter()
-        out = jax.block_until_ready(call())
-        seconds = time.perf_counter() - started
-    return out, seconds, compiles[0]
 
 
 def time_raw(pool_size: int, steps: int) -> dict:

@@ -27,7 +27,7 @@ from typing import Literal
 import jax
 import tyro
 
-from opiq_jax.benchmark.throughput import bench_experiment, is_out_of_memory, run_until_learning
+from opiq_jax.benchmark.throughput import bench_experiment, is_out_of_memory, run_until_learning, timed_repeats
 from opiq_jax.config import stack_hparams
 from opiq_jax.environments import static_for_env
 from opiq_jax.devices import shard_over_devices
@@ -98,11 +98,7 @@ def steps_per_second(static, num_runs: int, sharded: bool, repeats: int, partiti
     train_chunk = program(trainer.train_chunk, state).lower(state).compile()
     collectives = count_collectives(train_chunk.as_text())
     state = run_until_learning(train_chunk, state, static)
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        state, metrics = jax.block_until_ready(train_chunk(state))
-        seconds.append(time.perf_counter() - started)
+    _, seconds, _ = timed_repeats(lambda s: train_chunk(s)[0], state, repeats)  # a compiled chunk cannot recompile
     return rate(num_runs, static.log_every, seconds), collectives
 
 

@@ -286,14 +286,14 @@ COLUMN_NAMES = {"this": "this project's", "baseline": "the plain baseline's", "e
 
 
 def compiles_note(row: dict[str, Any]) -> str:
-    """A sentence for each of a Montezuma row's columns whose timed window held an XLA compile ("" for none): its rate
+    """A sentence for each of a row's JAX columns whose timed window held an XLA compile ("" for none): its rate
     includes the compile, so it is too low."""
     sentences = []
     for column, name in COLUMN_NAMES.items():
         count = (row.get(column) or {}).get("compiles_timed") or 0
         if count:
-            sentences.append(f"{count} XLA compile{'' if count == 1 else 's'} fell inside {name} timed window: "
-                             "that rate includes it and is too low.")
+            sentences.append(f"{NAMES[row['env']]}: {count} XLA compile{'' if count == 1 else 's'} fell inside {name} "
+                             "timed window: that rate includes it and is too low.")
     return " ".join(sentences)
 
 
@@ -308,7 +308,8 @@ def readme_text(rows: list[dict[str, Any]], torch_rows: dict[str, dict[str, dict
     if "montezuma" in envs:
         note.append("Montezuma counts the paper's 8 × 11 frame feature (the plain baseline in a hashed table).")
     montezuma = [r for r in rows if r["env"] == "montezuma"]
-    note += [text for r in montezuma for text in (emulators_note(r), compiles_note(r)) if text]
+    note += [text for r in montezuma if (text := emulators_note(r))]
+    note += [text for r in rows if (text := compiles_note(r))]
     note.append("The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
                 "not their code.")
     intro = f"Environment steps per second on one {device}, every run learning, OPIQ at the paper's settings:"

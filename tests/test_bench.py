@@ -21,6 +21,7 @@ from opiq_jax.benchmark.throughput import (
     Measurement,
     _guarded,
     cached_plain,
+    compiles_timed_lines,
     forward_flops,
     keeps_growing,
     layer_macs,
@@ -206,6 +207,7 @@ def test_bench_runs_end_to_end_on_cpu(plain_runs, tmp_path, capsys):
         t, p = row["trainer"], row["plain"]
         assert t["error"] is None and t["steps_per_s"] > 0 and t["compile_s"] > 0 and t["program_bytes"] > 0
         assert p["runs"] == row["runs"] and p["steps_per_s"] > 0
+        assert t["compiles_timed"] == p["compiles_timed"] == 0  # compiled before the timed intervals
         assert row["speedup"] > 0  # its value: test_speedup_on_a_fake_clock_is_the_hand_computed_ratio
         assert 0 < row["bandwidth_fraction"] and 0 < row["compute_fraction"]
     assert report["peaks"]["bandwidth"] > 0 and report["peaks"]["flops_f32"] > 0
@@ -223,3 +225,7 @@ def test_bench_runs_end_to_end_on_cpu(plain_runs, tmp_path, capsys):
         assert filled["peak GiB"] == "n/a"  # the CPU backend keeps no memory statistics
         assert all(v and v != "n/a" for k, v in filled.items() if k != "peak GiB"), filled
     assert json.loads((tmp_path / "bench.json").read_text())["envs"]["chain"]["rows"][1]["runs"] == 2
+    assert "XLA compiles fell inside" not in written
+    recompiled = [{**rows[0], "trainer": {**rows[0]["trainer"], "compiles_timed": 1}}, rows[1]]
+    assert compiles_timed_lines(recompiled) == ["", "XLA compiles fell inside the timed intervals of: trainer at R=1 "
+                                                "(1); those rates include them and are too low."]

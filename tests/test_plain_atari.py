@@ -5,7 +5,8 @@ uniformly, adds ``beta / sqrt(N)``, bootstraps from the target network's Q+ and 
 The pool is ``tests/fake_pool.FakePool`` (EnvPool's conventions in pure JAX, no emulator): two runs, 30-step
 episodes paying 5 (clipped to 1) every 7 steps, 48 steps, an update of 4 windows of 3 steps every 4 steps and a
 target copy every 8. ``tests/test_throughput_table.py`` times it on EnvPool's Montezuma.
-Run: ``JAX_PLATFORMS=cpu pytest tests/test_plain_atari.py``.
+The replay sampling and the n-step walk tested here are :mod:`opiq_jax.benchmark.plain`'s, which the chain and maze
+baseline runs too. Run: ``JAX_PLATFORMS=cpu pytest tests/test_plain_atari.py``.
 """
 
 import jax
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from opiq_jax.benchmark import plain_atari as pa
+from opiq_jax.benchmark.plain import intrinsic_reward, ring_positions, sample_ages
 from opiq_jax.config import make_hparams, stack_hparams
 from opiq_jax.environments import static_for_env
 from opiq_jax.envs.atari import StepOutput
@@ -117,18 +119,18 @@ def test_frame_slot_hashes_the_8_by_11_feature():
 
 
 def test_the_bonus_is_beta_over_the_square_root_of_the_count():
-    np.testing.assert_allclose(pa.intrinsic_reward(jnp.array([1, 4, 9, 100]), jnp.float32(0.5)),
+    np.testing.assert_allclose(intrinsic_reward(jnp.array([1, 4, 9, 100]), jnp.float32(0.5)),
                                [0.5, 0.25, 0.5 / 3, 0.05], rtol=1e-6)
 
 
 def test_replay_is_sampled_uniformly_over_the_stored_transitions():
     ring = pa.empty_transitions(16).replace(position=jnp.int32(3), size=jnp.int32(10))  # wrapped: slots 9..15, 0..2
     draws = 20_000
-    ages = np.asarray(pa.sample_ages(ring, jax.random.key(1), draws))
+    ages = np.asarray(sample_ages(ring, jax.random.key(1), draws))
     assert ages.min() == 0 and ages.max() == 9
     frequencies = np.bincount(ages, minlength=10) / draws
     np.testing.assert_allclose(frequencies, 0.1, atol=0.012)  # about 5 standard deviations
-    assert set(np.asarray(pa.slots_at(ring, jnp.arange(10)))) == {9, 10, 11, 12, 13, 14, 15, 0, 1, 2}
+    assert set(np.asarray(ring_positions(ring, jnp.arange(10)))) == {9, 10, 11, 12, 13, 14, 15, 0, 1, 2}
 
 
 def hand_targets(run, ages, beta, c_bootstrap, m, gamma, n) -> np.ndarray:
@@ -177,7 +179,7 @@ def test_targets_read_windows_across_the_end_of_the_ring(trained):
     rolled = jax.tree.map(lambda x: jnp.roll(x, start, axis=0) if x.ndim else x, run.replay)
     rolled = rolled.replace(position=jnp.int32((STORED + start) % capacity))
     ages = jnp.arange(STORED)
-    assert int(pa.slots_at(rolled, jnp.int32(capacity - start - 1))) == capacity - 1  # a window that wraps
+    assert int(ring_positions(rolled, jnp.int32(capacity - start - 1))) == capacity - 1  # a window that wraps
     np.testing.assert_allclose(pa.td_targets(STATIC, plain.network, run.replace(replay=rolled), ages),
                                pa.td_targets(STATIC, plain.network, run, ages), rtol=1e-6)
 

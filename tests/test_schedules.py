@@ -11,15 +11,15 @@ and so would one that counted scan iterations instead of environment steps (E > 
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from opiq_jax.config import make_hparams, stack_hparams
 from opiq_jax.environments import static_for_env
-from opiq_jax.parts import PARTS, Part, register_part
+from opiq_jax.parts import PARTS, register_part
 from opiq_jax.trainer import make_train
 from tests.fake_pool import FakePool
+from tests.tally import Tally
 
 RUNS = 2
 STEPS = 48  # environment steps of each run: three target copies
@@ -28,28 +28,17 @@ SCHEDULE = dict(total_steps=STEPS, batch_size=4, target_update=16, buffer_size=6
 EPSILON = {"epsilon_start": 1.0, "epsilon_end": 0.1, "epsilon_decay_steps": 32.0}
 
 
-class Tally(Part):
-    """Counts the run's environment steps and the Q-network's updates (``update`` runs once per update)."""
+class ScheduleTally(Tally):
+    """The tally under a name of this module's, registered for its tests only."""
 
     name = "schedule_tally"
-
-    def init(self, agent, run_key, example):
-        return {"steps": jnp.int32(0), "updates": jnp.int32(0)}
-
-    def after_step(self, agent, run, step):
-        state = run.parts[self.name]
-        return {**state, "steps": state["steps"] + agent.envs_per_run}
-
-    def update(self, agent, run, batch, key):
-        state = run.parts[self.name]
-        return {**state, "updates": state["updates"] + 1}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def tally():
-    register_part(Tally())
+    register_part(ScheduleTally())
     yield
-    PARTS.pop(Tally.name)
+    PARTS.pop(ScheduleTally.name)
 
 
 # ---------------------------------------------------------------------------------- what the schedules must give
@@ -134,7 +123,7 @@ def test_updates_target_copies_and_epsilon_count_the_runs_environment_steps(case
     for steps in range(envs, STEPS + 1, envs):
         state, metrics = train_chunk(state)
         runs = jax.device_get(state.runs)
-        tally = runs.parts[Tally.name]
+        tally = runs.parts[ScheduleTally.name]
         np.testing.assert_array_equal(tally["steps"], steps)
         np.testing.assert_array_equal(tally["updates"], updates_made(steps, static, overlaps), err_msg=f"step {steps}")
         np.testing.assert_allclose(metrics["epsilon"], epsilon_at(steps), rtol=1e-6, err_msg=f"step {steps}")
@@ -163,6 +152,6 @@ def test_overlap_makes_the_updates_of_a_vectorised_step_at_the_next_one(envs, ov
     counted = []
     for _ in range(2):
         state, _ = train_chunk(state)
-        counted.append(jax.device_get(state.runs.parts[Tally.name]["updates"]))
+        counted.append(jax.device_get(state.runs.parts[ScheduleTally.name]["updates"]))
     np.testing.assert_array_equal(counted, np.repeat(np.array(made)[:, None], RUNS, axis=1))
     assert made == tuple(updates_made(s, trainer.static, overlap) for s in (24, 48))

@@ -34,6 +34,8 @@ def test_quick_run_writes_the_folder_and_the_table(tmp_path):
 
     assert row["count_features"] == "exact" and row["settings"] == tt.SAFE_SETTINGS["chain"]
     assert row["this"]["runs"] == row["baseline"]["runs"] == 4
+    assert row["this"]["compiles_timed"] == row["baseline"]["compiles_timed"] == 0  # both compiled before the timing
+    assert "XLA compile" not in (out / "table.md").read_text()
     assert report["options"]["quick"] is True
 
     info = json.loads((out / "run_info.json").read_text())
@@ -80,7 +82,7 @@ def test_montezuma_row_times_the_plain_baseline_on_the_pool(tmp_path, monkeypatc
     line = next(line for line in table.splitlines() if line.startswith("| Montezuma"))
     assert line.split(" | ")[2:5] == ["30", f"{plain['steps_per_s']:,.0f}", f"{30.0 / plain['steps_per_s']:.2f}×"]
     assert tt.emulators_note(row) in table and "emulators alone" not in line
-    assert "1 XLA compile fell inside this project's timed window" in table  # the stand-in agent's, said beside the table
+    assert "Montezuma's Revenge: 1 XLA compile fell inside this project's timed window" in table  # the stand-in's
     info = json.loads((out / "run_info.json").read_text())
     assert "montezuma: plain baseline, pool of 2" in info["seconds_per_measurement"]
 

@@ -13,7 +13,7 @@ from opiq_jax.config import stack_hparams
 from opiq_jax.environments import static_for_env
 from opiq_jax.methods import method_hparams
 from opiq_jax.methods import program_parts
-from opiq_jax.parts import Part
+from tests.tally import Tally
 from opiq_jax.paths.compact import Transition
 from opiq_jax.compiled import compiled_trainer
 from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
@@ -190,23 +190,6 @@ def test_target_values_choice():
         uses_target_table(dataclasses.replace(gymnax, target_values="table"), make_path(gymnax))
     with pytest.raises(ValueError, match="--target-values must be one of auto, table, network"):
         dataclasses.replace(chain, target_values="cells").validate()
-
-
-class Tally(Part):
-    """Counts the run's environment steps and updates in a state of its own, for the schedule test below."""
-
-    name = "test_tally"
-
-    def init(self, agent, run_key, example):
-        return {"steps": jnp.int32(0), "updates": jnp.int32(0)}
-
-    def after_step(self, agent, run, step):
-        state = run.parts[self.name]
-        return {**state, "steps": state["steps"] + agent.envs_per_run}
-
-    def update(self, agent, run, batch, key):
-        state = run.parts[self.name]
-        return {**state, "updates": state["updates"] + 1}
 
 
 def test_updates_target_copies_and_epsilon_follow_the_environment_steps():

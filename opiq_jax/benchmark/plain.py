@@ -226,42 +226,66 @@ def init_run(static: StaticConfig, env: Any, network: Any, run_key: jax.Array, e
     )
 
 
+def ring_positions(replay: Any, ages: jax.Array) -> jax.Array:
+    """The ring positions of the stored transitions of ``ages`` (0 the oldest, ``size - 1`` the newest) in a replay
+    ring with ``position``, ``size`` and a leading ``capacity`` axis on ``obs`` (this module's and :mod:`.plain_atari`'s)."""
+    capacity = replay.obs.shape[0]
+    oldest = (replay.position - replay.size) % capacity
+    return (oldest + ages) % capacity
+
+
+def sample_ages(replay: Any, key: jax.Array, batch: int) -> jax.Array:
+    """int32[batch]: ages of uniformly drawn stored transitions, 0 the oldest, ``size - 1`` the newest."""
+    return jax.random.randint(key, (batch,), 0, jnp.maximum(replay.size, 1))
+
+
+def intrinsic_reward(visits: jax.Array, beta: jax.Array) -> jax.Array:
+    """The pseudocount bonus ``beta / sqrt(N)`` (a stored transition was counted, so ``N >= 1``: the floor only
+    guards the division)."""
+    return beta / jnp.sqrt(jnp.maximum(visits, 1).astype(jnp.float32))
+
+
+def n_step_window(replay: Any, counted: jax.Array, counts: jax.Array, ages: jax.Array, n_step: int,
+                  gamma: float, beta: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Walks the ``n_step`` transitions of each window from ``ages``, summing rewards plus ``beta / sqrt(N(s, a))``
+    until the episode ends. ``counted``: int32[capacity], each stored transition's row of ``counts`` (a cell id
+    here, a hashed frame slot in :mod:`.plain_atari`).
+
+    Returns the discounted sum, the ring position whose ``next_obs`` the window bootstraps from, and the bootstrap's
+    discount (``gamma^L``, 0 after a terminal).
+    """
+    batch = ages.shape[0]
+    n_step_return = jnp.zeros((batch,), jnp.float32)
+    discount = jnp.ones((batch,), jnp.float32)
+    alive = jnp.ones((batch,), bool)
+    boot_position = jnp.zeros((batch,), jnp.int32)
+    boot_discount = jnp.zeros((batch,), jnp.float32)
+    for k in range(n_step):
+        position = ring_positions(replay, ages + k)
+        use = alive & (ages + k < replay.size)  # never past the newest transition
+        bonus = intrinsic_reward(counts[counted[position], replay.action[position]], beta)
+        n_step_return = n_step_return + jnp.where(use, discount * (replay.reward[position] + bonus), 0.0)
+        discount = discount * gamma
+        boot_position = jnp.where(use, position, boot_position)
+        boot_discount = jnp.where(use, discount * (1.0 - replay.terminated[position]), boot_discount)
+        alive = use & ~replay.done[position]
+    return n_step_return, boot_position, boot_discount
+
+
 def learn(static: StaticConfig, network: Any, run: PlainRun, key: jax.Array) -> tuple[Any, Any, jax.Array]:
     """One RMSProp step on ``batch`` sampled windows of ``n`` consecutive transitions.
 
     Returns the new parameters, optimiser state and the TD loss.
     """
-    hp, replay, batch = run.hparams, run.replay, static.batch_size
-    capacity = replay.obs.shape[0]
-    oldest = (replay.position - replay.size) % capacity
-    age = jax.random.randint(key, (batch,), 0, jnp.maximum(replay.size, 1))
-
-    # Walk the n steps of each window, summing rewards until the episode ends; the bootstrap
-    # state, cell and discount move forward with every step that belongs to the episode.
-    n_step_return = jnp.zeros((batch,), jnp.float32)
-    discount = jnp.ones((batch,), jnp.float32)
-    alive = jnp.ones((batch,), bool)
-    boot_obs = jnp.zeros((batch, *replay.obs.shape[1:]), jnp.float32)
-    boot_cell = jnp.zeros((batch,), jnp.int32)
-    boot_discount = jnp.zeros((batch,), jnp.float32)
-    for k in range(static.n_step):
-        slot = (oldest + age + k) % capacity
-        use = alive & (age + k < replay.size)
-        n_sa = run.counts[replay.cell[slot], replay.action[slot]]
-        reward = replay.reward[slot] + hp["beta"] / jnp.sqrt(jnp.maximum(n_sa, 1).astype(jnp.float32))
-        n_step_return = n_step_return + jnp.where(use, discount * reward, 0.0)
-        discount = discount * static.gamma
-        use_obs = use.reshape((batch,) + (1,) * (replay.obs.ndim - 1))
-        boot_obs = jnp.where(use_obs, replay.next_obs[slot], boot_obs)
-        boot_cell = jnp.where(use, replay.next_cell[slot], boot_cell)
-        boot_discount = jnp.where(use, discount * (1.0 - replay.terminated[slot]), boot_discount)
-        alive = use & ~replay.done[slot]
-
-    q_next = network.apply(run.target_params, boot_obs)
-    bonus_next = count_bonus(run.counts[boot_cell], hp["c_bootstrap"], hp["m"])
+    hp, replay = run.hparams, run.replay
+    ages = sample_ages(replay, key, static.batch_size)
+    n_step_return, boot, boot_discount = n_step_window(
+        replay, replay.cell, run.counts, ages, static.n_step, static.gamma, hp["beta"])
+    q_next = network.apply(run.target_params, replay.next_obs[boot])
+    bonus_next = count_bonus(run.counts[replay.next_cell[boot]], hp["c_bootstrap"], hp["m"])
     targets = n_step_return + boot_discount * jnp.max(q_next + bonus_next, axis=-1)
 
-    first = (oldest + age) % capacity
+    first = ring_positions(replay, ages)
     obs, actions = replay.obs[first], replay.action[first]
 
     def loss_fn(params):

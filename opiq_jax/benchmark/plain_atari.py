@@ -1,8 +1,9 @@
 """The plain baseline on Montezuma's Revenge: a straightforward JAX DQN with counts around one EnvPool pool.
 
 What a user would write instead of this project's pool path, in the style of :mod:`.plain` (whose optimiser,
-epsilon schedule, optimism term and parameter initialisation it reuses), written for clarity rather than speed
-and kept apart from the trainer (it imports neither the trainer nor its paths, replay or count sketch):
+epsilon schedule, optimism term, parameter initialisation, replay sampling and n-step walk it reuses), written for
+clarity rather than speed and kept apart from the trainer (it imports neither the trainer nor its paths, replay or
+count sketch):
 
 * one EnvPool pool of Montezuma's Revenge with the paper's settings (``MontezumaPool``: sticky actions, frame
   skip 4, stacks of four 84x84 greyscale frames, 18 actions, a 4,500-step cap), one environment per run, stepped
@@ -59,7 +60,7 @@ from ..config import HParams, StaticConfig
 from ..counts import montezuma_feature
 from ..envs.atari import StepOutput, clip_reward, newest_frame
 from ..memory import tree_bytes
-from .plain import count_bonus, epsilon_at, init_params, make_optimiser
+from .plain import count_bonus, epsilon_at, init_params, make_optimiser, n_step_window, ring_positions, sample_ages
 
 COUNT_SLOTS = 1 << 16
 """Slots of each run's count table: per action, the memory of the trainer's default sketch (4 rows of 2^14)."""
@@ -162,12 +163,6 @@ def frame_slot(frame: jax.Array, count_slots: int) -> jax.Array:
     return (code % jnp.uint32(count_slots)).astype(jnp.int32)
 
 
-def intrinsic_reward(visits: jax.Array, beta: jax.Array) -> jax.Array:
-    """The pseudocount bonus ``beta / sqrt(N)`` (a stored transition was counted, so ``N >= 1``: the floor only
-    guards the division, as :mod:`.plain`'s)."""
-    return beta / jnp.sqrt(jnp.maximum(visits, 1).astype(jnp.float32))
-
-
 # ------------------------------------------------------------------------------------------ replay
 
 
@@ -197,49 +192,15 @@ def add_transition(replay: FrameTransitions, keep: jax.Array, **transition: jax.
                           size=jnp.minimum(replay.size + stored, capacity))
 
 
-def sample_ages(replay: FrameTransitions, key: jax.Array, batch: int) -> jax.Array:
-    """int32[batch]: ages of uniformly drawn stored transitions, 0 the oldest, ``size - 1`` the newest."""
-    return jax.random.randint(key, (batch,), 0, jnp.maximum(replay.size, 1))
-
-
-def slots_at(replay: FrameTransitions, ages: jax.Array) -> jax.Array:
-    """The ring positions of the transitions of ``ages``."""
-    capacity = replay.obs.shape[0]
-    oldest = (replay.position - replay.size) % capacity
-    return (oldest + ages) % capacity
-
-
 # ------------------------------------------------------------------------------------------ learning
-
-
-def n_step_window(static: StaticConfig, run: PlainAtariRun, ages: jax.Array
-                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Walks the ``n`` steps of each window from ``ages``, summing rewards plus ``beta / sqrt(N)`` until the episode
-    ends. Returns the discounted sum, the ring position whose ``next_obs`` is bootstrapped from, and the bootstrap's
-    discount (``gamma^L``, 0 after a terminal)."""
-    replay, hp, batch = run.replay, run.hparams, ages.shape[0]
-    n_step_return = jnp.zeros((batch,), jnp.float32)
-    discount = jnp.ones((batch,), jnp.float32)
-    alive = jnp.ones((batch,), bool)
-    boot_position = jnp.zeros((batch,), jnp.int32)
-    boot_discount = jnp.zeros((batch,), jnp.float32)
-    for k in range(static.n_step):
-        position = slots_at(replay, ages + k)
-        use = alive & (ages + k < replay.size)  # never past the newest transition
-        bonus = intrinsic_reward(run.counts[replay.slot[position], replay.action[position]], hp["beta"])
-        n_step_return = n_step_return + jnp.where(use, discount * (replay.reward[position] + bonus), 0.0)
-        discount = discount * static.gamma
-        boot_position = jnp.where(use, position, boot_position)
-        boot_discount = jnp.where(use, discount * (1.0 - replay.terminated[position]), boot_discount)
-        alive = use & ~replay.done[position]
-    return n_step_return, boot_position, boot_discount
 
 
 def td_targets(static: StaticConfig, network: NatureConv, run: PlainAtariRun, ages: jax.Array) -> jax.Array:
     """float32[batch]: the n-step targets of the windows starting at ``ages`` (module docstring), with the target
     network's Q+ bootstrap."""
     hp, replay = run.hparams, run.replay
-    n_step_return, boot_position, boot_discount = n_step_window(static, run, ages)
+    n_step_return, boot_position, boot_discount = n_step_window(
+        replay, replay.slot, run.counts, ages, static.n_step, static.gamma, hp["beta"])
     q_next = network.apply(run.target_params, replay.next_obs[boot_position])
     bonus_next = count_bonus(run.counts[replay.next_slot[boot_position]], hp["c_bootstrap"], hp["m"])
     return n_step_return + boot_discount * jnp.max(q_next + bonus_next, axis=-1)
@@ -250,7 +211,7 @@ def learn(static: StaticConfig, network: NatureConv, run: PlainAtariRun, key: ja
     """One RMSProp step on ``batch`` uniformly drawn windows: the new parameters, optimiser state and TD loss."""
     ages = sample_ages(run.replay, key, static.batch_size)
     targets = jax.lax.stop_gradient(td_targets(static, network, run, ages))
-    first = slots_at(run.replay, ages)
+    first = ring_positions(run.replay, ages)
     obs, actions = run.replay.obs[first], run.replay.action[first]
 
     def loss_fn(params):
@@ -383,4 +344,4 @@ def state_bytes_per_run(state: PlainAtariState) -> int:
 
 
 __all__ = ["COUNT_SLOTS", "FrameTransitions", "NatureConv", "PlainAtari", "PlainAtariRun", "PlainAtariState",
-           "frame_slot", "intrinsic_reward", "make_plain_atari", "run_plain_atari", "state_bytes_per_run"]
+           "frame_slot", "make_plain_atari", "run_plain_atari", "state_bytes_per_run"]

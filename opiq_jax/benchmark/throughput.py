@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import chex
 import jax
@@ -298,6 +298,7 @@ class Measurement:
     peak_bytes: int | None = None  # device high-water mark after the measurement (None on CPU)
     program_bytes: int | None = None  # XLA: arguments + outputs - aliased + temporaries
     state_bytes: int | None = None  # the training state of all runs, from shapes
+    compiles_timed: int | None = None  # XLA compiles inside the timed intervals (0 unless a timer is wrong)
     error: str | None = None  # "out of memory", "would not fit", ...
 
 
@@ -322,6 +323,27 @@ def counting_compiles():
         yield count
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def timed_call(call: Callable[[], Any]) -> tuple[Any, float, int]:
+    """``call()``'s output once ready on the device, the seconds that took and the XLA compiles made meanwhile: every
+    timer times its windows through it, so that a compile inside one shows in its ``compiles_timed``."""
+    with counting_compiles() as compiles:
+        started = time.perf_counter()
+        out = jax.block_until_ready(call())
+        seconds = time.perf_counter() - started
+    return out, seconds, compiles[0]
+
+
+def timed_repeats(advance: Callable[[Any], Any], state: Any, repeats: int) -> tuple[Any, list[float], int]:
+    """``repeats`` timed calls of ``advance``, each on the state the last returned: the final state, each call's
+    seconds and the XLA compiles made in all of them."""
+    seconds, compiles = [], 0
+    for _ in range(repeats):
+        state, took, made = timed_call(lambda: advance(state))
+        seconds.append(took)
+        compiles += made
+    return state, seconds, compiles
 
 
 def peak_bytes_in_use() -> int | None:
@@ -380,12 +402,8 @@ def measure_trainer(static: StaticConfig, num_runs: int, method: str = "opiq", r
     result.first_call_s = time.perf_counter() - start
     state = run_until_learning(train_chunk, state, static)
 
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        state, metrics = jax.block_until_ready(train_chunk(state))
-        times.append(time.perf_counter() - start)
-    del state, metrics
+    state, times, result.compiles_timed = timed_repeats(lambda s: train_chunk(s)[0], state, repeats)
+    del state
     result.seconds, result.steps_timed = min(times), static.log_every
     result.steps_per_s = num_runs * static.log_every / result.seconds
     result.peak_bytes = peak_bytes_in_use()
@@ -418,11 +436,7 @@ def measure_plain(static: StaticConfig, num_runs: int, steps: int, method: str =
     for _ in range(static.batch_size):  # the same warm-up as the trainer's: train from here on
         state = plain.step(state)
 
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        state = jax.block_until_ready(run_plain(plain, state, steps))
-        times.append(time.perf_counter() - start)
+    state, times, result.compiles_timed = timed_repeats(lambda s: run_plain(plain, s, steps), state, repeats)
     del state
     result.seconds, result.steps_timed = min(times), steps
     result.steps_per_s = num_runs * steps / result.seconds
@@ -585,7 +599,16 @@ def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any],
         "outputs + temporaries - donated. GB/s and TFLOP/s: the work model times steps/s, as % of the measured peaks "
         "above. The trainer's timed chunk includes its one greedy test episode per run (not counted as steps). plain: the per-step jitted baseline at the same runs (or the largest R it fits, in brackets).",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + compiles_timed_lines(rows))
+
+
+def compiles_timed_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """A line naming every measurement whose timed intervals held an XLA compile (none: no line): its rate includes
+    the compile and is too low."""
+    hits = [f"{who} at R={m['runs']} ({m['compiles_timed']})" for row in rows
+            for who, m in (("trainer", row["trainer"]), ("plain", row["plain"])) if m and m.get("compiles_timed")]
+    return ["", f"XLA compiles fell inside the timed intervals of: {', '.join(hits)}; those rates include them and "
+            "are too low."] if hits else []
 
 
 def run_bench(options: Bench) -> dict[str, Any]:
