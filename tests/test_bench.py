@@ -26,6 +26,7 @@ from opiq_jax.benchmark.throughput import (
     keeps_growing,
     layer_macs,
     main,
+    markdown_table,
     pair_rows,
     row_summary,
     run_bench,
@@ -164,6 +165,13 @@ def test_plain_rows_fall_back_to_the_largest_r_that_fit():
              4: Measurement(runs=4, error="would not fit")}
     assert [p.runs for _, p in pair_rows(trainer, plain)] == [1, 2, 2]
     assert [p for _, p in pair_rows(trainer, {})] == [None, None, None]
+    too_big = {1: Measurement(runs=1, error="would not fit")}  # none fitted: the error is the row's plain column
+    assert [p and p.error for _, p in pair_rows(trainer[:1], too_big)] == ["would not fit"]
+    model = work_model(STATIC)
+    rows = [row_summary(t, p, model, None) for t, p in pair_rows(trainer[:1], too_big)]
+    device = dict(device_kind="test card", platform="cpu", jax="0")
+    line = next(x for x in markdown_table("chain", rows, device, None, model, STATIC).splitlines() if x.startswith("| chain"))
+    assert line.endswith("| would not fit | n/a |")
 
 
 def test_bad_options_stop_with_one_line(capsys):

@@ -508,7 +508,8 @@ def sweep_plain(options: Bench, static: StaticConfig, run_counts: Sequence[int])
 
 
 def pair_rows(trainer: list[Measurement], plain: dict[int, Measurement]) -> list[tuple[Measurement, Measurement | None]]:
-    """Each trainer row with the plain row at the same R, else the largest R the baseline managed."""
+    """Each trainer row with the plain row at the same R, else the largest R the baseline managed, else the plain
+    row's error at that R (so the report says "would not fit" rather than nothing), else None (not measured)."""
     ok = sorted((r, m) for r, m in plain.items() if not m.error)
     pairs = []
     for t in trainer:
@@ -517,7 +518,7 @@ def pair_rows(trainer: list[Measurement], plain: dict[int, Measurement]) -> list
             pairs.append((t, same))
             continue
         below = [m for r, m in ok if r <= t.runs]
-        pairs.append((t, below[-1] if below else None))
+        pairs.append((t, below[-1] if below else same))
     return pairs
 
 
@@ -582,6 +583,8 @@ def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any],
             continue
         if p is None:
             plain = "n/a"
+        elif p["error"]:
+            plain = p["error"]
         else:
             plain = f"{p['steps_per_s']:,.0f}" + ("" if p["runs"] == row["runs"] else f" (R={p['runs']})")
         cells = [
