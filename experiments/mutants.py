@@ -346,6 +346,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "chunk = chunk_program(trainer.train_chunk, state)",
            "the Montezuma agent's timed chunk recompiles on one device (the bug found in its rates)",
            ("tests/test_montezuma_bench.py::test_the_agents_timed_chunk_compiles_nothing",)),
+    Mutant("plain-bootstrap-current-cell", "opiq_jax/benchmark/plain.py",
+           "static.gamma, run.replay.cell, run.replay.next_cell)", "static.gamma, run.replay.cell, run.replay.cell)",
+           "the plain baseline bootstraps with the counts of the window's first cells, not the next ones",
+           ("tests/test_bench.py::test_plain_targets_by_hand_bootstrap_from_the_next_cells_counts",)),
+    Mutant("plain-walk-past-episode-end", "opiq_jax/benchmark/plain.py",
+           "alive = use & ~replay.done[position]", "alive = use",
+           "the plain baselines' n-step walk runs on past the end of an episode",
+           ("tests/test_bench.py::test_plain_targets_by_hand_bootstrap_from_the_next_cells_counts",
+            "tests/test_plain_atari.py::test_targets_sum_n_rewards_with_bonuses_and_bootstrap_from_q_plus")),
+    Mutant("bench-timer-ignores-compiles", "opiq_jax/benchmark/throughput.py",
+           "        compiles += made\n", "        compiles += 0\n",
+           "the bench's timers stop counting the compiles inside their timed intervals",
+           ("tests/test_bench.py::test_timed_repeats_counts_the_compiles_inside_its_intervals",)),
 )
 
 CHEAP: tuple[str, ...] = (
@@ -353,6 +366,7 @@ CHEAP: tuple[str, ...] = (
     "targets-window-includes-after-end", "targets-discount-power", "targets-mmc-no-weight", "targets-max-split",
     "pseudocounts-one-over-n", "replay-position-clamped", "dora-log-one-minus-e", "rnd-bonus-mean",
     "bsp-torso-unscaled", "trainer-epsilon-reversed", "results-no-checksum", "results-arrays-same-offset",
+    "bench-timer-ignores-compiles",
 )
 """Mutants whose tests take a few seconds (pure functions, no compiled trainer): what the CI sample draws from."""
 

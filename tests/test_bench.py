@@ -15,6 +15,7 @@ import pytest
 
 from opiq_jax.benchmark import throughput
 from opiq_jax.benchmark.plain import run_plain
+from opiq_jax.benchmark.plain import td_targets as plain_td_targets
 from opiq_jax.benchmark.throughput import (
     TABLE_COLUMNS,
     Bench,
@@ -31,12 +32,14 @@ from opiq_jax.benchmark.throughput import (
     row_summary,
     run_bench,
     runs_schedule,
+    timed_repeats,
     work_model,
 )
 from opiq_jax.config import stack_hparams
 from opiq_jax.methods import method_hparams
 from opiq_jax.networks import make_network
 from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
+from tests.hand_targets import hand_targets
 
 CHAIN = 8  # horizon 17; the best return is 11 (6 steps to the right end, then +1 on each of 11 steps)
 STEPS = 800
@@ -118,6 +121,23 @@ def test_plain_counts_equal_the_visits_exactly(plain_runs):
         assert cells[0] == 1  # episodes start in state 1
 
 
+def test_plain_targets_by_hand_bootstrap_from_the_next_cells_counts(plain_runs):
+    """``plain.td_targets`` against the hand computation, with n = 3 so that windows cross episode ends (every 17
+    steps), and a zero target network so that the bootstrap is the optimism term of the next cell's counts."""
+    one = jax.tree.map(lambda x: x[0], plain_runs)
+    run = one.replace(hparams={**one.hparams, "beta": np.float32(0.5), "c_bootstrap": np.float32(0.3),
+                               "m": np.float32(2.0)},
+                      target_params=jax.tree.map(np.zeros_like, one.target_params))
+    static = dataclasses.replace(STATIC, n_step=3)
+    horizon = CHAIN + 9
+    ages = np.array([0, 5, horizon - 3, horizon - 2, horizon - 1, horizon, STEPS - 2, STEPS - 1])
+    got = np.asarray(plain_td_targets(static, cached_plain(STATIC).network, run, jnp.asarray(ages)))
+    expected = hand_targets(run, ages, 0.5, 0.3, 2.0, static.gamma, 3, "cell", "next_cell")
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    current_cells = hand_targets(run, ages, 0.5, 0.3, 2.0, static.gamma, 3, "cell", "cell")
+    assert not np.allclose(got, current_cells, rtol=1e-5)  # the bootstrap's counts are the next cell's, which differ
+
+
 def test_plain_learns_the_short_chain(plain_runs):
     s = plain_runs
     assert np.isfinite(s.loss).all() and (s.updates == STEPS - STATIC.batch_size).all()
@@ -157,6 +177,13 @@ def test_memory_guard():
     assert _guarded(lambda: Measurement(runs=4), 4, 1 << 60).error == "would not fit"
     with pytest.raises(ValueError):  # anything but running out of memory is a real error
         _guarded(lambda: (_ for _ in ()).throw(ValueError("bug")), 1, 1)
+
+
+def test_timed_repeats_counts_the_compiles_inside_its_intervals():
+    grow = jax.jit(lambda x: jnp.concatenate([x, x]))  # a new shape each call: each call compiles
+    state, seconds, compiles = timed_repeats(grow, jnp.ones(3), 2)
+    assert state.shape == (12,) and len(seconds) == 2 and all(s > 0 for s in seconds) and compiles == 2
+    assert timed_repeats(grow, jnp.ones(3), 2)[2] == 0  # the same shapes again: nothing left to compile
 
 
 def test_plain_rows_fall_back_to_the_largest_r_that_fit():

@@ -21,6 +21,7 @@ from opiq_jax.environments import static_for_env
 from opiq_jax.envs.atari import StepOutput
 from opiq_jax.methods import get_method, method_hparams
 from tests.fake_pool import FakePool
+from tests.hand_targets import hand_targets
 
 RUNS, STEPS, EPISODE = 2, 48, 30
 STATIC = static_for_env("montezuma", buffer_size=64, batch_size=4, target_update=8)  # n = 3, an update per 4 steps
@@ -133,27 +134,6 @@ def test_replay_is_sampled_uniformly_over_the_stored_transitions():
     assert set(np.asarray(ring_positions(ring, jnp.arange(10)))) == {9, 10, 11, 12, 13, 14, 15, 0, 1, 2}
 
 
-def hand_targets(run, ages, beta, c_bootstrap, m, gamma, n) -> np.ndarray:
-    """The n-step targets with a target network that outputs 0, from the replay's arrays one window at a time."""
-    replay = jax.tree.map(np.asarray, run.replay)
-    counts = np.asarray(run.counts)
-    targets = []
-    for age in ages:
-        total, last = 0.0, None
-        for k in range(n):
-            if age + k >= replay.size:
-                break
-            i = age + k  # no wrap: the oldest transition is at 0
-            total += gamma**k * (replay.reward[i] + beta / np.sqrt(counts[replay.slot[i], replay.action[i]]))
-            last = i
-            if replay.done[i]:
-                break
-        length = last - age + 1
-        bonus = c_bootstrap / (counts[replay.next_slot[last]] + 1.0) ** m
-        targets.append(total + gamma**length * (1.0 - replay.terminated[last]) * bonus.max())
-    return np.array(targets)
-
-
 @pytest.mark.parametrize("terminal", [False, True], ids=["truncated", "terminated"])
 def test_targets_sum_n_rewards_with_bonuses_and_bootstrap_from_q_plus(trained, terminal):
     plain, state, _ = trained
@@ -165,7 +145,7 @@ def test_targets_sum_n_rewards_with_bonuses_and_bootstrap_from_q_plus(trained, t
     )
     ages = jnp.array([0, 10, EPISODE - 3, EPISODE - 2, EPISODE - 1, EPISODE, STORED - 2, STORED - 1])
     got = pa.td_targets(STATIC, plain.network, run, ages)
-    expected = hand_targets(run, np.asarray(ages), 0.5, 0.3, 2.0, STATIC.gamma, STATIC.n_step)
+    expected = hand_targets(run, np.asarray(ages), 0.5, 0.3, 2.0, STATIC.gamma, STATIC.n_step, "slot", "next_slot")
     np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 

@@ -272,29 +272,45 @@ def n_step_window(replay: Any, counted: jax.Array, counts: jax.Array, ages: jax.
     return n_step_return, boot_position, boot_discount
 
 
-def learn(static: StaticConfig, network: Any, run: PlainRun, key: jax.Array) -> tuple[Any, Any, jax.Array]:
-    """One RMSProp step on ``batch`` sampled windows of ``n`` consecutive transitions.
-
-    Returns the new parameters, optimiser state and the TD loss.
-    """
+def n_step_targets(network: Any, run: Any, ages: jax.Array, n_step: int, gamma: float, counted: jax.Array,
+                   next_counted: jax.Array) -> jax.Array:
+    """float32[batch]: the n-step targets of the windows starting at ``ages`` (module docstring), bootstrapped from
+    the target network's Q+ at the window's last next observation. ``counted`` and ``next_counted``: int32[capacity],
+    the count-table rows of each stored transition's observation and of its next one."""
     hp, replay = run.hparams, run.replay
-    ages = sample_ages(replay, key, static.batch_size)
-    n_step_return, boot, boot_discount = n_step_window(
-        replay, replay.cell, run.counts, ages, static.n_step, static.gamma, hp["beta"])
+    n_step_return, boot, boot_discount = n_step_window(replay, counted, run.counts, ages, n_step, gamma, hp["beta"])
     q_next = network.apply(run.target_params, replay.next_obs[boot])
-    bonus_next = count_bonus(run.counts[replay.next_cell[boot]], hp["c_bootstrap"], hp["m"])
-    targets = n_step_return + boot_discount * jnp.max(q_next + bonus_next, axis=-1)
+    bonus_next = count_bonus(run.counts[next_counted[boot]], hp["c_bootstrap"], hp["m"])
+    return n_step_return + boot_discount * jnp.max(q_next + bonus_next, axis=-1)
 
-    first = ring_positions(replay, ages)
-    obs, actions = replay.obs[first], replay.action[first]
+
+def td_targets(static: StaticConfig, network: Any, run: PlainRun, ages: jax.Array) -> jax.Array:
+    """float32[batch]: :func:`n_step_targets` with the counts of the exact cells of each observation."""
+    return n_step_targets(network, run, ages, static.n_step, static.gamma, run.replay.cell, run.replay.next_cell)
+
+
+def update_on_windows(static: StaticConfig, network: Any, run: Any, key: jax.Array,
+                      targets_of: Callable[[StaticConfig, Any, Any, jax.Array], jax.Array]) -> tuple[Any, Any, jax.Array]:
+    """One RMSProp step on ``batch`` uniformly drawn windows of ``n`` consecutive transitions, with targets from
+    ``targets_of(static, network, run, ages)``: the new parameters, optimiser state and TD loss (the mean squared
+    error, as the paper). This module's runs and :mod:`.plain_atari`'s alike."""
+    ages = sample_ages(run.replay, key, static.batch_size)
+    targets = jax.lax.stop_gradient(targets_of(static, network, run, ages))
+    first = ring_positions(run.replay, ages)
+    obs, actions = run.replay.obs[first], run.replay.action[first]
 
     def loss_fn(params):
         q_taken = jnp.take_along_axis(network.apply(params, obs), actions[:, None], axis=1)[:, 0]
-        return jnp.mean((q_taken - jax.lax.stop_gradient(targets)) ** 2)
+        return jnp.mean((q_taken - targets) ** 2)
 
     loss, grads = jax.value_and_grad(loss_fn)(run.params)
-    updates, opt_state = make_optimiser(static, hp["lr"]).update(grads, run.opt_state, run.params)
+    updates, opt_state = make_optimiser(static, run.hparams["lr"]).update(grads, run.opt_state, run.params)
     return optax.apply_updates(run.params, updates), opt_state, loss
+
+
+def learn(static: StaticConfig, network: Any, run: PlainRun, key: jax.Array) -> tuple[Any, Any, jax.Array]:
+    """One update on the chain's or the maze's runs: the new parameters, optimiser state and TD loss."""
+    return update_on_windows(static, network, run, key, td_targets)
 
 
 def run_step(static: StaticConfig, env: Any, network: Any, run: PlainRun) -> PlainRun:

@@ -53,14 +53,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import struct
 
 from ..config import HParams, StaticConfig
 from ..counts import montezuma_feature
 from ..envs.atari import StepOutput, clip_reward, newest_frame
 from ..memory import tree_bytes
-from .plain import count_bonus, epsilon_at, init_params, make_optimiser, n_step_window, ring_positions, sample_ages
+from .plain import count_bonus, epsilon_at, init_params, make_optimiser, n_step_targets, update_on_windows
 
 COUNT_SLOTS = 1 << 16
 """Slots of each run's count table: per action, the memory of the trainer's default sketch (4 rows of 2^14)."""
@@ -196,31 +195,14 @@ def add_transition(replay: FrameTransitions, keep: jax.Array, **transition: jax.
 
 
 def td_targets(static: StaticConfig, network: NatureConv, run: PlainAtariRun, ages: jax.Array) -> jax.Array:
-    """float32[batch]: the n-step targets of the windows starting at ``ages`` (module docstring), with the target
-    network's Q+ bootstrap."""
-    hp, replay = run.hparams, run.replay
-    n_step_return, boot_position, boot_discount = n_step_window(
-        replay, replay.slot, run.counts, ages, static.n_step, static.gamma, hp["beta"])
-    q_next = network.apply(run.target_params, replay.next_obs[boot_position])
-    bonus_next = count_bonus(run.counts[replay.next_slot[boot_position]], hp["c_bootstrap"], hp["m"])
-    return n_step_return + boot_discount * jnp.max(q_next + bonus_next, axis=-1)
+    """float32[batch]: :func:`~.plain.n_step_targets` with the counts of each stack's hashed frame feature."""
+    return n_step_targets(network, run, ages, static.n_step, static.gamma, run.replay.slot, run.replay.next_slot)
 
 
 def learn(static: StaticConfig, network: NatureConv, run: PlainAtariRun, key: jax.Array
           ) -> tuple[Any, Any, jax.Array]:
-    """One RMSProp step on ``batch`` uniformly drawn windows: the new parameters, optimiser state and TD loss."""
-    ages = sample_ages(run.replay, key, static.batch_size)
-    targets = jax.lax.stop_gradient(td_targets(static, network, run, ages))
-    first = ring_positions(run.replay, ages)
-    obs, actions = run.replay.obs[first], run.replay.action[first]
-
-    def loss_fn(params):
-        q_taken = jnp.take_along_axis(network.apply(params, obs), actions[:, None], axis=1)[:, 0]
-        return jnp.mean((q_taken - targets) ** 2)  # MSE, as the paper
-
-    loss, grads = jax.value_and_grad(loss_fn)(run.params)
-    updates, opt_state = make_optimiser(static, run.hparams["lr"]).update(grads, run.opt_state, run.params)
-    return optax.apply_updates(run.params, updates), opt_state, loss
+    """One update on uniformly drawn windows: the new parameters, optimiser state and TD loss."""
+    return update_on_windows(static, network, run, key, td_targets)
 
 
 def learner_after_update(static: StaticConfig, network: NatureConv, run: PlainAtariRun) -> tuple[Any, ...]:
