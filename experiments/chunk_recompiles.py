@@ -3,8 +3,8 @@ built it from 521c61c to 576da19) against the chunk compiled ahead (as ``opiq-ja
 build it), on one device and split over every local device (a pool per device).
 
 ``montezuma_bench`` times the second call of the chunk. A compile in that call is timed with it: this script counts
-the XLA compiles of each of the first ``--calls`` calls (``counting_compiles``), and so says which of that script's
-committed rates held one. The rates themselves need a GPU; the counts do not (a CPU with
+the XLA compiles of each of the first ``--calls`` calls through the timers' own ``timed_call``, and so says which of
+that script's committed rates held one. The rates themselves need a GPU; the counts do not (a CPU with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` stands in for two devices). Needs EnvPool.
 
 Writes ``chunk_recompiles.json``, ``chunk_recompiles.md`` and ``run_info.json`` into ``--out``.
@@ -27,7 +27,7 @@ import jax
 import tyro
 
 from experiments.montezuma_bench import agent_and_state
-from opiq_jax.benchmark.throughput import counting_compiles
+from opiq_jax.benchmark.throughput import timed_call
 from opiq_jax.compiled import chunk_program
 from opiq_jax.environments import static_for_env
 from opiq_jax.results import atomic_write_text
@@ -63,10 +63,8 @@ def compiles_per_call(build: str, pool_size: int, steps: int, devices: int, call
         chunk = chunk.lower(state).compile()
     counts = []
     for _ in range(calls):
-        with counting_compiles() as compiles:
-            state, metrics = chunk(state)
-            jax.block_until_ready(metrics)
-        counts.append(compiles[0])
+        (state, _), _, made = timed_call(lambda: chunk(state))
+        counts.append(made)
     return counts
 
 

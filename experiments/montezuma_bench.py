@@ -38,11 +38,10 @@ from typing import Any
 import jax
 import tyro
 
-from opiq_jax.benchmark.throughput import timed_call
+from opiq_jax.benchmark.throughput import bench_experiment, timed_call
 from opiq_jax.config import stack_hparams
 from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
+from opiq_jax.experiment import run_keys_for
 
 
 @dataclass
@@ -129,12 +128,6 @@ def agent_kind(overlap: bool, updates: bool) -> str:
     return "agent" if overlap else "agent_strict" if updates else "agent_no_updates"
 
 
-def opiq_experiment(static, num_runs: int) -> Experiment:
-    """``num_runs`` seeds of OPIQ at the paper's Montezuma settings: what both the agent and the plain baseline time."""
-    runs = tuple(RunSpec("opiq", "paper", s, method_hparams("montezuma", "opiq")) for s in range(num_runs))
-    return Experiment(static, runs)
-
-
 def agent_and_state(static, pool_size: int, envs_per_run: int = 1, devices: int = 1) -> tuple[Any, Any, Any]:
     """The OPIQ agent's trainer around ``pool_size`` Montezuma environments (one pool, or one per device), its first
     state (sharded over the devices when several, as ``opiq-jax train`` places it) and the resolved configuration."""
@@ -143,7 +136,7 @@ def agent_and_state(static, pool_size: int, envs_per_run: int = 1, devices: int 
     from opiq_jax.trainer import make_train
 
     num_runs = pool_size // envs_per_run
-    experiment = opiq_experiment(static, num_runs)
+    experiment = bench_experiment(static, num_runs)
     pool = MontezumaPool(num_envs=pool_size, seed=0) if devices == 1 else device_pools(pool_size, devices)
     trainer = make_train(experiment.static, pool)
     state = jax.jit(trainer.init)(*run_keys_for(experiment), stack_hparams(experiment.hparams()), pool.reset())
@@ -193,7 +186,7 @@ def time_plain(pool_size: int, steps: int, buffer_size: int) -> dict:
     from opiq_jax.envs.montezuma import MontezumaPool
 
     static = static_for_env("montezuma", buffer_size=buffer_size)
-    experiment = opiq_experiment(static, pool_size)
+    experiment = bench_experiment(static, pool_size)
     pool = MontezumaPool(num_envs=pool_size, seed=0)
     plain = make_plain_atari(static, pool)
     run_keys, _ = run_keys_for(experiment)
