@@ -68,12 +68,13 @@ PAPER_SETTINGS: dict[str, dict[str, str]] = {
         "optim_bootstrap": "True", "optim_bootstrap_tau": "0.01", "log_interval": "10000", "name": "opiq",
         "label": "maze",
     },
-    # their README's OPIQ Montezuma command, less t_max, the test schedule and save (their Montezuma-v0: the
-    # NoFrameskip-v4 ROM with sticky actions, a skip of 4 with the max of the last two frames, 84 x 84 grey frames)
+    # their README's OPIQ Montezuma command as they corrected it (count_beta 0.1, commit b7df513: the first
+    # command's 0.01 was wrong), less t_max, the test schedule and save (their Montezuma-v0: the NoFrameskip-v4
+    # ROM with sticky actions, a skip of 4 with the max of the last two frames, 84 x 84 grey frames)
     "montezuma": {
         "env": "Montezuma-v0", "past_frames_input": "4", "agent": "atari", "batch_size": "32", "update_freq": "4",
         "epsilon_time_length": "1000000", "epsilon_finish": "0.01", "test_epsilon": "0.01",
-        "count_rewards": "True", "count_beta": "0.01", "atari_count": "True", "recompute_count_rewards": "True",
+        "count_rewards": "True", "count_beta": "0.1", "atari_count": "True", "recompute_count_rewards": "True",
         "n_step": "3", "buffer_size": "1000000", "double_q": "False", "count_state_only_rewards": "False",
         "reward_clipping": "True", "target_update_interval": "8000", "gamma": "0.99", "lr": "0.0005",
         "mmc": "True", "mmc_beta": "0.01", "action_selector": "optimistic_action", "optim_m": "2",
