@@ -56,6 +56,7 @@ PACKED = "tests/test_packed_state.py::"
 LEAN = "tests/test_mlp_backward.py::"
 ENVS_PER_RUN = "tests/test_schedules.py::test_updates_target_copies_and_epsilon_count_the_runs_environment_steps"
 N_STEP_CHAIN = "tests/test_trainer.py::test_n_step_q_plus_target_by_hand"
+DIAG = "tests/test_diagnostics.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------------ counts
@@ -206,6 +207,30 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("trainer-qplus-metric-plain", "opiq_jax/trainer.py",
            '"qplus_start": jnp.max(q0 if bonus is None else q0 + bonus[0]),', '"qplus_start": jnp.max(q0),',
            "qplus_start reports plain Q", (ACTING,)),
+    # ------------------------------------------------------------------ learning diagnostics (the pool path)
+    Mutant("diagnostics-bonus-of-greedy-action", "opiq_jax/trainer.py",
+           "jnp.take_along_axis(bonus, actions[:, None], axis=1)[:, 0]",
+           "jnp.take_along_axis(bonus, greedy[:, None], axis=1)[:, 0]",
+           "acted_bonus reports the greedy action's bonus, not the chosen one's",
+           (DIAG + "test_bonuses_where_the_run_acted_by_recount",)),
+    Mutant("diagnostics-td-max-of-invalid-rows", "opiq_jax/trainer.py",
+           "td_max = jnp.max(jnp.where(valid[:, None], jnp.abs(q_taken - targets), 0.0))",
+           "td_max = jnp.max(jnp.abs(q_taken - targets))",
+           "td_error_max reads the rows the sampler could not fill",
+           (DIAG + "test_largest_td_error_and_q_of_an_update_by_hand",)),
+    Mutant("mmc-unfinished-rule-inverted", "opiq_jax/trainer.py",
+           "targets = jnp.where(batch.mc_known[:, None], targets, n_step_only)",
+           "targets = jnp.where(batch.mc_known[:, None], n_step_only, targets)",
+           "mmc_unfinished n_step mixes the unknown returns and drops the known ones",
+           (DIAG + "test_the_mixed_targets_rule_for_unfinished_episodes[n_step]",)),
+    Mutant("frames-unknown-return-off-by-one", "opiq_jax/frame_replay.py",
+           "return ages + 1 >= buffer.size - episode_steps", "return ages >= buffer.size - episode_steps",
+           "the transition into the running episode's first stored step reads as known",
+           (DIAG + "test_return_unknown_marks_only_the_running_episode",)),
+    Mutant("probe-counts-colliding-codes", "opiq_jax/counts.py",
+           "take = jnp.asarray(valid, bool) & (mine | ~probe.owned[slot])", "take = jnp.asarray(valid, bool)",
+           "the probe counts every code that hashes to an owned slot as the owner",
+           (DIAG + "test_the_probe_counts_exactly_the_codes_it_owns",)),
     # ------------------------------------------------------------------ the two observation paths
     Mutant("pool-stores-unclipped", "opiq_jax/paths/pool.py",
            'reward = self.frames.train_reward(outcome.reward) - run.hparams["reward_subtract"]',
@@ -292,7 +317,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '{"rooms_visited": frames.num_rooms} if frames.num_rooms else {}', '{"rooms_visited": NUM_ROOMS}',
            "a game without rooms records rooms_visited", (ATARI + "test_rooms_visited_is_recorded_only_where_the_game_defines_rooms",)),
     Mutant("atari-counts-montezumas-feature", "opiq_jax/paths/pool.py",
-           "counts.sketch_columns(self.frames.count_code(frame),", "counts.sketch_columns(counts.montezuma_code(frame),",
+           "        return self.frames.count_code(frame)\n", "        return counts.montezuma_code(frame)\n",
            "the pool path counts Montezuma's feature whatever the spec says", (ATARI + "test_the_counts_are_of_the_code_the_spec_says",)),
     Mutant("pools-seeded-alike", "opiq_jax/runner.py",
            "return [seed + d * per_pool for d in range(count)]", "return [seed + d for d in range(count)]",
@@ -366,7 +391,7 @@ CHEAP: tuple[str, ...] = (
     "targets-window-includes-after-end", "targets-discount-power", "targets-mmc-no-weight", "targets-max-split",
     "pseudocounts-one-over-n", "replay-position-clamped", "dora-log-one-minus-e", "rnd-bonus-mean",
     "bsp-torso-unscaled", "trainer-epsilon-reversed", "results-no-checksum", "results-arrays-same-offset",
-    "bench-timer-ignores-compiles",
+    "bench-timer-ignores-compiles", "frames-unknown-return-off-by-one", "probe-counts-colliding-codes",
 )
 """Mutants whose tests take a few seconds (pure functions, no compiled trainer): what the CI sample draws from."""
 

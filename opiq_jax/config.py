@@ -178,6 +178,9 @@ class StaticConfig:
                                "run.", minimum=1)
     overlap: bool = option(True, "Pool environments (Montezuma): learn while the emulators step (the update sees the "
                            "replay one step late); off: step, store, then train.")
+    mmc_unfinished: str = option("zero", "The mixed Monte Carlo target of a transition whose episode has not ended "
+                                 "(pool environments): zero (the paper: its return counts as 0) or n_step (the n-step "
+                                 "target alone until the episode ends).", choices=("zero", "n_step"))
     part_settings: PartSettings = dataclasses.field(default=())
     """The exploration parts' own static options that differ from their defaults, as sorted ``(name, value)`` pairs:
     a part declares them (``Part.static_options``) and they read as attributes (``static.rnd_outputs``)."""

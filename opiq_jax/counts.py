@@ -10,6 +10,8 @@ Three pieces, all pure functions of arrays:
 * the count-min sketch: ``int32[actions, rows, width]`` per run. ``update`` adds one to a cell in
   every row, ``query`` takes the minimum over rows, so a count is never under-counted and is
   over-counted only when a code collides with another code in *every* row.
+* the probe: exact counts of a sample of the codes a run counts, read against the sketch's counts of
+  the same codes, so that a run reports how much its sketch over-counts (:class:`CountProbe`).
 
 The hash family that maps a code to one column per row is fixed (derived arithmetically from the
 row index), so two runs that saw the same codes hold identical sketches.
@@ -22,7 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from opiq_jax.envs.hashing import mix32
+from flax import struct
+
+from opiq_jax.envs.hashing import LOWBIAS32, mix32
 
 DEFAULT_ROWS = 4
 DEFAULT_WIDTH = 1 << 14
@@ -164,3 +168,74 @@ def query_all_actions(sketch: jax.Array, columns: jax.Array) -> jax.Array:
     chex.assert_shape(columns, (sketch.shape[1],))
     rows = jnp.arange(sketch.shape[1])
     return jnp.min(sketch[:, rows, columns], axis=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# The probe: exact counts of a sample of codes, to measure the sketch's over-counting
+
+
+@struct.dataclass
+class CountProbe:
+    """Exact visit counts of up to ``slots`` codes, one code per slot.
+
+    A code owns the slot its hash picks (:func:`probe_slot`) if the slot is free at the code's first visit;
+    slots are never freed, so a code that owns a slot owned it from its first visit on and its counts are
+    exact. Codes whose slot was taken first are not tracked. The sample is therefore weighted towards the
+    codes a run met early, which is what a fixed-size, collision-free table can hold.
+    """
+
+    codes: jax.Array  # uint32[slots, words]: the code owning each slot
+    owned: jax.Array  # bool[slots]: the slot has an owner
+    counts: jax.Array  # int32[slots, actions]: its exact visits per action
+
+
+def init_probe(slots: int, code_words: int, num_actions: int) -> CountProbe:
+    """An empty probe of ``slots`` codes of ``code_words`` ``uint32`` words each."""
+    if slots <= 0 or code_words <= 0 or num_actions <= 0:
+        raise ValueError(f"probe sizes must be positive, got {slots=}, {code_words=}, {num_actions=}")
+    return CountProbe(codes=jnp.zeros((slots, code_words), jnp.uint32), owned=jnp.zeros((slots,), bool),
+                      counts=jnp.zeros((slots, num_actions), jnp.int32))
+
+
+def probe_slot(code: jax.Array, slots: int) -> jax.Array:
+    """The probe slot of a ``uint32`` code vector: a hash of its own (another mix than the sketch's rows)."""
+    chex.assert_rank(code, 1)
+    h = jnp.uint32(0x5BD1E995)
+    for w in range(code.shape[0]):
+        h = mix32(h ^ mix32(code[w].astype(jnp.uint32) + jnp.uint32(w), LOWBIAS32), LOWBIAS32)
+    return (h % jnp.uint32(slots)).astype(jnp.int32)
+
+
+def probe_update(probe: CountProbe, code: jax.Array, action: jax.Array, valid: jax.Array | bool = True) -> CountProbe:
+    """One visit of ``(code, action)``: counted where the code owns its slot, or claims it while it is free."""
+    chex.assert_shape(code, probe.codes.shape[1:])
+    slot = probe_slot(code, probe.codes.shape[0])
+    mine = jnp.all(probe.codes[slot] == code.astype(jnp.uint32)) & probe.owned[slot]
+    take = jnp.asarray(valid, bool) & (mine | ~probe.owned[slot])
+    return probe.replace(
+        codes=probe.codes.at[slot].set(jnp.where(take, code.astype(jnp.uint32), probe.codes[slot])),
+        owned=probe.owned.at[slot].set(probe.owned[slot] | take),
+        counts=probe.counts.at[slot, action].add(take.astype(jnp.int32)),
+    )
+
+
+def probe_overcount(probe: CountProbe, sketch: jax.Array) -> dict[str, jax.Array]:
+    """The sketch against the probe's exact counts, over every (tracked code, action) pair.
+
+    ``overcount``: the mean of ``N_sketch - N_exact`` (never negative); ``false_visits``: the share of the pairs
+    never taken that the sketch reads as taken at least once (an untried action OPIQ would no longer treat as
+    untried); ``codes``: how many codes the probe tracks. NaN where it tracks none.
+    """
+    chex.assert_rank(sketch, 3)
+    columns = jax.vmap(lambda code: sketch_columns(code, sketch.shape[1], sketch.shape[2]))(probe.codes)
+    read = jax.vmap(lambda cols: query_all_actions(sketch, cols))(columns)  # [slots, actions]
+    owned = jnp.broadcast_to(probe.owned[:, None], read.shape)
+    pairs = jnp.sum(owned)
+    untaken = owned & (probe.counts == 0)
+    over = jnp.where(owned, read - probe.counts, 0).astype(jnp.float32)
+    return {
+        "overcount": jnp.where(pairs > 0, jnp.sum(over) / jnp.maximum(pairs, 1), jnp.nan),
+        "false_visits": jnp.where(jnp.sum(untaken) > 0, jnp.sum(untaken & (read > 0)) / jnp.maximum(jnp.sum(untaken), 1),
+                                  jnp.nan),
+        "codes": jnp.sum(probe.owned).astype(jnp.float32),
+    }

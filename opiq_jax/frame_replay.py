@@ -191,6 +191,14 @@ def newest_frames(buffer: FrameReplay, count: int) -> tuple[jax.Array, jax.Array
     return buffer.frames[slots], ages < buffer.size
 
 
+def return_unknown(buffer: FrameReplay, slots: jax.Array, episode_steps: jax.Array) -> jax.Array:
+    """bool[...]: whether the transition from the observation in each of ``slots`` belongs to the running episode,
+    whose Monte Carlo return is not known yet. That episode's ``episode_steps`` transitions are the newest slots;
+    the transition from slot ``k`` is stored in slot ``k + 1``."""
+    ages = jnp.mod(jnp.asarray(slots, jnp.int32) - _oldest(buffer), buffer.capacity)
+    return ages + 1 >= buffer.size - episode_steps
+
+
 def _ended(buffer: FrameReplay, slots: jax.Array) -> jax.Array:
     return buffer.terminated[slots] | buffer.truncated[slots]
 
@@ -310,5 +318,5 @@ def fill_episode_returns(
     return buffer.replace(mc_return=buffer.mc_return.at[slots].set(jnp.where(write, returns, old)))
 
 
-__all__ = ["FrameBatch", "FrameReplay", "add", "fill_episode_returns", "frames_after", "init", "newest_frames", "sample",
-           "stack_at"]
+__all__ = ["FrameBatch", "FrameReplay", "add", "fill_episode_returns", "frames_after", "init", "newest_frames",
+           "return_unknown", "sample", "stack_at"]

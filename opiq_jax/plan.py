@@ -314,7 +314,7 @@ def runs_per_method(experiment: Experiment) -> dict[str, int]:
     return dict(collections.Counter(r.method for r in experiment.runs))
 
 
-POOL_ONLY = ("envs_per_run", "overlap")
+POOL_ONLY = ("envs_per_run", "overlap", "mmc_unfinished")
 """Static options of the pool path alone: set on another environment they would change nothing, silently."""
 
 

@@ -47,7 +47,21 @@ METRIC_LABELS = {
     "qplus_start": "max Q+ at the start state",
     "loss": "TD loss",
     "epsilon": "epsilon",
+    "intrinsic_reward": "intrinsic reward, sampled",
+    "td_error_max": "largest |TD error|",
+    "q_abs_max": "largest |Q|",
+    "acted_intrinsic": "intrinsic reward, acted",
+    "acted_bonus": "action bonus, acted",
+    "sampled_bonus": "action bonus, sampled",
+    "unknown_return_share": "sampled with unknown MC return",
+    "sketch_overcount": "sketch over-count (mean)",
+    "sketch_false_visits": "untried pairs read as tried",
 }
+DIAGNOSTIC_PANELS = ("loss", "td_error_max", "q_abs_max", "intrinsic_reward", "acted_intrinsic", "acted_bonus",
+                     "sampled_bonus", "unknown_return_share", "sketch_overcount", "sketch_false_visits")
+"""The panels of a run's learning diagnostics figure (pool environments record them), in order."""
+LOG_PANELS = frozenset({"loss", "td_error_max", "q_abs_max"})
+"""Panels drawn on a log scale: a diverging learner moves them by orders of magnitude."""
 STATISTICS = ("median", "iqm")
 STATISTIC_TEXT = {"median": "median across seeds, 25-75% band",
                   "iqm": "IQM across seeds, 95% stratified-bootstrap CI band"}
@@ -227,6 +241,46 @@ def save_curve_figure(path: Path, metric_curves: dict[str, dict[str, np.ndarray]
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def save_diagnostics_figure(path: Path, rows: list[dict], title: str, groups: list[str] | None = None,
+                            statistic: str = "median") -> Path:
+    """Writes one PNG of the learning diagnostics the rows hold (:data:`DIAGNOSTIC_PANELS`), a panel each, every
+    group's line and band as in the other figures, so a divergence shows beside the rooms and returns."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    present = {r["metric"] for r in rows}
+    panels = [m for m in DIAGNOSTIC_PANELS if m in present]
+    columns = 2
+    fig, axes = plt.subplots((len(panels) + columns - 1) // columns, columns, figsize=(11, 2.4 * len(panels) / 2 + 1),
+                             squeeze=False, sharex=True)
+    for ax, metric in zip(axes.flat, panels):
+        plot_curves(ax, curves(rows, metric), groups, statistic)
+        if metric in LOG_PANELS:
+            ax.set_yscale("log")
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric), fontsize=8)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("environment steps")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="upper center", ncol=min(len(labels), 6), frameon=False,
+               bbox_to_anchor=(0.5, 1.0))
+    fig.suptitle(title, fontsize=9, y=1.0 - 0.35 / fig.get_figheight())
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / fig.get_figheight()))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def has_diagnostics(rows: list[dict]) -> bool:
+    """Whether the rows hold a run's learning diagnostics (what pool environments record)."""
+    return any(r["metric"] == "td_error_max" for r in rows)
 
 
 # ------------------------------------------------------------------------------------ experiments of a folder
@@ -429,4 +483,7 @@ def plot_folder(out: str | Path, metrics: tuple[str, ...] | None = DEFAULT_METRI
     for metric in choose_metrics(rows, metrics, out):
         written.append(save_curve_figure(out / f"{prefix}_{metric}{suffix}.png", curves(rows, metric), metric, title,
                                          groups, (reference_lines or {}).get(metric), statistic))
+    if (metrics is None or tuple(metrics) == DEFAULT_METRICS) and has_diagnostics(rows):
+        written.append(save_diagnostics_figure(out / f"{prefix}_diagnostics{suffix}.png", rows, title, groups,
+                                               statistic))
     return written

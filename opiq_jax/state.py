@@ -55,12 +55,69 @@ class ChunkStats:
 
 
 @struct.dataclass
+class Diagnostics:
+    """What shows learning going wrong, over the steps since the last metrics row (paths that record it: the pool).
+
+    The largest TD error and |Q| of the chunk's updates, the parts' bonuses at the states the run acted in (summed
+    over its real environment steps) and at the states its updates sampled (summed over updates, each the mean of
+    its valid rows), and the share of sampled rows whose Monte Carlo return was still unknown.
+    """
+
+    td_error_max: jax.Array  # float32: max |y - Q(s, a)| over the valid rows of every update
+    q_abs_max: jax.Array  # float32: max |Q(s, .)| over the valid rows' start states and every action
+    acted_intrinsic_sum: jax.Array  # float32: intrinsic reward of each acted (s, a), counts just after the step
+    acted_bonus_sum: jax.Array  # float32: action bonus of each chosen action, counts as the choice saw them
+    acted_steps: jax.Array  # int32: real environment steps (EnvPool's reset steps excluded)
+    sampled_bonus_sum: jax.Array  # float32: per update, the mean action bonus of the sampled (s_t, a_t)
+    unknown_return_sum: jax.Array  # float32: per update, the share of valid rows with an unknown Monte Carlo return
+    updates: jax.Array  # int32
+
+    @classmethod
+    def zeros(cls) -> Diagnostics:
+        zero_sum, zero_count = jnp.float32(0), jnp.int32(0)
+        return cls(td_error_max=zero_sum, q_abs_max=zero_sum, acted_intrinsic_sum=zero_sum, acted_bonus_sum=zero_sum,
+                   acted_steps=zero_count, sampled_bonus_sum=zero_sum, unknown_return_sum=zero_sum,
+                   updates=zero_count)
+
+    def add_acted(self, intrinsic: jax.Array, bonus: jax.Array, real: jax.Array) -> Diagnostics:
+        """One vectorised step: per environment ``[E]`` its intrinsic reward and bonus, and whether it was real."""
+        return self.replace(acted_intrinsic_sum=self.acted_intrinsic_sum + jnp.sum(jnp.where(real, intrinsic, 0.0)),
+                            acted_bonus_sum=self.acted_bonus_sum + jnp.sum(jnp.where(real, bonus, 0.0)),
+                            acted_steps=self.acted_steps + jnp.sum(real.astype(jnp.int32)))
+
+    def add_update(self, td_error_max: jax.Array, q_abs_max: jax.Array, bonus_mean: jax.Array,
+                   unknown_share: jax.Array) -> Diagnostics:
+        return self.replace(td_error_max=jnp.maximum(self.td_error_max, td_error_max),
+                            q_abs_max=jnp.maximum(self.q_abs_max, q_abs_max),
+                            sampled_bonus_sum=self.sampled_bonus_sum + bonus_mean,
+                            unknown_return_sum=self.unknown_return_sum + unknown_share, updates=self.updates + 1)
+
+    def means(self) -> dict[str, jax.Array]:
+        """The chunk's rows (:data:`DIAGNOSTIC_METRICS`); NaN where the chunk made no update or took no real step."""
+        trained = self.updates > 0
+        return {
+            "td_error_max": jnp.where(trained, self.td_error_max, jnp.nan),
+            "q_abs_max": jnp.where(trained, self.q_abs_max, jnp.nan),
+            "acted_intrinsic": chunk_mean(self.acted_intrinsic_sum, self.acted_steps),
+            "acted_bonus": chunk_mean(self.acted_bonus_sum, self.acted_steps),
+            "sampled_bonus": chunk_mean(self.sampled_bonus_sum, self.updates),
+            "unknown_return_share": chunk_mean(self.unknown_return_sum, self.updates),
+        }
+
+
+DIAGNOSTIC_METRICS = ("td_error_max", "q_abs_max", "acted_intrinsic", "acted_bonus", "sampled_bonus",
+                      "unknown_return_share")
+"""The metrics :meth:`Diagnostics.means` returns, in the order they are written."""
+
+
+@struct.dataclass
 class RunStats:
     episode_return: jax.Array  # float32[E]: return of each running episode
     chunk: ChunkStats
     max_return: jax.Array
     visited: dict  # metric name -> bool[size]: what the path tracks (cells, cell-actions, rooms)
     nonfinite: jax.Array  # bool: the run's numbers were NaN or infinite at some chunk's end
+    diagnostics: Diagnostics | None = None  # where the path records them (``ObservationPath.records_diagnostics``)
 
 
 @struct.dataclass
@@ -69,6 +126,7 @@ class Counts:
 
     sketch: jax.Array  # int32[num_actions, rows, width]
     features: Any
+    probe: Any = None  # counts.CountProbe where the path measures the sketch's over-counting (the pool), else None
 
 
 @struct.dataclass

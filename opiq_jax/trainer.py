@@ -44,7 +44,7 @@ from .parts import PARTS, Example, Part, checked_metrics, checked_output, checke
 from .paths import Batch, Decision, ObservationPath, Outcome, StepRecord
 from .paths.compact import CompactPath
 from .paths.pool import ATARI_FRAMES, PoolPath
-from .state import ChunkStats, Counts, RunState, RunStats, TrainState
+from .state import DIAGNOSTIC_METRICS, ChunkStats, Counts, Diagnostics, RunState, RunStats, TrainState
 from .target_values import target_values
 from .targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
 from .weights import WeightStorage, sgd_step, weight_storage
@@ -64,6 +64,18 @@ METRIC_DOCS = {
     "intrinsic_reward": "mean intrinsic reward of the chunk's sampled transitions (all parts)",
     "nonfinite": "1 once the run's loss, Q-values or parameters were NaN or infinite (the other runs go on)",
     "env_restarts": "times a resume restarted the run's emulators with fresh episodes (pool environments)",
+    "td_error_max": "largest |y - Q(s, a)| over the valid rows of the chunk's updates (pool environments)",
+    "q_abs_max": "largest |Q(s, a)| over the sampled start states and every action of the chunk's updates (pool)",
+    "acted_intrinsic": "mean intrinsic reward (every part's) of the (s, a) the run acted in, with the counts just after "
+                       "each step (pool)",
+    "acted_bonus": "mean action bonus (every part's) of the actions the run chose, as the choice saw it (pool)",
+    "sampled_bonus": "mean action bonus (every part's) of the sampled (s_t, a_t), with the counts at the update (pool)",
+    "unknown_return_share": "share of the sampled transitions whose episode had not ended, so their Monte Carlo "
+                            "return was still unknown (pool)",
+    "sketch_overcount": "mean over-count of the count-min sketch (sketch minus exact) over the probe's (code, action) "
+                        "pairs (pool)",
+    "sketch_false_visits": "share of the probe's never-taken (code, action) pairs that the sketch reads as taken (pool)",
+    "probe_codes": "codes whose exact counts the probe keeps (pool; at most opiq_jax.paths.pool.PROBE_SLOTS)",
 }
 """What each metric of the results' ``metrics.csv`` means."""
 
@@ -238,9 +250,11 @@ class Agent:
 
     def metric_names(self) -> tuple[str, ...]:
         """The metrics ``train_chunk`` returns, in the order the results folder writes them."""
+        diagnosed = self.path.records_diagnostics  # its diagnostics replace qplus_start, which says little there
         names = ["train_return", "episodes"] + (["test_return"] if self.path.has_test_episode else [])
-        names += ["max_return", *self.path.visit_sizes, "q_start", "qplus_start", "loss", "epsilon", "intrinsic_reward",
-                  "nonfinite", *self.path.metric_names]
+        names += ["max_return", *self.path.visit_sizes, "q_start", *([] if diagnosed else ["qplus_start"]), "loss",
+                  "epsilon", "intrinsic_reward", "nonfinite", *(DIAGNOSTIC_METRICS if diagnosed else ()),
+                  *self.path.metric_names]
         return tuple(names) + tuple(name for part in self.parts for name in part.metric_names)
 
 
@@ -293,10 +307,11 @@ def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, 
     run_counts = None
     if agent.uses_counts:
         sketch = counts.init_sketch(agent.num_actions, static.sketch_rows, static.sketch_width)
-        run_counts = Counts(sketch=sketch, features=path.init_count_features(k_hash, env))
+        run_counts = Counts(sketch=sketch, features=path.init_count_features(k_hash, env),
+                            probe=path.init_count_probe(agent.num_actions))
     stats = RunStats(episode_return=jnp.zeros((agent.envs_per_run,), jnp.float32), chunk=ChunkStats.zeros(),
                      max_return=jnp.float32(-jnp.inf), visited=path.initial_visits(env, start),
-                     nonfinite=jnp.bool_(False))
+                     nonfinite=jnp.bool_(False), diagnostics=Diagnostics.zeros() if path.records_diagnostics else None)
     head = jax.random.randint(agent.init_key(run_key, "head"), (agent.envs_per_run,), 0, agent.num_heads)
     run = RunState(
         key=k_loop, hparams=hp, params=None, target_params=None, opt_state=None, env=env,
@@ -344,13 +359,20 @@ def epsilon_at(agent: Agent, run: RunState, step: jax.Array) -> jax.Array:
 
 def action_values(agent: Agent, run: RunState, obs: jax.Array, columns: jax.Array | None) -> jax.Array:
     """``[E, A]``: the acting head's values plus every part's action bonus, in the states ``obs``."""
+    values, _ = action_values_and_bonus(agent, run, obs, columns)
+    return values
+
+
+def action_values_and_bonus(agent: Agent, run: RunState, obs: jax.Array,
+                            columns: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
+    """:func:`action_values` and the parts' bonus in them (``[E, A]``, None where no part gives one)."""
     q = agent.head_values(run, agent.forward_params(run), obs)  # [E, K, A]
     q = jnp.take_along_axis(q, run.active_head[:, None, None], axis=1)[:, 0]
     n_sa = None
     if columns is not None:
         n_sa = jax.vmap(counts.query_all_actions, in_axes=(None, 0))(run.counts.sketch, columns)
     bonus = contributions(agent, "action_bonus", q.shape, run, obs, n_sa)
-    return q if bonus is None else q + bonus
+    return (q if bonus is None else q + bonus), bonus
 
 
 def choose_actions(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunState, Decision]:
@@ -359,22 +381,22 @@ def choose_actions(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunSta
     envs, path = agent.envs_per_run, agent.path
     before = path.count_keys(run.env)
     columns = jax.vmap(functools.partial(agent.count_columns, run))(before) if agent.uses_counts else None
-    greedy = jnp.argmax(action_values(agent, run, path.observations(run.env), columns), axis=-1)
+    values, bonus = action_values_and_bonus(agent, run, path.observations(run.env), columns)
+    greedy = jnp.argmax(values, axis=-1)
     explore = jax.random.uniform(k_explore, (envs,)) < epsilon_at(agent, run, step)
     actions = jnp.where(explore, jax.random.randint(k_random, (envs,), 0, agent.num_actions), greedy).astype(jnp.int32)
-    return run.replace(key=key), Decision(actions=actions, columns=columns, before=before, env_key=k_env)
+    chosen_bonus = None if bonus is None else jnp.take_along_axis(bonus, actions[:, None], axis=1)[:, 0]
+    return run.replace(key=key), Decision(actions=actions, columns=columns, before=before, env_key=k_env,
+                                          bonus=chosen_bonus)
 
 
 def record_step(agent: Agent, run: RunState, decision: Decision, outcome: Outcome) -> RunState:
     """Counts each real ``(s_t, a_t)``, stores the step, updates the statistics and lets the parts see it."""
-    run_counts = run.counts
-    if agent.uses_counts:
-        sketch = run_counts.sketch
-        for e in range(agent.envs_per_run):  # one agent, one sketch: every environment's visits
-            sketch = counts.update(sketch, decision.columns[e], decision.actions[e], ~outcome.first[e])
-        run_counts = run_counts.replace(sketch=sketch)
+    run_counts = counted(agent, run.counts, decision, outcome)
     memory, item = agent.path.remember(run, decision, outcome)
     stats = run.stats
+    if stats.diagnostics is not None:
+        stats = stats.replace(diagnostics=acted_diagnostics(agent, run, run_counts, decision, outcome))
     done = outcome.terminated | outcome.truncated
     episode_return = stats.episode_return + outcome.reward
     visited = {name: stats.visited[name].at[index].set(True)
@@ -393,6 +415,36 @@ def record_step(agent: Agent, run: RunState, decision: Decision, outcome: Outcom
             parts[part.name] = checked_state(part, "after_step", parts[part.name], part.after_step(agent, run, step))
     return run.replace(memory=memory, counts=run_counts, stats=stats, parts=parts,
                        active_head=jnp.where(done, new_heads, run.active_head))
+
+
+def counted(agent: Agent, run_counts: Counts | None, decision: Decision, outcome: Outcome) -> Counts | None:
+    """The counts after a step: each real ``(s_t, a_t)`` of the run's environments added to the sketch (and to the
+    probe's exact counts, where the path keeps one)."""
+    if not agent.uses_counts:
+        return run_counts
+    sketch, probe, real = run_counts.sketch, run_counts.probe, ~outcome.first
+    for e in range(agent.envs_per_run):  # one agent, one sketch: every environment's visits
+        sketch = counts.update(sketch, decision.columns[e], decision.actions[e], ~outcome.first[e])
+        if probe is not None:
+            probe = counts.probe_update(probe, agent.path.count_code(decision.before[e]), decision.actions[e], real[e])
+    return run_counts.replace(sketch=sketch, probe=probe)
+
+
+def acted_diagnostics(agent: Agent, run: RunState, run_counts: Counts | None, decision: Decision,
+                      outcome: Outcome) -> Diagnostics:
+    """The run's diagnostics with this step's acted (s, a) added: every part's intrinsic reward there, with the counts
+    just after the step (what the stored transition earns if sampled now), and the bonus its choice saw."""
+    envs = agent.envs_per_run
+    acted = Batch(actions=decision.actions[:, None], rewards=jnp.zeros((envs, 1)), terminated=outcome.terminated[:, None],
+                  included=jnp.ones((envs, 1), bool), lazy=agent.path.acted_fields(decision, outcome))
+    if run_counts is not None:
+        sketch = run_counts.sketch
+        acted.add_lazy(step_counts=lambda: jax.vmap(lambda cols, a: counts.query(sketch, cols, a))(
+            decision.columns, decision.actions)[:, None])
+    intrinsic = contributions(agent, "intrinsic_reward", (envs, 1), run, acted)
+    intrinsic = jnp.zeros((envs,)) if intrinsic is None else intrinsic[:, 0]
+    bonus = jnp.zeros((envs,)) if decision.bonus is None else decision.bonus
+    return run.stats.diagnostics.add_acted(intrinsic, bonus, ~outcome.first)
 
 
 # ---------------------------------------------------------------------------------- learning
@@ -429,7 +481,10 @@ def targets_for(agent: Agent, run: RunState, batch: Batch) -> tuple[jax.Array, j
         q_next, jnp.broadcast_to(bonus[:, None, :], q_next.shape))
     targets = partial[:, None] + discount[:, None] * values
     if batch.mc_return is not None:
+        n_step_only = targets
         targets = mixed_monte_carlo(targets, batch.mc_return[:, None], hp["beta_mmc"])
+        if agent.static.mmc_unfinished == "n_step":  # the n-step target alone until the episode's return is known
+            targets = jnp.where(batch.mc_known[:, None], targets, n_step_only)
     return targets, intrinsic
 
 
@@ -464,12 +519,36 @@ def update(agent: Agent, run: RunState) -> RunState:
     with jax.named_scope("optimiser"):
         learned = learning_step(agent, run, grads, jax.random.fold_in(k_q, PACKING_STREAM), square_sums)
     stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / agent.num_heads, jnp.mean(intrinsic[:, 0])))
+    if stats.diagnostics is not None:
+        stats = stats.replace(diagnostics=sampled_diagnostics(agent, run, batch, targets))
     parts, updating = dict(run.parts), [p for p in agent.parts if type(p).update is not Part.update]
     for j, part in enumerate(updating):  # each part learns from the run as it was sampled, with a key of its own
         with jax.named_scope(part.name):
             parts[part.name] = checked_state(part, "update", run.parts.get(part.name),
                                              part.update(agent, run, batch, jax.random.fold_in(k_q, 1 + j)))
     return learned.replace(key=key, stats=stats, parts=parts)
+
+
+def sampled_diagnostics(agent: Agent, run: RunState, batch: Batch, targets: jax.Array) -> Diagnostics:
+    """The run's diagnostics with one update added: over its valid rows, the largest TD error and |Q| (the online
+    network as the loss saw it, every head), the mean action bonus of the sampled (s_t, a_t) with the counts now, and
+    the share of rows whose Monte Carlo return is not known yet."""
+    q = agent.head_values(run, agent.forward_params(run), batch.obs, agent.batch_cells(batch, "cells"))  # [B, K, A]
+    valid = batch.weights > 0 if batch.weights is not None else jnp.ones(q.shape[:1], bool)
+    actions = batch.actions[:, 0]
+    q_taken = jnp.take_along_axis(q, jnp.broadcast_to(actions[:, None, None], q.shape[:2] + (1,)), axis=2)[..., 0]
+    td_max = jnp.max(jnp.where(valid[:, None], jnp.abs(q_taken - targets), 0.0))
+    q_max = jnp.max(jnp.where(valid[:, None, None], jnp.abs(q), 0.0))
+    n_sa = None
+    if agent.uses_counts:
+        sketch = run.counts.sketch
+        n_sa = jax.vmap(lambda cols: counts.query_all_actions(sketch, cols))(batch.step_columns[:, 0])
+    bonus = contributions(agent, "action_bonus", (q.shape[0], agent.num_actions), run, batch.obs, n_sa)
+    taken_bonus = jnp.zeros(actions.shape) if bonus is None else jnp.take_along_axis(bonus, actions[:, None], 1)[:, 0]
+    rows = jnp.maximum(jnp.sum(valid), 1)
+    unknown = jnp.zeros(actions.shape, bool) if batch.mc_known is None else ~batch.mc_known
+    return run.stats.diagnostics.add_update(td_max, q_max, jnp.sum(jnp.where(valid, taken_bonus, 0.0)) / rows,
+                                            jnp.sum(valid & unknown) / rows)
 
 
 def copy_target(agent: Agent, run: RunState) -> RunState:
@@ -615,6 +694,9 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
     })
     for part in agent.parts:
         metrics.update(checked_metrics(part, part.metrics(agent, run)))
+    if stats.diagnostics is not None:
+        metrics.update(stats.diagnostics.means())
+        stats = stats.replace(diagnostics=Diagnostics.zeros())
     run = run.replace(key=key, stats=stats.replace(chunk=ChunkStats.zeros(), nonfinite=nonfinite))
     return run, {name: metrics[name] for name in agent.metric_names()}
 

@@ -112,13 +112,14 @@ STRUCTURAL = dict(
     sketch_width=1024, shared_action_mask=True, grad_clip=1.0, rms_decay=0.95, rms_eps=1e-6, bsp_heads=5,
     rnd_outputs=64, rnd_batch=16, dora_buffer_factor=2, dora_gamma=0.9, precision="bfloat16", maze_torso="xla",
     target_values="network", envs_per_run=2, overlap=False, env_kwargs=(("size", 8),), weight_storage="packed",
-    mlp_backward="pallas", prior_values="table",
+    mlp_backward="pallas", prior_values="table", mmc_unfinished="n_step",
 )
 # Options valid only beside another's non-default value: that value is set with them.
 NEEDS = {"weight_storage": {"precision": "bfloat16"},
          "mlp_backward": {"precision": "bfloat16", "weight_storage": "packed"},
-         "envs_per_run": {"buffer_size": 4096}, "overlap": {"buffer_size": 4096}}  # Montezuma's, smaller
-POOL_ONLY = ("envs_per_run", "overlap")  # options of the pool path (Montezuma's): refused on the chain
+         "envs_per_run": {"buffer_size": 4096}, "overlap": {"buffer_size": 4096},
+         "mmc_unfinished": {"buffer_size": 4096}}  # Montezuma's, smaller
+POOL_ONLY = ("envs_per_run", "overlap", "mmc_unfinished")  # options of the pool path (Montezuma's): refused on the chain
 
 
 def test_every_static_option_has_a_structural_case():

@@ -38,14 +38,47 @@ def fake_montezuma():
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained_folder(tmp_path_factory):
     """Every method the paper runs on Montezuma, two seeds each, trained on the pool path (three programs)."""
     static = static_for_env("fake_montezuma", **SMALL)
     runs = tuple(RunSpec(m, "paper", s, method_hparams("fake_montezuma", m)) for m in PAPER_MONTEZUMA for s in range(2))
     experiment = Experiment(static, runs, seed=3)
     out = tmp_path_factory.mktemp("pool")
     states = run_methods(experiment, out, progress=False, keep_states=True)
+    return experiment, states, out
+
+
+@pytest.fixture(scope="module")
+def trained(trained_folder):
+    experiment, states, out = trained_folder
     return experiment, states, read_metrics(out)
+
+
+def test_every_method_records_the_learning_diagnostics_and_the_plot_draws_them(trained_folder, drawn):
+    """Each program's runs (RND's and BSP's too) write the diagnostics rows, and ``opiq-jax plot`` draws them as one
+    figure beside the rooms and returns, a panel per diagnostic."""
+    from opiq_jax.plotting import DIAGNOSTIC_PANELS, METRIC_LABELS, plot_folder
+    from opiq_jax.state import DIAGNOSTIC_METRICS
+
+    _, _, out = trained_folder
+    rows = read_metrics(out)
+    for method in PAPER_MONTEZUMA:
+        names = {r["metric"] for r in rows if r["method"] == method}
+        assert set(DIAGNOSTIC_METRICS) <= names and "qplus_start" not in names, method
+        last = max(int(r["step"]) for r in rows if r["method"] == method)
+        final = {r["metric"]: float(r["value"]) for r in rows if r["method"] == method and int(r["step"]) == last}
+        assert final["td_error_max"] >= 0 and final["q_abs_max"] > 0, method  # it trained in the last chunk
+        assert 0 <= final["unknown_return_share"] <= 1, method
+    dqn_pc = {float(r["value"]) for r in rows if r["method"] == "dqn_pc" and r["metric"] == "acted_bonus"}
+    assert dqn_pc == {0.0}  # DQN + PC acts on plain Q: no action bonus
+    rnd = [float(r["value"]) for r in rows if r["method"] == "dqn_rnd" and r["metric"] == "acted_intrinsic"]
+    assert all(v > 0 for v in rnd)  # RND's error at the states reached, where the run acted
+    written = plot_folder(out, pooled=True)
+    assert written[-1] == out / "plot_diagnostics.png" and written[-1].stat().st_size > 0
+    panels = [ax for ax in drawn[-1].axes if ax.get_visible()]
+    expected = [m for m in DIAGNOSTIC_PANELS if m in {r["metric"] for r in rows}]
+    assert [ax.get_ylabel() for ax in panels] == [METRIC_LABELS[m] for m in expected]
+    assert {"td_error_max", "sketch_overcount"} <= set(expected)
 
 
 def run_keys(experiment, seeds=(0, 1)):

@@ -32,6 +32,7 @@ class Decision:
     columns: jax.Array | None  # int32[E, rows]: sketch columns of the current states (None without counts)
     before: jax.Array  # the current states as the path remembers them ([E, compact_dim] or frames [E, H, W])
     env_key: jax.Array  # the run's key for this environment step
+    bonus: jax.Array | None = None  # float32[E]: the parts' action bonus of the chosen actions (None: no part has one)
 
 
 @struct.dataclass
@@ -60,8 +61,9 @@ class Batch:
 
     Always present: ``actions`` (int32[B, n]), ``rewards`` (float32[B, n], the stored training rewards),
     ``terminated`` and ``included`` (bool[B, n]: the steps of the first step's episode), ``weights``
-    (float32[B] or None: rows a sampler could not fill count 0) and ``mc_return`` (float32[B] or None,
-    where the replay keeps Monte Carlo returns).
+    (float32[B] or None: rows a sampler could not fill count 0), ``mc_return`` (float32[B] or None,
+    where the replay keeps Monte Carlo returns; 0 where a row's episode has not ended) and ``mc_known`` (bool[B] or
+    None: whether that episode has ended, so its return is known).
 
     Computed on first use (and then kept), so a program pays only for what its parts read:
     ``obs`` and ``next_obs`` (the network inputs of ``s_t`` and of the bootstrap state ``s_{t+L}``),
@@ -71,10 +73,10 @@ class Batch:
     (``N(s_{t+i}, a_{t+i})``, int32[B, n]) and ``next_counts`` (``N(s_{t+L}, .)``, int32[B, A]).
     """
 
-    def __init__(self, *, actions, rewards, terminated, included, weights=None, mc_return=None,
+    def __init__(self, *, actions, rewards, terminated, included, weights=None, mc_return=None, mc_known=None,
                  lazy: dict[str, Callable[[], Any]]):
         self.actions, self.rewards, self.terminated, self.included = actions, rewards, terminated, included
-        self.weights, self.mc_return = weights, mc_return
+        self.weights, self.mc_return, self.mc_known = weights, mc_return, mc_known
         self._lazy = dict(lazy)
 
     def add_lazy(self, **fields: Callable[[], Any]) -> None:
@@ -124,6 +126,10 @@ class ObservationPath(abc.ABC):
     be looked up per cell (``target_values``)."""
     overlaps: bool = False
     """Whether the environment's step may overlap the learner's update (:meth:`send`, then :meth:`receive`)."""
+    records_diagnostics: ClassVar[bool] = False
+    """Whether its runs record the learning diagnostics (``state.Diagnostics``: the largest TD error and |Q|, the
+    bonuses where the run acts and samples, the unknown Monte Carlo returns) and, where it gives a probe
+    (:meth:`init_count_probe`), the sketch's over-counting; they replace ``qplus_start`` in its metrics."""
 
     # ---------------------------------------------------------------- starting
     @abc.abstractmethod
@@ -141,6 +147,23 @@ class ObservationPath(abc.ABC):
     @abc.abstractmethod
     def init_count_features(self, hash_key: jax.Array, env: Any) -> Any:
         """What turns one run's states into sketch columns (``run.counts.features``)."""
+
+    def init_count_probe(self, num_actions: int) -> Any:
+        """A ``counts.CountProbe`` for one run, where the path measures its sketch's over-counting (its codes come
+        from :meth:`count_code`); None (the default) measures nothing."""
+        del num_actions
+        return None
+
+    def acted_fields(self, decision: Decision, outcome: Outcome) -> dict[str, Callable[[], Any]]:
+        """What a batch of one step's acted ``(s_t, a_t)`` (``[E, 1]`` windows) holds beyond actions and counts, as
+        lazy fields (``step_obs``, ``reached_obs``), so the parts' intrinsic rewards read there as at sampling
+        (``records_diagnostics`` paths only; the default offers none)."""
+        del decision, outcome
+        return {}
+
+    def count_code(self, key: jax.Array) -> jax.Array:
+        """The ``uint32`` code of one state's count key (paths with a probe only)."""
+        raise NotImplementedError(f"the {self.kind} path keeps no count probe")
 
     @abc.abstractmethod
     def example_item(self, env: Any) -> Any:

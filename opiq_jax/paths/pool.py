@@ -20,7 +20,11 @@ counted, the reward learned from, whether there are rooms); this module names no
 * The mixed Monte Carlo target: when an episode ends, each of its stored transitions gets its
   discounted clipped extrinsic return (``frame_replay.fill_episode_returns``, under a ``lax.cond`` taken
   only on steps where some run's episode ended), and the target is ``(1 - beta_mmc) y + beta_mmc G``
-  with ``G = 0`` while the episode is unfinished.
+  with ``G = 0`` while the episode is unfinished (``StaticConfig.mmc_unfinished``). Each environment keeps
+  how many transitions its running episode has stored (``PoolEnv.episode_steps``), which tells a sampled
+  transition whose return is still unknown (``Batch.mc_known``).
+* Diagnostics: the runs record the trainer's learning diagnostics, and a :class:`~opiq_jax.counts.CountProbe`
+  of exact counts of the first codes to claim its slots, against which the sketch's over-counting is reported.
 * Resuming: the emulators' state lives in EnvPool, outside JAX, so a resumed run starts fresh
   episodes (:meth:`PoolPath.restart`): the agent, its replay, counts and parts are restored exactly, the
   interrupted episodes end where they were cut (their steps stay in the replay; a ``first`` slot keeps
@@ -46,6 +50,8 @@ from ..envs.atari import StepOutput, clip_reward, newest_frame
 from . import Batch, Decision, ObservationPath, Outcome
 
 NUM_ROOMS = 256  # a room is a RAM byte's value (Montezuma has 24 rooms per level)
+PROBE_SLOTS = 1024
+"""Codes whose exact counts each run keeps to measure its sketch against (about 80 KB per run with 18 actions)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +87,7 @@ class PoolEnv:
     obs: jax.Array  # uint8[E, 4, 84, 84]: the current stacks (EnvPool's layout, oldest frame first)
     start_obs: jax.Array  # uint8[4, 84, 84]: the run's first stack (every episode starts there)
     restarts: jax.Array  # int32: resumes that restarted the emulators
+    episode_steps: jax.Array  # int32[E]: transitions stored of each environment's running episode (returns unknown)
 
 
 def to_network_input(stack: jax.Array) -> jax.Array:
@@ -94,7 +101,8 @@ class PoolPath(ObservationPath):
     kind = "pool"
     has_test_episode = False
     has_cell_table = False
-    metric_names = ("env_restarts",)
+    metric_names = ("env_restarts", "sketch_overcount", "sketch_false_visits", "probe_codes")
+    records_diagnostics = True
     rings_apart = (".runs.memory.frames", ".runs.memory.position")  # 1M frames per run: saved as what changed
 
     def __init__(self, pool: Any, static: StaticConfig, frames: FrameFeatures = ATARI_FRAMES):
@@ -123,7 +131,8 @@ class PoolPath(ObservationPath):
 
     def init_env(self, reset_key: jax.Array, env_key: jax.Array, start: StepOutput) -> PoolEnv:
         del reset_key, env_key  # the emulators were reset by the host, seeded by the experiment's seed
-        return PoolEnv(obs=start.obs, start_obs=start.obs[0], restarts=jnp.int32(0))
+        return PoolEnv(obs=start.obs, start_obs=start.obs[0], restarts=jnp.int32(0),
+                       episode_steps=jnp.zeros(start.first.shape, jnp.int32))
 
     def observations(self, env: PoolEnv) -> jax.Array:
         """``[E, 84, 84, 4]``: what the run acts on."""
@@ -138,7 +147,10 @@ class PoolPath(ObservationPath):
         out = self.by_run(out)
         outcome = Outcome(obs=out.obs, reward=out.reward, terminated=out.terminated, truncated=out.truncated,
                           first=out.first, extra={"room": out.room})
-        return runs.replace(env=runs.env.replace(obs=out.obs)), outcome
+        # an episode's transitions get their returns when it ends, at this step: none of it is unknown after
+        settled = out.first | out.terminated | out.truncated
+        steps = jnp.where(settled, 0, runs.env.episode_steps + 1)
+        return runs.replace(env=runs.env.replace(obs=out.obs, episode_steps=steps)), outcome
 
     def step(self, handle: jax.Array, runs: Any, decision: Decision) -> tuple[jax.Array, Any, Outcome]:
         handle, out = self.pool.step(handle, decision.actions.reshape(-1))
@@ -167,7 +179,9 @@ class PoolPath(ObservationPath):
         stats = run.stats
         visited = {name: seen.at[start.room].set(True) for name, seen in stats.visited.items()}  # rooms, if any
         stats = stats.replace(episode_return=jnp.zeros_like(stats.episode_return), visited=visited)
-        env = run.env.replace(obs=start.obs, restarts=run.env.restarts + 1)
+        # the cut episodes' returns stay 0 for good: they are not counted as unknown
+        env = run.env.replace(obs=start.obs, restarts=run.env.restarts + 1,
+                              episode_steps=jnp.zeros_like(run.env.episode_steps))
         return run.replace(env=env, memory=memory, stats=stats)
 
     # ------------------------------------------------------------------ counting
@@ -178,7 +192,14 @@ class PoolPath(ObservationPath):
 
     def count_columns(self, run: Any, frame: jax.Array) -> jax.Array:
         del run
-        return counts.sketch_columns(self.frames.count_code(frame), self.static.sketch_rows, self.static.sketch_width)
+        return counts.sketch_columns(self.count_code(frame), self.static.sketch_rows, self.static.sketch_width)
+
+    def count_code(self, frame: jax.Array) -> jax.Array:
+        return self.frames.count_code(frame)
+
+    def init_count_probe(self, num_actions: int) -> counts.CountProbe:
+        words = jax.eval_shape(self.count_code, jax.ShapeDtypeStruct(self.frame_shape, jnp.uint8)).shape[0]
+        return counts.init_probe(PROBE_SLOTS, words, num_actions)
 
     # ------------------------------------------------------------------ replay
 
@@ -232,9 +253,10 @@ class PoolPath(ObservationPath):
             frames = jax.vmap(frame_replay.frames_after, in_axes=(0, 0, None))(run.memory, rings.slots, static.n_step)
             return frames.reshape((static.batch_size, static.n_step) + self.frame_shape)[..., None]
 
+        unfinished = jax.vmap(frame_replay.return_unknown)(run.memory, rings.slots, run.env.episode_steps)
         return Batch(
             actions=flat.actions, rewards=flat.rewards, terminated=flat.terminated, included=flat.included,
-            weights=flat.valid.astype(jnp.float32), mc_return=flat.mc_return,
+            weights=flat.valid.astype(jnp.float32), mc_return=flat.mc_return, mc_known=~unfinished.reshape(-1),
             lazy=dict(
                 obs=lambda: to_network_input(flat.obs),
                 next_obs=lambda: to_network_input(flat.next_obs),
@@ -244,6 +266,11 @@ class PoolPath(ObservationPath):
                 next_columns=lambda: columns(newest_frame(flat.next_obs)),
             ),
         )
+
+    def acted_fields(self, decision: Decision, outcome: Outcome) -> dict[str, Callable[[], Any]]:
+        """The acted step as a one-step window: the newest frame of ``s_t`` and of the state it reached."""
+        return dict(step_obs=lambda: decision.before[:, None, ..., None],
+                    reached_obs=lambda: newest_frame(outcome.obs)[:, None, ..., None])
 
     def recent_reached_obs(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
         """The newest ``count`` frames (an equal share from each ring), ``[count, 84, 84, 1]``, and whether each is stored."""
@@ -264,7 +291,13 @@ class PoolPath(ObservationPath):
         return to_network_input(run.env.start_obs), newest_frame(run.env.start_obs)
 
     def metrics(self, run: Any) -> dict[str, jax.Array]:
-        return {"env_restarts": run.env.restarts.astype(jnp.float32)}
+        probe = run.counts.probe if run.counts is not None else None
+        if probe is None:
+            sketch = {"overcount": jnp.nan, "false_visits": jnp.nan, "codes": jnp.float32(0)}
+        else:
+            sketch = counts.probe_overcount(probe, run.counts.sketch)
+        return {"env_restarts": run.env.restarts.astype(jnp.float32), "sketch_overcount": sketch["overcount"],
+                "sketch_false_visits": sketch["false_visits"], "probe_codes": sketch["codes"]}
 
 
 def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput:
