@@ -309,10 +309,10 @@ def test_a_changed_number_is_caught(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------------------------
 # The README's table of the paper's experiments links doc pages, not results folders. Its verdicts use one
-# vocabulary (reproduced / differs / not run), and every number in a row appears in the page that row links to,
+# vocabulary (reproduced / differs / inconclusive / not run), and every number in a row appears in the page that row links to,
 # whose own numbers the checks above tie to their folders.
 
-VERDICTS = ("reproduced", "differs", "not run")
+VERDICTS = ("reproduced", "differs", "inconclusive", "not run")
 EXPERIMENTS_HEADER = "| the paper's experiment |"
 
 
