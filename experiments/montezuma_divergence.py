@@ -1,0 +1,113 @@
+"""Montezuma's divergence, cell against cell: the learning diagnostics of short OPIQ runs that differ in one setting.
+
+Reads a folder of ``experiments.timeboxed_run`` results, one subfolder per cell (``float32``, ``bfloat16``,
+``lr0.00025``, ...), each holding ``config.json``, ``metrics.csv`` and ``timeboxed.json``; writes into it
+``summary.md`` (per cell and seed: the peak and last |Q| and TD error, the last loss, rooms, maximum return, the
+largest sketch over-count, the unknown-return share, and the call's rate) and ``divergence.png`` (|Q|, the TD error
+and the loss over training, a line per seed). With rewards clipped to [-1, 1] and intrinsic rewards of at most
+beta = 0.1 per step, no return exceeds 1.1 / (1 - 0.99) = 110: a |Q| above that is the learner out of bounds, not a
+value it could be learning.
+
+Run: ``python -m experiments.montezuma_divergence docs/results/montezuma-divergence``.
+
+Reaches inside: opiq_jax.reading, for the metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tyro
+
+from opiq_jax.reading import read_metrics
+
+BOUND = 110.0
+PANELS = {"q_abs_max": "largest |Q|", "td_error_max": "largest |TD error|", "loss": "mean TD loss"}
+
+
+@dataclass
+class Args:
+    folder: tyro.conf.Positional[Path]
+    """A folder of timeboxed_run results, one subfolder per cell."""
+
+
+def cell_series(folder: Path) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """seed -> metric -> (steps, values) of one cell."""
+    series: dict[int, dict[str, list]] = {}
+    for row in read_metrics(folder):
+        steps = series.setdefault(int(row["seed"]), {}).setdefault(row["metric"], [])
+        steps.append((int(row["step"]), float(row["value"])))
+    return {seed: {m: tuple(np.array(v).T) for m, v in sorted(metrics.items()) for v in [sorted(v)]}
+            for seed, metrics in series.items()}
+
+
+def cell_setting(folder: Path) -> str:
+    """What sets the cell apart, from its config: precision, learning rate, environments per run."""
+    config = json.loads((folder / "config.json").read_text())
+    static, hp = config["static"], config["runs"][0]["hparams"]
+    return f"{static['precision']}, lr {hp['lr']:g}, {static['envs_per_run']} environments per run"
+
+
+def summary_rows(cells: dict[str, Path]) -> list[str]:
+    lines = ["| cell | setting | seed | steps | peak / last |Q| | peak / last |TD error| | last loss | rooms | "
+             "max return | max sketch over-count | unknown returns (median) | env steps/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, folder in cells.items():
+        record = json.loads((folder / "timeboxed.json").read_text())
+        for seed, m in cell_series(folder).items():
+            q, td = m["q_abs_max"][1], m["td_error_max"][1]
+            flag = " **out of bounds**" if np.nanmax(q) > BOUND else ""
+            lines.append(
+                f"| {name} | {cell_setting(folder)} | {seed} | {int(m['loss'][0][-1]):,} | {np.nanmax(q):.3g} / "
+                f"{q[-1]:.3g}{flag} | {np.nanmax(td):.3g} / {td[-1]:.3g} | {m['loss'][1][-1]:.3g} | "
+                f"{m['rooms_visited'][1][-1]:.0f} | {m['max_return'][1][-1]:.0f} | "
+                f"{np.nanmax(m['sketch_overcount'][1]):.3g} | {np.nanmedian(m['unknown_return_share'][1]):.3g} | "
+                f"{record['env_steps_per_second']:,.0f} (2 runs) |")
+    return lines
+
+
+def draw(cells: dict[str, Path], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 4.2))
+    for colour, (name, folder) in zip((f"C{i}" for i in range(10)), cells.items()):
+        for seed, m in cell_series(folder).items():
+            for ax, metric in zip(axes, PANELS):
+                steps, values = m[metric]
+                ax.plot(steps, values, color=colour, ls=("-", "--", ":", "-.")[seed % 4], lw=1.4,
+                        label=f"{name}, seed {seed}")
+    for ax, (metric, label) in zip(axes, PANELS.items()):
+        ax.set_yscale("log")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("environment steps")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
+        if metric == "q_abs_max":
+            ax.axhline(BOUND, color="0.3", ls=(0, (1, 3)), lw=1, label=f"largest possible return ({BOUND:g})")
+    handles, labels = axes[0].get_legend_handles_labels()  # the first panel's: every line and the bound
+    axes[-1].legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.suptitle("OPIQ on Montezuma's Revenge, one NVIDIA H200: the learner's diagnostics per cell", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = tyro.cli(Args, args=argv)
+    cells = {p.name: p for p in sorted(args.folder.iterdir()) if (p / "metrics.csv").exists()}
+    if not cells:
+        raise SystemExit(f"{args.folder} holds no cell (a subfolder with metrics.csv)")
+    text = [f"# {args.folder.name}: the learner's diagnostics per cell", "", *summary_rows(cells), ""]
+    (args.folder / "summary.md").write_text("\n".join(text), encoding="utf-8")
+    draw(cells, args.folder / "divergence.png")
+    print("\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
