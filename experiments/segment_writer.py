@@ -112,8 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     lines += [f"| {r['writer']} | {r['threads']} | {r['seconds']} | {r['frames_mb_per_s']:,} | "
               f"{r['bytes_on_disk'] / 1e6:,.1f} | {r['ratio']}x |" for r in rows]
     (args.out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (args.out / "summary.json").write_text(json.dumps({"rows": rows, "frames": args.frames, "rings": args.rings,
-                                                       "frames_mb": raw_mb}, indent=1), encoding="utf-8")
+    settings = {"frames": args.frames, "rings": args.rings, "played": args.played, "threads": list(args.threads),
+                "repeats": args.repeats, "block_frames": frame_store.BLOCK_FRAMES, "zlib_level": 1}
+    (args.out / "summary.json").write_text(json.dumps({"settings": settings, "rows": rows, "frames_mb": raw_mb},
+                                                      indent=1), encoding="utf-8")
     (args.out / "run_info.json").write_text(json.dumps({
         "command": "python -m experiments.segment_writer " + " ".join(sys.argv[1:] if argv is None else argv),
         "device": device, "machine": platform.machine(), "date": time.strftime("%Y-%m-%d"),
