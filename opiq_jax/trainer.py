@@ -488,11 +488,16 @@ def targets_for(agent: Agent, run: RunState, batch: Batch) -> tuple[jax.Array, j
     return targets, intrinsic
 
 
+def taken_values(q: jax.Array, actions: jax.Array) -> jax.Array:
+    """``[B, K]``: each head's value of the action taken in each row (``q``: ``[B, K, A]``, ``actions``: ``[B]``)."""
+    return jnp.take_along_axis(q, jnp.broadcast_to(actions[:, None, None], q.shape[:2] + (1,)), axis=2)[..., 0]
+
+
 def td_loss_per_head(params, agent: Agent, run: RunState, batch: Batch, targets: jax.Array) -> jax.Array:
     """Sum over heads of each head's mean squared TD error (every head learns from every sample)."""
     q = agent.head_values(run, params, batch.obs, agent.batch_cells(batch, "cells"))  # [B, K, A]
     actions = batch.actions[:, 0]
-    q_taken = jnp.take_along_axis(q, jnp.broadcast_to(actions[:, None, None], q.shape[:2] + (1,)), axis=2)[..., 0]
+    q_taken = taken_values(q, actions)
     if batch.weights is None:
         return agent.num_heads * td_loss(q_taken, targets)
     errors = jnp.square(q_taken - jax.lax.stop_gradient(targets)) * batch.weights[:, None]
@@ -536,7 +541,7 @@ def sampled_diagnostics(agent: Agent, run: RunState, batch: Batch, targets: jax.
     q = agent.head_values(run, agent.forward_params(run), batch.obs, agent.batch_cells(batch, "cells"))  # [B, K, A]
     valid = batch.weights > 0 if batch.weights is not None else jnp.ones(q.shape[:1], bool)
     actions = batch.actions[:, 0]
-    q_taken = jnp.take_along_axis(q, jnp.broadcast_to(actions[:, None, None], q.shape[:2] + (1,)), axis=2)[..., 0]
+    q_taken = taken_values(q, actions)
     td_max = jnp.max(jnp.where(valid[:, None], jnp.abs(q_taken - targets), 0.0))
     q_max = jnp.max(jnp.where(valid[:, None, None], jnp.abs(q), 0.0))
     n_sa = None

@@ -9,8 +9,10 @@ import dataclasses
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import jax
@@ -118,11 +120,23 @@ def test_a_sigkill_in_a_segment_or_in_the_checkpoint_listing_it_loses_nothing(tm
     assert not leftovers  # the cut segment was deleted
 
 
-def test_a_damaged_segment_falls_back_to_the_checkpoint_before(tmp_path, capsys):
+def block_swapped(data: bytes) -> bytes:
+    """A segment whose first block is replaced by another that decompresses as well (zeros of the same size), the
+    file otherwise as it was: only its checksum tells the frames are not the ones written."""
+    (length,) = struct.unpack("<Q", data[8:16])
+    first = 16 + length
+    raw, packed = struct.unpack("<QQ", data[first: first + 16])
+    other = zlib.compress(bytes(raw))
+    return data[:first] + struct.pack("<QQ", raw, len(other)) + other + data[first + 16 + packed:]
+
+
+@pytest.mark.parametrize("damage", ["cut short", "a block swapped"])
+def test_a_damaged_segment_falls_back_to_the_checkpoint_before(tmp_path, capsys, damage):
     run_experiment(experiment(), tmp_path, progress=False, checkpoint_seconds=0, stop_after_chunks=4)
     newest = listed_segments(tmp_path / CHECKPOINT_FILE)[-1]["name"]
     segment = tmp_path / SEGMENTS_FOLDER / newest
-    segment.write_bytes(segment.read_bytes()[:-100])  # cut short
+    data = segment.read_bytes()
+    segment.write_bytes(data[:-100] if damage == "cut short" else block_swapped(data))
     chunk, _ = restored_arrays(tmp_path)
     assert chunk == 3
     err = capsys.readouterr().out
