@@ -130,13 +130,13 @@ def block_swapped(data: bytes) -> bytes:
     return data[:first] + struct.pack("<QQ", raw, len(other)) + other + data[first + 16 + packed:]
 
 
-@pytest.mark.parametrize("damage", ["cut short", "a block swapped"])
+@pytest.mark.parametrize("damage", ["cut-short", "block-swapped"])
 def test_a_damaged_segment_falls_back_to_the_checkpoint_before(tmp_path, capsys, damage):
     run_experiment(experiment(), tmp_path, progress=False, checkpoint_seconds=0, stop_after_chunks=4)
     newest = listed_segments(tmp_path / CHECKPOINT_FILE)[-1]["name"]
     segment = tmp_path / SEGMENTS_FOLDER / newest
     data = segment.read_bytes()
-    segment.write_bytes(data[:-100] if damage == "cut short" else block_swapped(data))
+    segment.write_bytes(data[:-100] if damage == "cut-short" else block_swapped(data))
     chunk, _ = restored_arrays(tmp_path)
     assert chunk == 3
     err = capsys.readouterr().out
