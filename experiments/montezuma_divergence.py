@@ -36,12 +36,17 @@ class Args:
 
 def cell_series(folder: Path) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """seed -> metric -> (steps, values) of one cell."""
-    series: dict[int, dict[str, list]] = {}
+    points: dict[int, dict[str, list[tuple[int, float]]]] = {}
     for row in read_metrics(folder):
-        steps = series.setdefault(int(row["seed"]), {}).setdefault(row["metric"], [])
-        steps.append((int(row["step"]), float(row["value"])))
-    return {seed: {m: tuple(np.array(v).T) for m, v in sorted(metrics.items()) for v in [sorted(v)]}
-            for seed, metrics in series.items()}
+        pairs = points.setdefault(int(row["seed"]), {}).setdefault(row["metric"], [])
+        pairs.append((int(row["step"]), float(row["value"])))
+    series = {}
+    for seed, metrics in points.items():
+        series[seed] = {}
+        for metric, pairs in metrics.items():
+            steps, values = zip(*sorted(pairs))
+            series[seed][metric] = (np.array(steps), np.array(values))
+    return series
 
 
 def cell_setting(folder: Path) -> str:
