@@ -10,7 +10,7 @@ value it could be learning.
 
 Run: ``python -m experiments.montezuma_divergence docs/results/montezuma-divergence``.
 
-Reaches inside: opiq_jax.reading, for the metrics.
+Reaches inside: opiq_jax.reading, for the metrics, and opiq_jax.stats, for the permutation test.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 import tyro
 
 from opiq_jax.reading import read_metrics
+from opiq_jax.stats import permutation_p
 
 BOUND = 110.0
 PANELS = {"q_abs_max": "largest |Q|", "td_error_max": "largest |TD error|", "loss": "mean TD loss"}
@@ -50,10 +51,45 @@ def cell_series(folder: Path) -> dict[int, dict[str, tuple[np.ndarray, np.ndarra
 
 
 def cell_setting(folder: Path) -> str:
-    """What sets the cell apart, from its config: precision, learning rate, environments per run."""
+    """What sets the cell apart, from its config: precision, learning rate, beta, environments per run (not the
+    base seed, so that cells run under different base seeds share a setting)."""
     config = json.loads((folder / "config.json").read_text())
     static, hp = config["static"], config["runs"][0]["hparams"]
-    return f"{static['precision']}, lr {hp['lr']:g}, {static['envs_per_run']} environments per run"
+    return f"{static['precision']}, lr {hp['lr']:g}, β {hp['beta']:g}, {static['envs_per_run']} environments per run"
+
+
+def base_seed(folder: Path) -> int:
+    """The cell's base seed (``--seed``): runs 0 and 1 under base seed 1 are other runs than under base seed 0."""
+    return int(json.loads((folder / "config.json").read_text())["seed"])
+
+
+def last_value(steps: np.ndarray, values: np.ndarray, at: int) -> float:
+    """The metric's value at the last logged step no later than ``at``."""
+    return float(values[np.searchsorted(steps, at, side="right") - 1])
+
+
+def setting_rows(cells: dict[str, Path]) -> list[str]:
+    """Cells pooled by setting, compared at the last step every run reached: per-run rooms, maximum return and
+    peak |Q| up to that step, with the permutation p of rooms and return against the first setting."""
+    runs: dict[str, list[dict[str, tuple[np.ndarray, np.ndarray]]]] = {}
+    for folder in cells.values():
+        runs.setdefault(cell_setting(folder), []).extend(cell_series(folder).values())
+    common = min(int(m["loss"][0][-1]) for group in runs.values() for m in group)
+    scores = {setting: {metric: np.array([last_value(*m[metric], common) for m in group])
+                        for metric in ("rooms_visited", "max_return")} for setting, group in runs.items()}
+    peaks = {setting: [float(np.nanmax(m["q_abs_max"][1][m["q_abs_max"][0] <= common])) for m in group]
+             for setting, group in runs.items()}
+    first = next(iter(scores))
+    lines = [f"At step {common:,}, the last every run reached:", "",
+             f"| setting | runs | rooms per run (median) | max return per run (median) | peak \\|Q\\| per run | "
+             f"p against {first} (rooms, return) |", "|---|---|---|---|---|---|"]
+    for setting, s in scores.items():
+        p = ("" if setting == first else " / ".join(
+            f"{permutation_p(s[k], scores[first][k]):.2f}" for k in ("rooms_visited", "max_return")))
+        lines.append(f"| {setting} | {len(peaks[setting])} | {', '.join(f'{v:.0f}' for v in s['rooms_visited'])} "
+                     f"({np.median(s['rooms_visited']):g}) | {', '.join(f'{v:.0f}' for v in s['max_return'])} "
+                     f"({np.median(s['max_return']):g}) | {', '.join(f'{v:.3g}' for v in peaks[setting])} | {p} |")
+    return lines
 
 
 def summary_rows(cells: dict[str, Path]) -> list[str]:
@@ -64,6 +100,7 @@ def summary_rows(cells: dict[str, Path]) -> list[str]:
         record = json.loads((folder / "timeboxed.json").read_text())
         for seed, m in cell_series(folder).items():
             q, td = m["q_abs_max"][1], m["td_error_max"][1]
+            seed = f"{seed} (base {base_seed(folder)})" if base_seed(folder) else seed
             flag = " **out of bounds**" if np.nanmax(q) > BOUND else ""
             lines.append(
                 f"| {name} | {cell_setting(folder)} | {seed} | {int(m['loss'][0][-1]):,} | {np.nanmax(q):.3g} / "
@@ -82,12 +119,17 @@ def draw(cells: dict[str, Path], path: Path) -> None:
     import matplotlib.ticker
 
     fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 4.2))
-    for colour, (name, folder) in zip((f"C{i}" for i in range(10)), cells.items()):
+    colours: dict[str, str] = {}  # one colour per setting, one line style per run within it
+    drawn: dict[str, int] = {}
+    for name, folder in cells.items():
+        setting = cell_setting(folder)
+        colour = colours.setdefault(setting, f"C{len(colours) % 10}")
         for seed, m in cell_series(folder).items():
+            style = ("-", "--", ":", "-.")[drawn.get(setting, 0) % 4]
+            drawn[setting] = drawn.get(setting, 0) + 1
             for ax, metric in zip(axes, PANELS):
                 steps, values = m[metric]
-                ax.plot(steps, values, color=colour, ls=("-", "--", ":", "-.")[seed % 4], lw=1.4,
-                        label=f"{name}, seed {seed}")
+                ax.plot(steps, values, color=colour, ls=style, lw=1.4, label=f"{name}, seed {seed}")
     for ax, (metric, label) in zip(axes, PANELS.items()):
         ax.set_yscale("log")
         ax.set_title(label, fontsize=9)
@@ -108,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     cells = {p.name: p for p in sorted(args.folder.iterdir()) if (p / "metrics.csv").exists()}
     if not cells:
         raise SystemExit(f"{args.folder} holds no cell (a subfolder with metrics.csv)")
-    text = [f"# {args.folder.name}: the learner's diagnostics per cell", "", *summary_rows(cells), ""]
+    text = [f"# {args.folder.name}: the learner's diagnostics per cell", "", *summary_rows(cells), "",
+            *setting_rows(cells), ""]
     (args.folder / "summary.md").write_text("\n".join(text), encoding="utf-8")
     draw(cells, args.folder / "divergence.png")
     print("\n".join(text))
