@@ -31,7 +31,10 @@ import abc
 from typing import ClassVar
 
 import jax
-from gymnax.environments import environment
+from ._imports import plotting_imports_deferred
+
+with plotting_imports_deferred():  # gymnax's environments import their renderers' libraries
+    from gymnax.environments import environment
 
 
 class CompactEnvironment(environment.Environment, abc.ABC):

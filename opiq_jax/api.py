@@ -40,7 +40,7 @@ from .programs import run_methods
 from .reading import experiment_folders, is_finished, read_metrics
 from .results import read_json
 from .runner import restore_checkpoint
-from .sweeping import load_preset, run_sweep, sweep_rows
+from .sweeping import load_preset, plan_static, run_sweep, sweep_rows
 from .weights import master_params
 
 
@@ -273,11 +273,12 @@ def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool =
 def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None, *, max_batch_runs: int | None = None,
           precision: str | None = None, progress: bool = SWEEP_DEFAULTS["progress"],
           checkpoint_every: float = SWEEP_DEFAULTS["checkpoint_every"],
-          track: str = SWEEP_DEFAULTS["track"]) -> Results:
+          track: str = SWEEP_DEFAULTS["track"], seeds: int | None = None, steps: int | None = None) -> Results:
     """Runs (or resumes) a sweep preset: a shipped name (``chain_opiq``, ``maze_baselines``, ...), a JSON file, or
     a dict written like one. Ranks each method's settings by the area under the median curve (the paper's
-    protocol) into ``settings.csv`` and ``best.md``; :meth:`Results.ranking` reads them."""
-    loaded = load_preset(preset, style="api")
+    protocol) into ``settings.csv`` and ``best.md``; :meth:`Results.ranking` reads them. ``seeds`` and ``steps``
+    replace the preset's, to try it small (the default folder then names them)."""
+    loaded = load_preset(preset, style="api", seeds=seeds, steps=steps)
     out = check_out(out, "api")
     if max_batch_runs is not None:
         check_count("max_batch_runs", max_batch_runs, "api")
@@ -287,6 +288,8 @@ def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None,
         loaded = dataclasses.replace(loaded, static={**loaded.static, "precision": precision})
     if out is None:
         suffix = f"-{precision}" if precision and precision != "float32" else ""
+        if seeds is not None or steps is not None:  # a trial run of a preset keeps apart from the preset's own folder
+            suffix += f"-seeds{loaded.seeds}-steps{plan_static(loaded).total_steps}"
         out = Path("results") / f"sweep-{loaded.name}{suffix}"
     run_sweep(loaded, Path(out), progress=progress, max_batch_runs=max_batch_runs,
               checkpoint_seconds=checkpoint_every, track=track)

@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import os
 import shlex
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -171,6 +172,10 @@ class Sweep:
     plugin: tuple[str, ...] = ()
     """Modules to import first, which register methods, parts or environments of your own."""
     progress: Annotated[bool, declared(SWEEP_OPTIONS["progress"].help())] = SWEEP_OPTIONS["progress"].default
+    seeds: int | None = None
+    """Seeds per setting instead of the preset's, to try it small (the default folder then names them)."""
+    steps: int | None = None
+    """Environment steps per run instead of the preset's, to try it small (with --seeds: `--seeds 2 --steps 2000`)."""
 
 
 def options_given(args: Any) -> dict[str, Any]:
@@ -264,7 +269,11 @@ def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> 
     print(f"opiq-jax: finished in {time.time() - started:.0f} s", flush=True)
     headline = "test_return" if any(r["metric"] == "test_return" for r in results.metrics[:50]) else "train_return"
     print(results.summary(headline))
-    figures = results.plot() if args.plot else []
+    try:
+        figures = results.plot() if args.plot else []
+    except KeyboardInterrupt:  # the training is saved; only figures not yet renamed into place are missing
+        fail(f"interrupted while drawing the figures; the training is saved in {shell_path(out)}: draw them with "
+             f"opiq-jax plot {shell_path(out)}", 130)
     say_where(out, figures, results.programs(), args.plugin)
     return out, results.nonfinite_runs()
 
@@ -309,9 +318,10 @@ def sweep(args: Sweep) -> None:
     check_interval("checkpoint_every", args.checkpoint_every, "cli")
     results = run(args.preset, check_out(args.out, "cli"), max_batch_runs=args.max_batch_runs,
                   precision=args.precision, progress=args.progress, checkpoint_every=args.checkpoint_every,
-                  track=args.track)
+                  track=args.track, seeds=args.seeds, steps=args.steps)
     print(f"opiq-jax: sweep results in {shell_path(results.folder)}/ (settings.csv, best.md; metrics in its batch_* "
-          "folders); the same command resumes it")
+          f"folders); the same command resumes it; draw every setting's curves with: opiq-jax plot "
+          f"{shell_path(results.folder)} --pooled")
     end_on_nonfinite(results.nonfinite_runs(), args.allow_nonfinite)
 
 
@@ -367,6 +377,9 @@ def load_plugins(modules: list[str]) -> None:
     for name in modules:
         try:
             importlib.import_module(name)
+        except SystemExit as e:  # exit 0 with nothing trained would read as success
+            raise UsageError(f"--plugin {name}: importing it called sys.exit({e.code!r}); a plugin registers methods, "
+                             "parts or environments and returns") from None
         except Exception as e:  # noqa: BLE001: whatever the module raises, the user gets one line naming it
             first = (str(e).splitlines() or [""])[0]
             raise UsageError(f"--plugin {name}: importing it failed ({type(e).__name__}: {first})") from None
@@ -398,5 +411,7 @@ def main(argv: list[str] | None = None, joined: tuple[int, int] | None = None) -
 
 
 def fail(message: str, code: int) -> None:
+    if code == 130:  # a second Ctrl-C while the interpreter shuts down (JAX's atexit hooks) would print a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     print(f"opiq-jax: {message}", file=sys.stderr, flush=True)
     sys.exit(code)

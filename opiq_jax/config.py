@@ -30,6 +30,11 @@ import numpy as np
 Style = Literal["cli", "api"]
 
 
+def number(value: float) -> str:
+    """A bound or value for a message: whole numbers in full (2**30 is 1,073,741,824, not 1.07374e+09)."""
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) >= 1e6 else f"{value:g}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Option:
     """One option, declared once: name, type, default, allowed range and a line of documentation."""
@@ -82,8 +87,8 @@ class Option:
             return f"{label} must be {'>' if self.open_minimum else '>='} {self.minimum:g}, got {value:g}"
         if self.maximum is not None and value > self.maximum:
             if self.minimum is not None and not self.open_minimum:
-                return f"{label} must lie in [{self.minimum:g}, {self.maximum:g}], got {value:g}"
-            return f"{label} must be <= {self.maximum:g}, got {value:g}"
+                return f"{label} must lie in [{number(self.minimum)}, {number(self.maximum)}], got {number(value)}"
+            return f"{label} must be <= {number(self.maximum)}, got {number(value)}"
         return None
 
     def check(self, value: Any, style: Style = "cli", written: str | None = None) -> None:
@@ -122,7 +127,8 @@ PartSettings = tuple[tuple[str, Any], ...]
 class StaticConfig:
     """Shapes and structure of one compiled experiment (everything that is not a traced number)."""
 
-    env: str = option("chain", "Environment: chain, maze, montezuma (EnvPool; pip install -e '.[atari]'), gymnax:NAME "
+    env: str = option("chain", "Environment: chain, maze, montezuma (EnvPool; pip install -e '.[atari]'), atari:NAME "
+                      "for any EnvPool Atari game with the paper's Montezuma settings (atari:Venture), gymnax:NAME "
                       "for any gymnax environment, or a registered name.")
     env_kwargs: EnvKwargs = option((), "gymnax only: KEY=VALUE constructor arguments (size=20) or EnvParams fields "
                                    "(max_steps_in_episode=500); values are read as Python literals.", cli="env_arg")
@@ -149,7 +155,8 @@ class StaticConfig:
                                  choices=("simhash", "exact"))
     simhash_bits: int = option(32, "SimHash code length k.", minimum=1, environment_default=True)
     sketch_rows: int = option(4, "Rows of the count-min sketch.", minimum=1)
-    sketch_width: int = option(1 << 14, "Columns per row of the count-min sketch.", minimum=2)
+    sketch_width: int = option(1 << 14, "Columns per row of the count-min sketch.", minimum=2,
+                               maximum=1 << 30)  # hashed into 32-bit columns; 2**30 of them are 4 GiB a row already
     shared_action_mask: bool = option(False, "One action randomisation shared by all runs (the reference code) "
                                       "instead of one per run (the paper).")
     grad_clip: float = option(5.0, "Global gradient-norm clip.", minimum=0.0, open_minimum=True)

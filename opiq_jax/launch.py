@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
+import jax
+
 from .errors import UsageError
 from .multihost import join_hosts
 
@@ -43,9 +45,28 @@ def hosts_asked(argv: list[str]) -> dict[str, str] | None:
     return given if given or "--distributed" in argv else None
 
 
+def backend_problem() -> str | None:
+    """Why JAX cannot start the backend this environment asks for (``JAX_PLATFORMS``), in one line; None when it
+    starts. Checked here, before the command line's modules build their first arrays, where it would be a traceback."""
+    try:
+        jax.devices()
+    except Exception as e:  # noqa: BLE001: RuntimeError for an unknown name, AssertionError for an absent CUDA
+        asked = os.environ.get("JAX_PLATFORMS")
+        why = (str(e).splitlines() or [""])[0] or type(e).__name__
+        where = f"the backend JAX_PLATFORMS={asked!r} asks for" if asked else "its backend"
+        return (f"JAX could not start {where} ({why[:200]}); unset JAX_PLATFORMS, or set it to a backend this "
+                "machine has (cpu, cuda or tpu)")
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """``opiq-jax``: the backend's settings from the raw arguments, then the command line."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    for stream in (sys.stdout, sys.stderr):  # a folder named in unicode under PYTHONIOENCODING=ascii still prints
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    # the command only draws into files (Agg), and gymnax imports matplotlib, which refuses an unknown backend name
+    os.environ.pop("MPLBACKEND", None)
     share_device_memory(argv)
     hosts = hosts_asked(argv)
     joined = None
@@ -55,6 +76,10 @@ def main(argv: list[str] | None = None) -> None:
         except UsageError as e:
             print(f"opiq-jax: error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
+    problem = backend_problem()
+    if problem:
+        print(f"opiq-jax: error: {problem}", file=sys.stderr, flush=True)
+        sys.exit(2)
     from .cli import main as command_line  # after the backend's settings above: the reason this module exists
 
     command_line(argv, joined)

@@ -96,6 +96,10 @@ def check_method(method: Method) -> None:
     names = [p.name for p in parts]
     if len(set(names)) != len(names):
         raise ValueError(f"method {method.name} names a part twice: {', '.join(names)}")
+    try:
+        hparam_options(parts)  # two new parts of one method that declare one hyperparameter differently
+    except ValueError as e:
+        raise ValueError(f"method {method.name}: {e}") from None
     for family, values in method.settings.items():
         check_settings(method.name, parts, family, values)
 

@@ -17,10 +17,13 @@ import dataclasses
 import difflib
 import itertools
 import math
+import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .config import RUNNER_SET, STATIC_OPTIONS, Option, StaticConfig, Style, hparam_options, static_option
 from .environments import ENVIRONMENTS, environment_names, environment_spec
@@ -78,11 +81,8 @@ def split_options(options: Mapping[str, Any], style: Style) -> tuple[dict[str, A
 
 def checked_number(option: Option, value: Any, style: Style, written: str | None = None) -> float:
     """``value`` as a float within ``option``'s range, or a one-line error (naming the option as ``written``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise UsageError(f"{option.label(style, written)} must be a number, got {value!r}") from None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):  # True is no m = 1, '2' no 2
+        raise UsageError(f"{option.label(style, written)} must be a number, got {value!r}")
     message = option.problem(float(value), style, written)
     if message:
         raise UsageError(message)
@@ -92,12 +92,15 @@ def checked_number(option: Option, value: Any, style: Style, written: str | None
 def checked_static(option: Option, value: Any, style: Style, written: str | None = None) -> Any:
     """``value`` converted to ``option``'s type (a list becomes a tuple) and checked, or a one-line error."""
     kind, name = option.type, option.label(style, written)
-    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+    if kind in (int, float) and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
         raise UsageError(f"{name} must be a number, got {value!r}")
-    if kind is int and isinstance(value, float):
-        if not value.is_integer():
+    if kind is int and not isinstance(value, numbers.Integral):
+        if not math.isfinite(value) or not float(value).is_integer():
             raise UsageError(f"{name} must be a whole number, got {value!r}")
+    if kind is int:
         value = int(value)
+    elif kind is float:
+        value = float(value)
     if kind is bool and not isinstance(value, bool):
         raise UsageError(f"{name} must be True or False, got {value!r}")
     if option.name == "env_kwargs" and isinstance(value, Mapping):
@@ -178,9 +181,9 @@ def check_flag(name: str, value: Any, style: Style) -> bool:
 
 def check_count(name: str, value: Any, style: Style, minimum: int = 1) -> int:
     """A whole number of at least ``minimum`` (seeds, ...), or a one-line error."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise UsageError(f"{label(name, style)} must be a whole number >= {minimum}, got {value!r}")
-    return value
+    return int(value)  # numpy's integers too
 
 
 SEED_LIMIT = 2**32
@@ -189,17 +192,18 @@ SEED_LIMIT = 2**32
 
 def check_seed(name: str, value: Any, style: Style) -> int:
     """A seed in [0, 2**32 - 1] (what a JAX key holds), or a one-line error."""
-    check_count(name, value, style, minimum=0)
+    value = check_count(name, value, style, minimum=0)
     if value >= SEED_LIMIT:
         raise UsageError(f"{label(name, style)} must be below 2**32 = {SEED_LIMIT:,} (JAX's keys hold 32-bit seeds: "
                          f"a larger one trains as a smaller one), got {value}")
     return value
 
 
-def check_seeds(seeds: int | Sequence[int], style: Style) -> tuple[int, ...]:
+def check_seeds(seeds: int | Sequence[int], style: Style) -> Sequence[int]:
     """The runs' seeds: ``n`` means seeds 0 to n - 1; a list names them (each in [0, 2**32 - 1], once)."""
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        return tuple(range(check_seed("seeds", check_count("seeds", seeds, style), style)))
+    if isinstance(seeds, numbers.Integral) and not isinstance(seeds, (bool, np.bool_)):
+        # a range, not a tuple: a huge count must reach the memory check before a list of it is built
+        return range(check_seed("seeds", check_count("seeds", seeds, style), style))
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
         raise UsageError(f"{label('seeds', style)} must be a number of seeds or a non-empty list of seeds, got {seeds!r}")
     for s in seeds:
@@ -242,18 +246,20 @@ def checked_grid(grid: Mapping[str, Sequence[float]] | None, style: Style, writt
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise UsageError(f"{what} {name}: give a non-empty list of values, got {values!r}")
         checked[name] = [checked_number(numbers[name], v, style, f"{what} {name}" if written else None) for v in values]
-        shown = [f"{v:g}" for v in checked[name]]  # as a setting's label writes it (six significant digits)
+        shown = [setting_label({name: v}) for v in checked[name]]  # as a setting's label writes it
         twice = sorted({s for s in shown if shown.count(s) > 1})
         if twice:  # 1 and 1.0 (or 0.1000001 and 0.1000002) are one setting's label: its seeds would mix
-            raise UsageError(f"{what} {name} names the value {twice[0]} twice (as labels write it, to six "
-                             "significant digits): give each value once")
+            raise UsageError(f"{what} {name} names the value {twice[0].partition('=')[2]} twice (as labels write "
+                             "it, to twelve significant digits): give each value once")
     return checked
 
 
 def setting_label(values: Mapping[str, float], in_name_order: bool = True) -> str:
     """The label of a run's setting: its overrides in name order (a sweep's: in its grid's order), or ``paper``."""
     items = sorted(values.items()) if in_name_order else values.items()
-    return ",".join(f"{k}={v:g}" for k, v in items) or "paper"
+    # 12 significant digits: grid points that differ in their third digit (0.125 and 0.12) or their seventh
+    # (which :g would round together) keep labels of their own, while 0.1 stays "0.1"
+    return ",".join(f"{k}={v:.12g}" for k, v in items) or "paper"
 
 
 def settings_of(method: str, fixed: Mapping[str, float], grid: Mapping[str, list[float]]) -> list[dict[str, float]]:
@@ -336,6 +342,9 @@ def static_with(env: str, overrides: dict[str, Any], style: Style) -> StaticConf
         raise UsageError(f"{label(STATIC_OPTIONS[pool_only[0]].public_name, style)} applies to environments stepped "
                          f"through a pool of emulators (montezuma, atari:NAME) only, not to {env} (a folder trained with it "
                          "before resumes with --config FOLDER --out FOLDER)")
+    if overrides.get("count_features", "simhash") != "simhash" and environment_spec(env).kind == "pool":
+        raise UsageError(f"{label(STATIC_OPTIONS['count_features'].public_name, style)} applies to the chain, the maze "
+                         f"and gymnax environments only: {env} counts its frames' feature, and has no cell ids")
     static = StaticConfig(**{**environment_spec(env).defaults, "env": env, **overrides})
     message = next(iter(static.problems(style)), None)
     if message:
@@ -375,26 +384,76 @@ def config_files(path: str | Path) -> list[Path]:
     return [folder / "config.json" for folder in folders]
 
 
+def saved_shape_problem(saved: Any) -> str | None:
+    """Why a parsed ``config.json`` is not one opiq-jax wrote (None when its outline is sound)."""
+    if not isinstance(saved, dict):
+        return f"its top level is a JSON {type(saved).__name__}, not an object"
+    if not isinstance(saved.get("static"), dict):
+        return 'it has no "static" object'
+    runs = saved.get("runs")
+    if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
+        return 'it has no non-empty "runs" list'
+    for r in runs:
+        if not isinstance(r.get("hparams"), dict) or not isinstance(r.get("method"), str):
+            return 'a run lacks its "method" or its "hparams" object'
+    return None
+
+
+def saved_static(static: Mapping[str, Any]) -> StaticConfig:
+    """A saved ``static`` section through the command line's checks: each value against its declaration, then the
+    relations between them; a :class:`UsageError` naming the field as the file does."""
+    values = {}
+    for name, value in static.items():
+        if name == "parts" or name not in STATIC_OPTIONS:  # the parts come from the methods
+            continue
+        values[name] = value if name == "env" else checked_static(STATIC_OPTIONS[name], value, "api",
+                                                                   written=f"static.{name}")
+    if not isinstance(values.get("env"), str):
+        raise UsageError(f"static.env must be an environment's name, got {values.get('env')!r}")
+    static_config = StaticConfig(**values)
+    message = next(iter(static_config.problems("api")), None)
+    if message:
+        raise UsageError(message)
+    return static_config
+
+
+def saved_hparams(run: Mapping[str, Any]) -> dict[str, float]:
+    """A saved run's hyperparameters, each checked against its declaration as the command line checks it."""
+    numbers = every_hparam()
+    unknown = sorted(set(run["hparams"]) - set(numbers))
+    if unknown:
+        raise UsageError(f"run {run['method']!r} has unknown hyperparameter {unknown[0]!r}")
+    return {k: checked_number(numbers[k], v, "api", written=f"hparams.{k}") for k, v in run["hparams"].items()}
+
+
 def experiment_from_configs(path: str | Path):
     """The experiment a saved ``config.json`` (or a results folder, per-program subfolders included) describes,
-    exactly: the same static configuration, base seed and runs with their hyperparameters."""
-    saved = [read_json(f) for f in config_files(path)]
+    exactly: the same static configuration, base seed and runs with their hyperparameters. A hand-edited file goes
+    through the checks a new experiment's options do, and fails in one line naming the file."""
+    files = config_files(path)
+    saved = [read_json(f) for f in files]
+    for file, one in zip(files, saved):
+        problem = saved_shape_problem(one)
+        if problem:
+            raise ResultsError(f"{file} is not an opiq-jax config.json: {problem}")
     statics = [{k: v for k, v in s["static"].items() if k != "parts"} for s in saved]
     if any(s != statics[0] for s in statics) or len({(s.get("seed"), s.get("shared_mask_seed")) for s in saved}) > 1:
         raise ResultsError(f"{path} holds more than one experiment: pass one config.json")
     try:
-        static = StaticConfig(**{k: tuple(map(tuple, v)) if k == "env_kwargs" else tuple(v) if isinstance(v, list)
-                                 else v for k, v in statics[0].items() if k in STATIC_OPTIONS})
-        runs = tuple(RunSpec(r["method"], r["setting"], int(r["seed"]),
-                             {k: float(v) for k, v in r["hparams"].items()})
-                     for s in saved for r in s["runs"])
+        static = saved_static(statics[0])
+        require_registered(files[0], static.env, [r["method"] for s in saved for r in s["runs"]],
+                           saved[0].get("plugins", []))
+        runs = tuple(RunSpec(r["method"], str(r.get("setting", "paper")), check_seed("seed", r.get("seed"), "api"),
+                             saved_hparams(r)) for s in saved for r in s["runs"])
+        seed = check_seed("seed", saved[0].get("seed", 0), "api")
+        mask_seed = check_seed("shared_mask_seed", saved[0].get("shared_mask_seed", 12345), "api")
+    except ResultsError:
+        raise
+    except UsageError as e:
+        raise ResultsError(f"{files[0]}: {e}") from None
     except (KeyError, TypeError, ValueError) as e:
-        raise ResultsError(f"{config_files(path)[0]} is not an opiq-jax config.json ({e})") from None
-    require_registered(config_files(path)[0], static.env, [r.method for r in runs], saved[0].get("plugins", []))
-    for value in [saved[0].get("seed", 0), *(r.seed for r in runs)]:
-        check_seed("seed", value, "api")
-    return Experiment(static=static, runs=runs, seed=int(saved[0].get("seed", 0)),
-                      shared_mask_seed=int(saved[0].get("shared_mask_seed", 12345)))
+        raise ResultsError(f"{files[0]} is not an opiq-jax config.json ({e})") from None
+    return Experiment(static=static, runs=runs, seed=seed, shared_mask_seed=mask_seed)
 
 
 def plan_rerun(path: str | Path) -> Experiment:
@@ -431,8 +490,14 @@ def describe(experiment) -> str:
     settings = len({(r.method, r.setting) for r in experiment.runs})
     static = experiment.static
     size = f" (length {static.chain_length})" if static.env == "chain" else ""
-    return (f"{len(experiment.runs)} runs ({', '.join(methods)}; {settings} setting(s)) on {static.env}{size}, "
+    runs = len(experiment.runs)
+    return (f"{plural(runs, 'run')} ({', '.join(methods)}; {plural(settings, 'setting')}) on {static.env}{size}, "
             f"{static.total_steps:,} steps each")
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def option_defaults(option: Option) -> str | None:

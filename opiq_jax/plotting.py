@@ -20,6 +20,7 @@ experiments (unless pooled) raise :class:`~opiq_jax.errors.UsageError` with a on
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from collections import defaultdict
@@ -144,12 +145,21 @@ def summary_table(rows: list[dict], metric: str, *, reps: int = SUMMARY_REPS, se
     seeds' own areas (:func:`seed_areas`) and its 95% stratified-bootstrap CI (``reps`` resamples, RNG ``seed``)."""
     table = []
     for label, c in curves(rows, metric).items():
-        point, low, high = stratified_bootstrap_ci(seed_areas(c["values"]), iqm, reps=reps, seed=seed)
+        if has_no_value(c):  # no episode ended in any run: no area or IQM of 0 beside a NaN median
+            point = low = high = auc = float("nan")
+        else:
+            point, low, high = stratified_bootstrap_ci(seed_areas(c["values"]), iqm, reps=reps, seed=seed)
+            auc = area_under_median(c)
         table.append(dict(group=label, final_median=float(c["median"][-1]), final_q25=float(c["q25"][-1]),
-                          final_q75=float(c["q75"][-1]), auc=area_under_median(c), area_iqm=point,
+                          final_q75=float(c["q75"][-1]), auc=auc, area_iqm=point,
                           area_iqm_low=low, area_iqm_high=high, seeds=int(c["values"].shape[0]),
-                          last_step=int(c["steps"][-1])))
-    return sorted(table, key=lambda t: -t["auc"])
+                          last_step=int(c["steps"][-1]), no_value=has_no_value(c)))
+    return sorted(table, key=lambda t: -np.nan_to_num(t["auc"], nan=-np.inf))
+
+
+def has_no_value(curve: dict[str, np.ndarray]) -> bool:
+    """Whether a curve holds no finite value at all (an episode metric of runs in which no episode ended)."""
+    return not np.isfinite(curve["values"]).any()
 
 
 def markdown_table(table: list[dict], metric: str) -> str:
@@ -158,6 +168,10 @@ def markdown_table(table: list[dict], metric: str) -> str:
               "| IQM of seeds' areas (95% CI) |"),
              "|---|---|---|---|---|---|"]
     for t in table:
+        if t.get("no_value"):
+            lines.append(f"| {t['group']} | {t['seeds']} | {t['last_step']:,} | no value: no episode ended in "
+                         f"{t['last_step']:,} steps | - | - |")
+            continue
         iqm_text = (f"{t['area_iqm']:.3g} ({t['area_iqm_low']:.3g}, {t['area_iqm_high']:.3g})"
                     if "area_iqm" in t else "-")
         lines.append(f"| {t['group']} | {t['seeds']} | {t['last_step']:,} | {t['final_median']:.3g} "
@@ -216,17 +230,26 @@ def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: lis
         ax.fill_between(c["steps"], low, high, color=colour, alpha=0.15, lw=0)
 
 
+def file_backend():
+    """``(pyplot, matplotlib)`` drawing into files (Agg), whatever ``MPLBACKEND`` names: the figures are only ever
+    saved, and matplotlib refuses to import at all under a backend name it does not know."""
+    os.environ.pop("MPLBACKEND", None)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401: matplotlib.ticker is used through the returned module
+
+    return plt, matplotlib
+
+
 def save_curve_figure(path: Path, metric_curves: dict[str, dict[str, np.ndarray]], metric: str, title: str,
                       groups: list[str] | None = None, hline: float | None = None, statistic: str = "median",
                       hline_label: str | None = None) -> Path:
     """Writes one PNG: every group's line and band (:func:`curve_band`), an optional grey reference line (named in
     the legend, so that it is not read as a method's dotted line), and the legend outside the axes (eleven
     methods inside would cover the curves)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
+    plt, matplotlib = file_backend()
 
     fig, ax = plt.subplots(figsize=(8.4, 4.4))
     plot_curves(ax, metric_curves, groups, statistic)
@@ -238,7 +261,7 @@ def save_curve_figure(path: Path, metric_curves: dict[str, dict[str, np.ndarray]
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, handlelength=3.2, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_atomically(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -247,11 +270,7 @@ def save_diagnostics_figure(path: Path, rows: list[dict], title: str, groups: li
                             statistic: str = "median") -> Path:
     """Writes one PNG of the learning diagnostics the rows hold (:data:`DIAGNOSTIC_PANELS`), a panel each, every
     group's line and band as in the other figures, so a divergence shows beside the rooms and returns."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
+    plt, matplotlib = file_backend()
 
     present = {r["metric"] for r in rows}
     panels = [m for m in DIAGNOSTIC_PANELS if m in present]
@@ -273,7 +292,7 @@ def save_diagnostics_figure(path: Path, rows: list[dict], title: str, groups: li
                bbox_to_anchor=(0.5, 1.0))
     fig.suptitle(title, fontsize=9, y=1.0 - 0.35 / fig.get_figheight())
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / fig.get_figheight()))
-    fig.savefig(path, dpi=110)
+    save_atomically(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -446,6 +465,21 @@ def check_one_experiment(out: Path, pooled: bool) -> list[list[dict]]:
     return [_configs(folders) for folders in experiments.values()]
 
 
+def save_atomically(fig, path: Path, dpi: int) -> None:
+    """``fig`` as a PNG at ``path``, written beside it and renamed over it once complete: a full disk, a file-size
+    limit or a kill mid-write leaves the previous figure whole (or none), never a truncated one."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as f:
+            fig.savefig(f, format="png", dpi=dpi)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
 def choose_metrics(rows: list[dict], metrics: tuple[str, ...] | None, out: Path) -> list[str]:
     """The metrics to draw. The default set draws those the folder has; a named metric it lacks is an error."""
     present = sorted({r["metric"] for r in rows})
@@ -481,7 +515,12 @@ def plot_folder(out: str | Path, metrics: tuple[str, ...] | None = DEFAULT_METRI
     suffix = "_iqm" if statistic == "iqm" else ""
     written = []
     for metric in choose_metrics(rows, metrics, out):
-        written.append(save_curve_figure(out / f"{prefix}_{metric}{suffix}.png", curves(rows, metric), metric, title,
+        metric_curves = curves(rows, metric)
+        if all(has_no_value(c) for c in metric_curves.values()):  # empty axes would look like a broken figure
+            print(f"plot: {metric} has no value in {out} (no episode ended in {steps_reached(rows)[1]:,} steps): "
+                  "not drawn", flush=True)
+            continue
+        written.append(save_curve_figure(out / f"{prefix}_{metric}{suffix}.png", metric_curves, metric, title,
                                          groups, (reference_lines or {}).get(metric), statistic))
     if (metrics is None or tuple(metrics) == DEFAULT_METRICS) and has_diagnostics(rows):
         written.append(save_diagnostics_figure(out / f"{prefix}_diagnostics{suffix}.png", rows, title, groups,

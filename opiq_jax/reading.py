@@ -7,6 +7,7 @@ the subfolders.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -79,9 +80,25 @@ def same_experiment(saved: dict, config: dict) -> bool:
     static = {k: v for k, v in config["static"].items()
               if k in saved.get("static", {}) or json.loads(json.dumps(v)) != json.loads(json.dumps(defaults.get(k)))}
     def unplugged(c: dict) -> dict:  # where plugins live, and what auto resolved to on a device, may differ
-        return {k: v for k, v in c.items() if k not in ("plugins", "resolved")}
+        return {k: v for k, v in c.items() if k not in ("plugins", "resolved", DIGEST_KEY)}
 
     return unplugged(saved) == unplugged(json.loads(json.dumps({**config, "static": static})))
+
+
+DIGEST_KEY = "experiment_sha256"
+"""The key of ``config.json`` that holds :func:`experiment_digest` of the experiment as it trained."""
+
+
+def experiment_digest(config: dict) -> str:
+    """SHA-256 of what a ``config.json`` says was trained (static configuration, seeds, runs), written beside it when
+    the runs start: a file edited afterwards no longer matches it."""
+    trained = {k: config.get(k) for k in ("static", "seed", "shared_mask_seed", "runs")}
+    return hashlib.sha256(json.dumps(trained, sort_keys=True).encode()).hexdigest()
+
+
+def edited_after_training(saved: dict) -> bool:
+    """Whether a saved ``config.json`` was changed after its runs started (its digest no longer matches it)."""
+    return DIGEST_KEY in saved and saved[DIGEST_KEY] != experiment_digest(saved)
 
 
 def require_same_experiment(out: Path, experiment: Experiment, say: Callable[[str], None] | None = None) -> None:
@@ -89,6 +106,10 @@ def require_same_experiment(out: Path, experiment: Experiment, say: Callable[[st
     configuration of one that never trained (nothing but ``config.json``: it stopped before its first chunk) is
     no result: it is replaced, with a line through ``say``."""
     path = Path(out) / CONFIG_FILE
+    if path.exists() and edited_after_training(read_json(path)):
+        raise ResultsError(f"{path} was edited after its runs trained (it no longer matches the record written with "
+                           "them), so its metrics are not of what it now says: train the edited configuration into a "
+                           "new --out, or restore the file")
     if path.exists() and not same_experiment(read_json(path), experiment.to_json()):
         if say is None or any(not is_scratch(e.name) and e.name != CONFIG_FILE for e in Path(out).iterdir()):
             raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")

@@ -54,7 +54,7 @@ from .metrics_file import (
     rows_without_checkpoint, set_aside_uncovered,
 )
 from .paths import ObservationPath
-from .reading import require_same_experiment
+from .reading import DIGEST_KEY, experiment_digest, require_same_experiment, same_experiment
 from .results import (
     CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, Restored, atomic_write_bytes, newest_checkpoint,
     prepare_folder, read_json, write_checkpoint,
@@ -270,7 +270,9 @@ def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
     the folder's metrics show the run finished (its checkpoints deleted: nothing to train, nothing to resume)."""
     static = experiment.static
     require_same_experiment(out, experiment, loop.say)
-    atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
+    if not (out / CONFIG_FILE).exists() or not same_experiment(read_json(out / CONFIG_FILE), experiment.to_json()):
+        # a resume keeps its config.json (resolved section included) until this start has resolved it again
+        atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
     hparams = stack_hparams(experiment.hparams())
     run_keys, env_keys = run_keys_for(experiment)
     restored = restore_checkpoint(out, experiment, hparams, run_keys, env_keys, loop.say)
@@ -280,10 +282,16 @@ def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
         return None
     progress = Progress(0 if restored is None else restored.chunk, restored is not None,
                         metrics_at_start(out, experiment, restored, loop.say))
+    if restored is not None and restored.chunk * static.log_every >= static.total_steps:
+        # its metrics repaired above where needed; said before the program is built: there is nothing to compile for
+        loop.say(f"opiq-jax: {out} finished already: its checkpoint and metrics reach step {static.total_steps:,} "
+                 "for every run; nothing to train")
+        return None
     signals.checkpointed, signals.total = progress.chunk * static.log_every, static.total_steps
     pool = start_pool(experiment, progress.chunk, **pool_overrides) if is_pool(static) else None
     trainer, init, _ = trainer_for(static, pool)
     resolved = {**experiment.to_json(), "resolved": trainer.agent.resolved()}  # what auto chose, on this device
+    resolved[DIGEST_KEY] = experiment_digest(resolved)
     atomic_write_bytes(out / CONFIG_FILE, json.dumps(resolved, indent=1).encode())
     progress.rings = frame_rings(trainer.path, restored)
     if restored is None:

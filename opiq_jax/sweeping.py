@@ -20,6 +20,7 @@ The selection protocol of the paper: rank the settings of each method by the are
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import itertools
 import json
@@ -35,10 +36,15 @@ import numpy as np
 from .config import RUNNER_SET, STATIC_OPTIONS, SWEEP_DEFAULTS, StaticConfig, Style, static_option
 from .methods import method_hparams
 from .errors import DoesNotFit, ResultsError, UsageError
+from .environments import environment_spec
 from .methods import get_method, program_name
+from .parts import get_part
+from .paths.pool import PoolPath
+from .state import DIAGNOSTIC_METRICS
+from .trainer import METRIC_DOCS
 from .plan import (
-    check_count, check_environment, check_seed, check_methods, checked_grid, checked_static, setting_label, static_with,
-    unknown_option,
+    check_count, check_environment, check_seed, check_methods, checked_grid, checked_static, plural, setting_label,
+    static_with, unknown_option,
 )
 from .results import atomic_write_bytes, prepare_folder, read_json
 from .plotting import area_under_median, area_under_median_ci, curves
@@ -84,13 +90,32 @@ def read_preset(preset: str | Path | Mapping) -> tuple[str, dict]:
     raise UsageError(f"unknown preset {str(preset)!r}: use a JSON file or one of {', '.join(preset_names())}")
 
 
-def load_preset(preset: str | Path | Mapping, style: Style = "cli") -> Preset:
-    """A preset (see :func:`read_preset`), every field checked against the options' declarations: a bad one
+def shrunk(data: Any, seeds: int | None, steps: int | None) -> Any:
+    """A preset's data with fewer (or more) ``seeds`` and ``steps``, to try a shipped preset small; its chunk becomes
+    the whole run where the preset's chunk does not divide the new steps. Checked afterwards as any preset is."""
+    if not isinstance(data, dict) or (seeds is None and steps is None):
+        return data
+    data = dict(data)
+    if seeds is not None:
+        data["seeds"] = check_count("seeds", seeds, "cli")
+    if steps is not None:
+        static = dict(data.get("static") or {})
+        static["total_steps"] = check_count("steps", steps, "cli")
+        if "log_every" in static and isinstance(static["log_every"], int) and steps % max(static["log_every"], 1):
+            static.pop("log_every")
+        data["static"] = static
+    return data
+
+
+def load_preset(preset: str | Path | Mapping, style: Style = "cli", seeds: int | None = None,
+                steps: int | None = None) -> Preset:
+    """A preset (see :func:`read_preset`), its ``seeds`` and ``steps`` replaced where given (:func:`shrunk`), every
+    field checked against the options' declarations: a bad one
     gives a one-line error naming the preset and the field as written in it. Structural options in
     ``static`` are honoured, except ``env`` and ``parts``, which the preset sets otherwise (refused)."""
     name, data = read_preset(preset)
     try:
-        return checked_preset(name, data)
+        return checked_preset(name, shrunk(data, seeds, steps))
     except UsageError as e:
         raise UsageError(f"preset {name}: {e}") from None
 
@@ -120,11 +145,48 @@ def checked_preset(name: str, data: dict) -> Preset:
         if foreign:
             raise UsageError(f"the grid for {g['method']} has hyperparameters its parts do not declare: "
                              f"{', '.join(foreign)} (it has {', '.join(options)})")
-    metric = data.get("metric", "test_return")
-    if not isinstance(metric, str) or not metric:
-        raise UsageError(f"metric must be a metric's name, got {metric!r}")
+    default = "train_return" if environment_spec(data["env"]).kind == "pool" else "test_return"  # pools: no test
+    metric = checked_metric(data.get("metric", default), data["env"], [g["method"] for g in grids])
+    check_run_count(seeds, grids)
     seed = check_seed("seed", data.get("seed", 0), "api")
     return Preset(env=data["env"], seeds=seeds, metric=metric, static=static, grids=tuple(grids), seed=seed, name=name)
+
+
+MAX_SWEEP_RUNS = 1_000_000
+"""The most runs (settings x seeds) a sweep plans: its list of runs is built on the host before anything trains."""
+
+LOWER_IS_BETTER = frozenset({"loss", "td_error_max", "q_abs_max", "nonfinite", "env_restarts", "sketch_overcount",
+                             "sketch_false_visits", "unknown_return_share"})
+"""Metrics a sweep ranks smallest first: errors and faults, where the largest area would be the worst setting."""
+
+
+def ranked_metrics(env: str, methods: list[str]) -> list[str]:
+    """The metrics a sweep of ``methods`` on ``env`` records, so can rank on: the trainer's and the parts'."""
+    pool = environment_spec(env).kind == "pool"
+    own = {"test_return", "states_visited", "state_actions_visited", "qplus_start"}
+    pool_only = (*DIAGNOSTIC_METRICS, *PoolPath.metric_names, "rooms_visited")
+    names = [m for m in METRIC_DOCS if (m not in own if pool else m not in pool_only)]
+    names += [m for method in methods for part in get_method(method).part_names for m in get_part(part).metric_names]
+    return list(dict.fromkeys(names))
+
+
+def checked_metric(metric: Any, env: str, methods: list[str]) -> str:
+    """The preset's ``metric`` if its runs record it, else a one-line error with the closest names (a typo must fail
+    before anything trains, not at the ranking after the whole sweep)."""
+    known = ranked_metrics(env, methods)
+    if isinstance(metric, str) and metric in known:
+        return metric
+    close = difflib.get_close_matches(str(metric), known, n=2)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise UsageError(f"metric {metric!r} is not one that these runs record ({', '.join(known)}){hint}")
+
+
+def check_run_count(seeds: int, grids: list[dict]) -> None:
+    """A one-line error when the preset has more runs than a sweep plans (:data:`MAX_SWEEP_RUNS`)."""
+    settings = sum(math.prod(len(v) for v in g.get("grid", {}).values()) for g in grids)
+    if settings * seeds > MAX_SWEEP_RUNS:
+        raise UsageError(f"seeds ({seeds:,}) x settings ({settings:,}) is {settings * seeds:,} runs, more than a sweep "
+                         f"plans ({MAX_SWEEP_RUNS:,}): give fewer seeds")
 
 
 def checked_preset_static(static: Any) -> dict:
@@ -248,8 +310,8 @@ def require_same_preset(out: Path, preset: Preset) -> None:
     """A one-line :class:`UsageError` when ``out`` holds a sweep of another preset (its ``preset.json``)."""
     path = out / "preset.json"
 
-    def unnamed(data: dict) -> dict:  # the same preset read from a renamed file is the same sweep
-        return {k: v for k, v in data.items() if k != "name"}
+    def unnamed(data: dict) -> dict:  # the same preset read from a renamed file, or ranked on another metric
+        return {k: v for k, v in data.items() if k not in ("name", "metric")}
 
     if path.exists() and unnamed(read_json(path)) != unnamed(json.loads(json.dumps(preset.__dict__, default=list))):
         raise ResultsError(f"{out} holds a sweep of another preset (its preset.json differs): choose another --out "
@@ -263,8 +325,8 @@ def run_sweep(preset: Preset, out: str | Path, progress: bool = SWEEP_DEFAULTS["
     out = prepare_folder(Path(out), kind="sweep")
     require_same_preset(out, preset)
     runs = expand(preset)
-    print(f"sweep: {len(runs)} runs ({len(runs) // preset.seeds} settings x {preset.seeds} seeds) on {preset.env}",
-          flush=True)
+    print(f"sweep: {plural(len(runs), 'run')} ({plural(len(runs) // preset.seeds, 'setting')} x "
+          f"{plural(preset.seeds, 'seed')}) on {preset.env}", flush=True)
     atomic_write_bytes(out / "preset.json", json.dumps(preset.__dict__, indent=1, default=list).encode())
     batches = plan_sweep(preset, max_batch_runs, out)
     for i, batch in enumerate(batches):
@@ -317,33 +379,46 @@ def rank_settings(out: Path, metric: str) -> list[dict]:
             low, high = area_under_median_ci(c["values"])
             table.append(dict(method=method, setting=setting, auc=area_under_median(c), auc_low=low, auc_high=high,
                               final_median=float(c["median"][-1]), seeds=int(c["values"].shape[0])))
-    table.sort(key=lambda t: (t["method"], -t["auc"]))
+    lower = metric in LOWER_IS_BETTER
+    for t in table:
+        t["score"], t["lower_is_better"] = (-t["auc"] if lower else t["auc"]), lower  # larger score is better
+    table.sort(key=lambda t: (t["method"], -t["score"]))
     return table
 
 
 def best_per_method(ranking: list[dict]) -> list[dict]:
     best = {}
     for t in ranking:
-        if t["method"] not in best or t["auc"] > best[t["method"]]["auc"]:
+        if t["method"] not in best or score(t) > score(best[t["method"]]):
             best[t["method"]] = t
-    return sorted(best.values(), key=lambda t: -t["auc"])
+    return sorted(best.values(), key=lambda t: -score(t))
+
+
+def score(t: dict) -> float:
+    """A ranked setting's score, larger better (its area, negated for a metric ranked smallest first)."""
+    return t.get("score", t["auc"])
 
 
 def tied_with_best(ranking: list[dict], best: dict) -> list[dict]:
     """The other settings of ``best``'s method whose area's 95% interval reaches the best's interval: the seeds do
     not tell them apart from the best (a sweep's selection is within noise when this is not empty)."""
-    return [t for t in ranking if t["method"] == best["method"] and t is not best
-            and t.get("auc_high", -np.inf) >= best.get("auc_low", np.inf)]
+    def reaches(t: dict) -> bool:
+        if best.get("lower_is_better"):  # ranked smallest first
+            return t.get("auc_low", np.inf) <= best.get("auc_high", -np.inf)
+        return t.get("auc_high", -np.inf) >= best.get("auc_low", np.inf)
+
+    return [t for t in ranking if t["method"] == best["method"] and t is not best and reaches(t)]
 
 
 def write_tables(out: Path, ranking: list[dict], metric: str) -> None:
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, fieldnames=["method", "setting", "auc", "auc_low", "auc_high", "final_median",
-                                               "seeds"])
+                                               "seeds"], extrasaction="ignore")
     writer.writeheader()
     writer.writerows(ranking)
     atomic_write_bytes(out / "settings.csv", table.getvalue().encode())
-    lines = [f"Best setting per method by area under the median {metric} curve (the paper's protocol), with its 95% "
+    order = " (the smallest: lower is better for it)" if metric in LOWER_IS_BETTER else ""
+    lines = [f"Best setting per method by area under the median {metric} curve{order} (the paper's protocol), with its 95% "
              "bootstrap interval over seeds. Settings whose interval reaches the best's are tied with it: the seeds "
              "do not tell them apart.", "",
              f"| method | best setting | area under median {metric} (95% CI) | final median | settings tried | "

@@ -117,7 +117,7 @@ def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["train", *SMALL, "--grid", "lr=0.001,inf"], "--lr must be a finite number, got inf"),
         # one value twice would train one setting twice under one label
         (["train", *SMALL, "--grid", "m=1,1.0"], "--grid m names the value 1 twice"),
-        (["train", *SMALL, "--grid", "m=0.1000001,0.1000002"], "--grid m names the value 0.1 twice (as labels write"),
+        (["train", *SMALL, "--grid", "m=0.1,0.1000000000001"], "--grid m names the value 0.1 twice (as labels write"),
         # options of the pool path alone (Montezuma's), which did nothing on the chain
         (["train", *SMALL, "--envs-per-run", "2"], "--envs-per-run applies to environments stepped through a pool"),
         (["train", *SMALL, "--no-overlap"], "--overlap applies to environments stepped through a pool"),

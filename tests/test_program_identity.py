@@ -28,6 +28,7 @@ def test_a_revision_that_is_not_there_is_refused(tmp_path):
 
 
 def test_montezumas_programs_compare_across_processes(tmp_path):
+    pytest.importorskip("envpool")  # --env montezuma needs the Atari extra; without it the test is skipped
     """A pool's emulators are named by their addresses in the lowered text, which differ from process to process;
     the comparison sees through them."""
     status = main(["--against", "HEAD", "--after", "HEAD", "--envs", "montezuma", "--precisions", "float32",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 import jax
 import numpy as np
 
-from ..config import Option, StaticConfig, register_static_options, static_option_problem
+from ..config import CORE_HPARAMS, Option, StaticConfig, register_static_options, static_option_problem
 from ..errors import PartError
 
 if TYPE_CHECKING:  # types only: a part reads the run's state and the path's records, never the trainer
@@ -184,6 +184,10 @@ def check_part(part: Part) -> None:
                     " (or set shares_program = False: it then compiles into a program of its own)"))
         for name, value in part.off.items():
             options[name].check(value, "api", f"part {part.name!r}: off {name}")
+    for option_ in part.hparams:
+        problem = shadowed_hparam(part, option_)
+        if problem:
+            raise ValueError(problem)
     for stream in part.random_streams:
         holder = next((p for p in PARTS.values() if stream in p.random_streams and p.name != part.name), None)
         if holder is not None:
@@ -194,6 +198,21 @@ def check_part(part: Part) -> None:
         if problem:
             raise ValueError(problem)
         option_.check(option_.default, "api", f"part {part.name!r}: static option {option_.name}")
+
+
+def shadowed_hparam(part: Part, option_: Option) -> str | None:
+    """Why ``part`` may not declare ``option_``: the trainer's own hyperparameter of that name, or another registered
+    part's declared differently (every program's hyperparameters share one namespace, the command line's)."""
+    core = next((o for o in CORE_HPARAMS if o.name == option_.name), None)
+    if core is not None:
+        return (f"part {part.name!r} declares hyperparameter {option_.name!r}, which is the trainer's own: choose "
+                "another name")
+    holder = next((p for p in PARTS.values() if p.name != part.name
+                   and any(o.name == option_.name and o != option_ for o in p.hparams)), None)
+    if holder is not None:
+        return (f"part {part.name!r} declares hyperparameter {option_.name!r}, which part {holder.name!r} declares "
+                "differently: choose another name")
+    return None
 
 
 def register_part(part: Part) -> Part:
