@@ -57,6 +57,7 @@ LEAN = "tests/test_mlp_backward.py::"
 ENVS_PER_RUN = "tests/test_schedules.py::test_updates_target_copies_and_epsilon_count_the_runs_environment_steps"
 N_STEP_CHAIN = "tests/test_trainer.py::test_n_step_q_plus_target_by_hand"
 DIAG = "tests/test_diagnostics.py::"
+PROPS = "tests/test_properties.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------------ counts
@@ -392,6 +393,67 @@ MUTANTS: tuple[Mutant, ...] = (
            "        compiles += made\n", "        compiles += 0\n",
            "the bench's timers stop counting the compiles inside their timed intervals",
            ("tests/test_bench.py::test_timed_repeats_counts_the_compiles_inside_its_intervals",)),
+    Mutant("bootstrap-bonus-first-next-state", "opiq_jax/paths/compact.py",
+           "next_columns=lambda: columns(next_compact),", "next_columns=lambda: columns(windows.next_compact[:, 0]),",
+           "the bootstrap's count bonus is read at the first next state, not the state n steps ahead",
+           (N_STEP_CHAIN,)),
+    Mutant("td-loss-last-action", "opiq_jax/trainer.py",
+           '"cells"))  # [B, K, A]\n    actions = batch.actions[:, 0]\n    q_taken',
+           '"cells"))  # [B, K, A]\n    actions = batch.actions[:, -1]\n    q_taken',
+           "the TD loss regresses Q at the window's last action, not its first",
+           (PROPS + "test_the_td_loss_regresses_q_at_the_first_action_of_the_window",)),
+    Mutant("targets-online-network", "opiq_jax/target_values.py",
+           "return agent.head_values(run, run.target_params, batch.next_obs",
+           "return agent.head_values(run, run.params, batch.next_obs",
+           "the targets bootstrap from the online network, not the target network",
+           (PROPS + "test_the_targets_read_the_target_network_never_the_online_one",)),
+    Mutant("acting-final-epsilon", "opiq_jax/trainer.py",
+           "(envs,)) < epsilon_at(agent, run, step)", "(envs,)) < run.hparams[\"epsilon_end\"]",
+           "acting explores with the schedule's final epsilon from the start (the reported epsilon still decays)",
+           (PROPS + "test_the_share_of_exploratory_actions_follows_the_epsilon_schedule",)),
+    Mutant("atari-no-sticky-actions", "envs/atari.py",
+           '"repeat_action_probability": 0.25,', '"repeat_action_probability": 0.0,',
+           "the Atari pools are built without sticky actions",
+           (PROPS + "test_atari_pools_are_built_with_sticky_actions_and_the_papers_settings",)),
+    Mutant("rnd-recent-frames-off-by-one", "opiq_jax/frame_replay.py",
+           "slots = (buffer.position - 1 - ages) % buffer.capacity\n    return buffer.frames[slots]",
+           "slots = (buffer.position - ages) % buffer.capacity\n    return buffer.frames[slots]",
+           "RND's recent states on the pool path start one slot past the newest frame (the oldest one)",
+           (PROPS + "test_rnds_recent_states_are_the_newest_frames_newest_first",)),
+    Mutant("rnd-reached-own-frame", "opiq_jax/frame_replay.py",
+           "ages[..., None] + 1 + jnp.arange(count))", "ages[..., None] + jnp.arange(count))",
+           "the frames a window's steps reached are their own frames (RND's reward at the state it left)",
+           (PROPS + "test_rnds_reached_frames_are_the_frames_each_step_reached",)),
+    Mutant("bsp-head-every-step", "opiq_jax/trainer.py",
+           "active_head=jnp.where(done, new_heads, run.active_head))", "active_head=new_heads)",
+           "BSP draws a new acting head at every step, not once per episode",
+           (PROPS + "test_bsp_draws_its_acting_head_once_per_episode",)),
+    Mutant("sweep-label-two-digits", "opiq_jax/plan.py", '{k}={v:.12g}', '{k}={v:.2g}',
+           "settings are labelled to two significant digits (0.125 and 0.12 share a label)",
+           (PROPS + "test_setting_labels_tell_apart_values_beyond_two_significant_digits",)),
+    Mutant("segment-rings-one-offset", "opiq_jax/frame_store.py",
+           "        offset += count * size\n    return rings", "        offset += 0\n    return rings",
+           "every ring of a segment is read from the first ring's offset",
+           (PROPS + "test_a_segment_of_several_rings_reads_each_ring_back_at_its_own_offset",)),
+    Mutant("pool-resume-seeded-as-start", "opiq_jax/runner.py",
+           "seed = experiment.seed if resumed_at == 0 else experiment.seed + 1_000_003 * resumed_at",
+           "seed = experiment.seed",
+           "a resumed pool is seeded as at step 0 and replays the first episodes",
+           (PROPS + "test_a_resumed_pool_is_not_seeded_as_at_step_zero",)),
+    Mutant("tabular-log-term-episodes", "experiments/tabular.py",
+           "bonus_coefficient(hp, H, S, A, config.num_episodes * H)",
+           "bonus_coefficient(hp, H, S, A, config.num_episodes)",
+           "the tabular methods' log term takes T as the number of episodes, not of steps",
+           (PROPS + "test_the_tabular_log_term_counts_steps_not_episodes",)),
+    Mutant("plain-acts-on-c-bootstrap", "opiq_jax/benchmark/plain.py",
+           'q_plus = q + count_bonus(run.counts[cell], hp["c_action"], hp["m"])',
+           'q_plus = q + count_bonus(run.counts[cell], hp["c_bootstrap"], hp["m"])',
+           "the plain baseline acts on C_bootstrap's bonus, not C_action's",
+           (PROPS + "test_the_plain_baseline_acts_on_c_action_not_c_bootstrap",)),
+    Mutant("plain-copies-on-updates", "opiq_jax/benchmark/plain.py",
+           "copy_now = run.step % static.target_update == 0", "copy_now = run.updates % static.target_update == 0",
+           "the plain baseline copies its target every target_update updates, not environment steps",
+           (PROPS + "test_the_plain_baselines_target_is_copied_every_target_update_environment_steps",)),
 )
 
 CHEAP: tuple[str, ...] = (
@@ -400,6 +462,7 @@ CHEAP: tuple[str, ...] = (
     "pseudocounts-one-over-n", "replay-position-clamped", "dora-log-one-minus-e", "rnd-bonus-mean",
     "bsp-torso-unscaled", "trainer-epsilon-reversed", "results-no-checksum", "results-arrays-same-offset",
     "bench-timer-ignores-compiles", "frames-unknown-return-off-by-one", "probe-counts-colliding-codes",
+    "sweep-label-two-digits", "segment-rings-one-offset", "rnd-recent-frames-off-by-one", "rnd-reached-own-frame",
 )
 """Mutants whose tests take a few seconds (pure functions, no compiled trainer): what the CI sample draws from."""
 

@@ -117,11 +117,11 @@ def test_n_step_q_plus_target_by_hand():
     experiment = Experiment(static, runs)
     state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
     run = jax.tree.map(lambda x: x[0], state.runs)
-    # counts: N(1, .) = (5, 4), N(2, right) = 1, N(3, left) = 9 ; N(4, .) = (0, 3). The bootstrap's winning action
-    # (left, unvisited in 4) has other counts in every state of the window, so reading any state but the
-    # bootstrap state's gives another target.
+    # counts: N(1, .) = (5, 4), N(2, .) = (2, 1), N(3, left) = 9 ; N(4, .) = (0, 3). The bootstrap's winning action
+    # (left, unvisited in 4) is visited in every other state of the window, so reading the counts of any state but
+    # the bootstrap state's (the first next state 2, say) gives another target.
     count_columns, update = jax.jit(trainer.agent.count_columns), jax.jit(counts.update)  # not op by op
-    for cell, action, times in [(1, 0, 5), (1, 1, 4), (2, 1, 1), (3, 0, 9), (4, 1, 3)]:
+    for cell, action, times in [(1, 0, 5), (1, 1, 4), (2, 0, 2), (2, 1, 1), (3, 0, 9), (4, 1, 3)]:
         cols = count_columns(run, jnp.array([cell], jnp.int32))
         for _ in range(times):
             run = run.replace(counts=run.counts.replace(sketch=update(run.counts.sketch, cols, action)))
