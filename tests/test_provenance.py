@@ -42,30 +42,14 @@ from pathlib import Path
 
 import pytest
 
+from experiments.results_index import INDEX, LINK, cited_folders, index_text, top_folders
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMAND = re.compile(r"(opiq-jax \w|python -m experiments\.|bash \.ci/run)")  # the last: the tests' own timing
 NOT_DATA = {"config.json", "run_info.json", "preset.json"}
 SETTINGS_KEYS = {"options", "settings", "static", "command", "commands"}
-LINK = re.compile(r"\]\(([^)\s]+)\)")
-LITERAL = re.compile(r"docs/results/[\w.\-/]+")
-
-
-def cited_folders() -> dict[Path, set[str]]:
-    """Every cited folder under docs/results, with the pages that cite it."""
-    cited: dict[Path, set[str]] = {}
-    for page in PAGES:
-        text = page.read_text()
-        targets = [(page.parent / t.split("#")[0]) for t in LINK.findall(text) if not t.startswith(("http", "#"))]
-        targets += [ROOT / t.rstrip(".,;:") for t in LITERAL.findall(text)]
-        for target in targets:
-            path = target.resolve()
-            if path == RESULTS or RESULTS not in path.parents:
-                continue
-            folder = path if path.is_dir() or not path.suffix else path.parent
-            cited.setdefault(folder, set()).add(page.name)
-    return cited
 
 
 def _scope(folder: Path) -> list[Path]:
@@ -351,3 +335,14 @@ def test_an_experiments_row_with_another_verdict_or_a_number_its_page_lacks_is_c
     assert experiment_row_problems(good.replace("differs", "in part"), page) == ["verdict 'in part: 24 seeds, 100k steps' in row 'Figure 5'"]
     assert experiment_row_problems(good.replace("24 seeds", "25 seeds"), page) == ["'25' in row 'Figure 5'"]
     assert experiment_row_problems(good.replace("docs/maze.md", "docs/none.md"), page) == ["no linked page in row 'Figure 5'"]
+
+
+def test_the_results_index_lists_every_folder_with_its_claim_and_pages():
+    """docs/results/README.md is what the folders give now (rerun ``python -m experiments.results_index``)."""
+    assert INDEX.read_text(encoding="utf-8") == index_text()
+
+
+def test_every_results_folder_is_cited_by_a_page():
+    """A folder no page cites is superseded or withdrawn: it leaves HEAD (its commit keeps it)."""
+    cited_tops = {f.relative_to(RESULTS).parts[0] for f in CITED}
+    assert [f.name for f in top_folders() if f.name not in cited_tops] == []
