@@ -16,6 +16,8 @@ ordinary values.
 
 from __future__ import annotations
 
+import itertools
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -245,9 +247,6 @@ def permutation_p(x: ArrayLike, y: ArrayLike, *, draws: int = 100_000, seed: int
     seeds against 4 there are 70 splits and the smallest p is 2/70 = 0.029. NaN scores are dropped; NaN if either
     side is left empty.
     """
-    import itertools
-    import math
-
     xs, ys = _finite_1d(x, "x"), _finite_1d(y, "y")
     if xs.size == 0 or ys.size == 0:
         return float("nan")
