@@ -19,8 +19,8 @@ experiments (unless pooled) raise :class:`~opiq_jax.errors.UsageError` with a on
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import re
 import warnings
 from collections import defaultdict
@@ -33,7 +33,7 @@ from .envs.maze import MAZE_SIZE
 from .errors import UsageError
 from .methods import METHODS, program_name
 from .reading import experiment_folders, read_metrics
-from .results import CONFIG_FILE, read_json
+from .results import CONFIG_FILE, atomic_write_bytes, read_json
 from .stats import iqm, iqm_curve_ci, stratified_bootstrap_ci
 
 DEFAULT_METRICS = ("train_return", "test_return", "states_visited", "max_return", "rooms_visited")
@@ -231,9 +231,7 @@ def plot_curves(ax, metric_curves: dict[str, dict[str, np.ndarray]], groups: lis
 
 
 def file_backend():
-    """``(pyplot, matplotlib)`` drawing into files (Agg), whatever ``MPLBACKEND`` names: the figures are only ever
-    saved, and matplotlib refuses to import at all under a backend name it does not know."""
-    os.environ.pop("MPLBACKEND", None)
+    """``(pyplot, matplotlib)`` drawing into files (Agg): the figures are only ever saved."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -466,18 +464,12 @@ def check_one_experiment(out: Path, pooled: bool) -> list[list[dict]]:
 
 
 def save_atomically(fig, path: Path, dpi: int) -> None:
-    """``fig`` as a PNG at ``path``, written beside it and renamed over it once complete: a full disk, a file-size
-    limit or a kill mid-write leaves the previous figure whole (or none), never a truncated one."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as f:
-            fig.savefig(f, format="png", dpi=dpi)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    """``fig`` as a PNG at ``path``, rendered in memory and written as every results file is
+    (:func:`~opiq_jax.results.atomic_write_bytes`): a full disk, a file-size limit or a kill mid-write leaves the
+    previous figure whole (or none), never a truncated one."""
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=dpi)
+    atomic_write_bytes(Path(path), image.getvalue())
 
 
 def choose_metrics(rows: list[dict], metrics: tuple[str, ...] | None, out: Path) -> list[str]:

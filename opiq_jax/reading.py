@@ -101,16 +101,20 @@ def edited_after_training(saved: dict) -> bool:
     return DIGEST_KEY in saved and saved[DIGEST_KEY] != experiment_digest(saved)
 
 
-def require_same_experiment(out: Path, experiment: Experiment, say: Callable[[str], None] | None = None) -> None:
-    """A one-line :class:`ResultsError` when ``out`` already holds the results of another experiment. The
-    configuration of one that never trained (nothing but ``config.json``: it stopped before its first chunk) is
-    no result: it is replaced, with a line through ``say``."""
+def require_same_experiment(out: Path, experiment: Experiment, say: Callable[[str], None] | None = None) -> bool:
+    """A one-line :class:`ResultsError` when ``out`` already holds the results of another experiment, or a
+    ``config.json`` edited after its runs trained. The configuration of one that never trained (nothing but
+    ``config.json``: it stopped before its first chunk) is no result: it is replaced, with a line through ``say``.
+    Returns whether ``out``'s ``config.json`` already describes ``experiment`` (False: none, or one to replace)."""
     path = Path(out) / CONFIG_FILE
-    if path.exists() and edited_after_training(read_json(path)):
+    saved = read_json(path) if path.exists() else None
+    if saved is not None and edited_after_training(saved):
         raise ResultsError(f"{path} was edited after its runs trained (it no longer matches the record written with "
                            "them), so its metrics are not of what it now says: train the edited configuration into a "
                            "new --out, or restore the file")
-    if path.exists() and not same_experiment(read_json(path), experiment.to_json()):
+    if saved is not None and not same_experiment(saved, experiment.to_json()):
         if say is None or any(not is_scratch(e.name) and e.name != CONFIG_FILE for e in Path(out).iterdir()):
             raise ResultsError(f"{out} holds a different experiment: choose another --out or delete it")
         say(f"opiq-jax: {out} held the configuration of another experiment, which never trained: replacing it")
+        return False
+    return saved is not None

@@ -54,7 +54,7 @@ from .metrics_file import (
     rows_without_checkpoint, set_aside_uncovered,
 )
 from .paths import ObservationPath
-from .reading import DIGEST_KEY, experiment_digest, require_same_experiment, same_experiment
+from .reading import DIGEST_KEY, experiment_digest, require_same_experiment
 from .results import (
     CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, Restored, atomic_write_bytes, newest_checkpoint,
     prepare_folder, read_json, write_checkpoint,
@@ -269,8 +269,7 @@ def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
     """``(trainer, state, progress)``: a new or restored state, its pool started, placed on the devices; None when
     the folder's metrics show the run finished (its checkpoints deleted: nothing to train, nothing to resume)."""
     static = experiment.static
-    require_same_experiment(out, experiment, loop.say)
-    if not (out / CONFIG_FILE).exists() or not same_experiment(read_json(out / CONFIG_FILE), experiment.to_json()):
+    if not require_same_experiment(out, experiment, loop.say):
         # a resume keeps its config.json (resolved section included) until this start has resolved it again
         atomic_write_bytes(out / CONFIG_FILE, json.dumps(experiment.to_json(), indent=1).encode())
     hparams = stack_hparams(experiment.hparams())

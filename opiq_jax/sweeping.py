@@ -379,31 +379,26 @@ def rank_settings(out: Path, metric: str) -> list[dict]:
             low, high = area_under_median_ci(c["values"])
             table.append(dict(method=method, setting=setting, auc=area_under_median(c), auc_low=low, auc_high=high,
                               final_median=float(c["median"][-1]), seeds=int(c["values"].shape[0])))
-    lower = metric in LOWER_IS_BETTER
-    for t in table:
-        t["score"], t["lower_is_better"] = (-t["auc"] if lower else t["auc"]), lower  # larger score is better
-    table.sort(key=lambda t: (t["method"], -t["score"]))
+    sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+    table.sort(key=lambda t: (t["method"], -sign * t["auc"]))
     return table
 
 
-def best_per_method(ranking: list[dict]) -> list[dict]:
+def best_per_method(ranking: list[dict], lower_is_better: bool = False) -> list[dict]:
+    """Each method's best setting (the largest area, or the smallest for a metric of :data:`LOWER_IS_BETTER`)."""
+    sign = -1.0 if lower_is_better else 1.0
     best = {}
     for t in ranking:
-        if t["method"] not in best or score(t) > score(best[t["method"]]):
+        if t["method"] not in best or sign * t["auc"] > sign * best[t["method"]]["auc"]:
             best[t["method"]] = t
-    return sorted(best.values(), key=lambda t: -score(t))
+    return sorted(best.values(), key=lambda t: -sign * t["auc"])
 
 
-def score(t: dict) -> float:
-    """A ranked setting's score, larger better (its area, negated for a metric ranked smallest first)."""
-    return t.get("score", t["auc"])
-
-
-def tied_with_best(ranking: list[dict], best: dict) -> list[dict]:
+def tied_with_best(ranking: list[dict], best: dict, lower_is_better: bool = False) -> list[dict]:
     """The other settings of ``best``'s method whose area's 95% interval reaches the best's interval: the seeds do
     not tell them apart from the best (a sweep's selection is within noise when this is not empty)."""
     def reaches(t: dict) -> bool:
-        if best.get("lower_is_better"):  # ranked smallest first
+        if lower_is_better:  # ranked smallest first
             return t.get("auc_low", np.inf) <= best.get("auc_high", -np.inf)
         return t.get("auc_high", -np.inf) >= best.get("auc_low", np.inf)
 
@@ -413,20 +408,21 @@ def tied_with_best(ranking: list[dict], best: dict) -> list[dict]:
 def write_tables(out: Path, ranking: list[dict], metric: str) -> None:
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, fieldnames=["method", "setting", "auc", "auc_low", "auc_high", "final_median",
-                                               "seeds"], extrasaction="ignore")
+                                               "seeds"])
     writer.writeheader()
     writer.writerows(ranking)
     atomic_write_bytes(out / "settings.csv", table.getvalue().encode())
-    order = " (the smallest: lower is better for it)" if metric in LOWER_IS_BETTER else ""
+    lower = metric in LOWER_IS_BETTER
+    order = " (the smallest: lower is better for it)" if lower else ""
     lines = [f"Best setting per method by area under the median {metric} curve{order} (the paper's protocol), with its 95% "
              "bootstrap interval over seeds. Settings whose interval reaches the best's are tied with it: the seeds "
              "do not tell them apart.", "",
              f"| method | best setting | area under median {metric} (95% CI) | final median | settings tried | "
              "tied with the best |",
              "|---|---|---|---|---|---|"]
-    for t in best_per_method(ranking):
+    for t in best_per_method(ranking, lower):
         tried = sum(1 for r in ranking if r["method"] == t["method"])
-        tied = ", ".join(r["setting"] for r in tied_with_best(ranking, t)) or "none"
+        tied = ", ".join(r["setting"] for r in tied_with_best(ranking, t, lower)) or "none"
         lines.append(f"| {t['method']} | {t['setting']} | {t['auc']:.4g} ({t['auc_low']:.4g}, {t['auc_high']:.4g}) | "
                      f"{t['final_median']:.4g} | {tried} | {tied} |")
     atomic_write_bytes(out / "best.md", ("\n".join(lines) + "\n").encode())

@@ -199,7 +199,7 @@ def test_a_preset_resumes_its_folder_after_its_metric_is_corrected(tmp_path):
         require_same_preset(tmp_path, load_preset({**PRESET, "seeds": 2}))
 
 
-def test_a_sweep_ranked_on_a_loss_puts_the_smallest_first(monkeypatch):
+def test_a_sweep_ranked_on_a_loss_puts_the_smallest_first(monkeypatch, tmp_path):
     def rows(setting, value):
         return [dict(run=0, method="opiq", setting=setting, seed=0, step=s, metric="loss", value=value)
                 for s in (100, 200)]
@@ -208,7 +208,10 @@ def test_a_sweep_ranked_on_a_loss_puts_the_smallest_first(monkeypatch):
 
     monkeypatch.setattr(sweeping, "sweep_rows", lambda out: rows("m=1", 1.0) + rows("m=2", 0.1))
     ranking = rank_settings(Path("."), "loss")
-    assert [t["setting"] for t in sweeping.best_per_method(ranking)] == ["m=2"]
+    assert [t["setting"] for t in ranking] == ["m=2", "m=1"]  # ranked best first
+    assert [t["setting"] for t in sweeping.best_per_method(ranking, lower_is_better=True)] == ["m=2"]
+    sweeping.write_tables(tmp_path, ranking, "loss")  # best.md, as the sweep writes it, names the smallest loss best
+    assert "| opiq | m=2 |" in (tmp_path / "best.md").read_text()
     monkeypatch.setattr(sweeping, "sweep_rows", lambda out: [
         {**r, "metric": "test_return"} for r in rows("m=1", 1.0) + rows("m=2", 0.1)])
     assert [t["setting"] for t in sweeping.best_per_method(rank_settings(Path("."), "test_return"))] == ["m=1"]
