@@ -34,6 +34,11 @@ from pathlib import Path
 import numpy as np
 import tyro
 
+if not __package__:  # run by path: import as python -m does, from the root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from experiments.source_tree import importable  # noqa: E402
+
 METHODS = ("dqn", "dqn_pc", "dqn_rsubtract", "dqn_rsubtract_pc", "dqn_bias", "dqn_bias_pc", "dqn_dora",
            "dqn_dora_oa", "dqn_rnd", "bsp", "opiq", "opiq_no_ob", "opiq_no_pc")
 
@@ -136,6 +141,7 @@ def main(args: Args) -> int:
         old_tree = Path(scratch) / f"opiq-jax-{args.against}"
         subprocess.run(["git", "-C", str(here), "worktree", "add", "--detach", str(old_tree), args.against],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        importable(old_tree)
         try:
             table = []
             for env in args.envs:

@@ -29,6 +29,8 @@ if not __package__:  # run by path: import as python -m does, from the root
 
 import tyro
 
+from experiments.source_tree import importable  # noqa: E402
+
 # Run in a tree: train with every checkpoint timed, then print one line of JSON.
 DRIVER = """
 import json, sys, time
@@ -74,7 +76,7 @@ def measure(name: str, tree: str, args: Args) -> dict:
     """One tree's run: its wall-clock, every checkpoint's seconds, and what its folder holds at the end."""
     out = args.scratch.resolve() / name
     shutil.rmtree(out, ignore_errors=True)
-    tree = Path(tree).resolve()  # run in the tree: python -c puts the working folder ahead of PYTHONPATH
+    tree = importable(Path(tree).resolve())  # run in the tree: python -c puts the working folder ahead of PYTHONPATH
     path = os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", DRIVER, str(out), str(args.minutes), str(args.checkpoint_every)],
                           env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, cwd=tree)

@@ -39,6 +39,7 @@ if not __package__:  # run by path (python experiments/mutation_testing.py): imp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments.mutants import CHEAP, MUTANTS, Mutant  # noqa: E402
+from experiments.source_tree import importable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT = 900.0
@@ -198,6 +199,7 @@ def run_mutant(mutant: Mutant, root: Path = ROOT, files: Sequence[str] | None = 
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as folder:
         copy = Path(folder) / "project"
         copy_project(root, copy, files)
+        importable(copy)
         (copy / mutant.file).write_text(mutated)
         env = test_environment(copy, cache)
         check_imports_from(copy, env)

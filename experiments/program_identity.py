@@ -31,6 +31,8 @@ from pathlib import Path
 
 import tyro
 
+from experiments.source_tree import importable
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Run inside a revision's tree: one line of JSON, {"env precision program": sha256 of the lowered text}.
@@ -138,7 +140,7 @@ def hashes_from(tree: Path, args: Args) -> dict[str, str]:
     shutil.rmtree(staging, ignore_errors=True)
     for part in ("opiq_jax", "envs"):
         shutil.copytree(tree / part, staging / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    return program_hashes(staging, args)
+    return program_hashes(importable(staging), args)
 
 
 def compare(old: dict[str, str], new: dict[str, str]) -> list[dict]:
@@ -154,7 +156,7 @@ def worktree_at(revision: str, folder: Path) -> Path:
                            capture_output=True, text=True)
     if added.returncode != 0:
         raise SystemExit(f"program_identity: error: cannot check out {revision!r}: {added.stderr.strip()[-300:]}")
-    return tree
+    return importable(tree)
 
 
 def hashes_at(revision: str | None, args: Args) -> dict[str, str]:

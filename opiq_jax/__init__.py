@@ -1,13 +1,7 @@
 """opiq-jax: OPIQ (Optimistic Pessimistically Initialised Q-learning, ICLR 2020) as a compiled, vmapped JAX agent."""
 
-import os as _os
-
-# The environments are the subpackage opiq_jax.envs: installed, or in a checkout through the link opiq_jax/envs ->
-# ../envs. Where a copy of the checkout lost that link, they are the top-level envs/ folder beside this package.
-_source_envs = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))), "envs")
-if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "envs")) and _os.path.isfile(
-        _os.path.join(_source_envs, "base.py")):
-    __path__.append(_os.path.dirname(_source_envs))
+# The environments are the subpackage opiq_jax.envs, whose sources are the repository's top-level envs/ folder:
+# pyproject.toml's package-dir maps the one to the other, in a wheel and in an editable install alike.
 
 # The public API, imported on first use (PEP 562): importing the trainer imports gymnax, which starts JAX's
 # backend, and a run over several hosts must call jax.distributed.initialize before that.

@@ -39,14 +39,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def package_modules() -> dict[str, Path]:
-    """Every module of the package by dotted name (``opiq_jax/envs`` is a link to ``envs/``: followed)."""
+    """Every module of the package by dotted name: ``opiq_jax/`` and ``envs/``, which installs as ``opiq_jax.envs``
+    (pyproject.toml's package-dir)."""
     found = {}
-    for folder, subfolders, files in os.walk(ROOT / "opiq_jax", followlinks=True):
-        subfolders[:] = [s for s in subfolders if s != "__pycache__"]
-        for name in files:
-            if name.endswith(".py"):
-                parts = list(Path(folder, name).relative_to(ROOT).with_suffix("").parts)
-                found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = Path(folder, name)
+    for top, package in ((ROOT / "opiq_jax", ("opiq_jax",)), (ROOT / "envs", ("opiq_jax", "envs"))):
+        for folder, subfolders, files in os.walk(top):
+            subfolders[:] = [s for s in subfolders if s != "__pycache__"]
+            for name in files:
+                if name.endswith(".py"):
+                    parts = [*package, *Path(folder, name).relative_to(top).with_suffix("").parts]
+                    found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = Path(folder, name)
     return found
 
 
