@@ -18,7 +18,7 @@ frames. Needs the Atari extra (``pip install -e '.[atari]'``) and the ROMs of th
 ``python -m experiments.atari_games --steps 50000 --seeds 3 --out results/atari``; ``--summarise`` only
 rebuilds the figures and the summary of a finished ``--out`` (no EnvPool needed).
 
-Reaches inside: opiq_jax.plotting, for the figures and the summary tables.
+Reaches inside: opiq_jax.reporting.plotting, for the figures and the summary tables.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ if not __package__:  # run by path (python experiments/atari_games.py): import a
 
 import tyro
 
-from opiq_jax.plotting import curves, folder_title, save_curve_figure, summary_table
-from opiq_jax.reading import read_metrics
+from opiq_jax.reporting.plotting import curves, folder_title, save_curve_figure, summary_table
+from opiq_jax.runs.results_folder import read_metrics
 
 HARD_EXPLORATION = ("Venture", "PrivateEye", "Gravitar", "Pitfall", "Freeway", "Solaris")
 """Bellemare et al. (2016)'s hard-exploration games besides Montezuma's Revenge."""

@@ -45,7 +45,7 @@ from pathlib import Path
 
 # The paper's settings in the authors' flag names (their src/config/default.yaml). The maze's are the README's
 # OPIQ maze command, less t_max, the test schedule and save; the chain's are the appendix's, as this project
-# records them (opiq_jax.environments "chain" and opiq_jax.methods' best OPIQ setting for the chain; the test
+# records them (opiq_jax.registry.environments "chain" and opiq_jax.registry.methods' best OPIQ setting for the chain; the test
 # checks the two agree). lr is the default of both (5e-4), written out.
 PAPER_SETTINGS: dict[str, dict[str, str]] = {
     "chain": {

@@ -15,7 +15,7 @@ into ``--out`` (default: the ``--after`` folder):
   run) come from one distribution: a small p says the change moved the learning beyond what the
   seeds' spread explains. A change that alters the floating-point path (another precision, another
   kernel) makes each seed's run a different sample, so the seeds' spread is the scale to judge by;
-* also from the seeds' own areas (:mod:`opiq_jax.stats`, Agarwal et al. 2021): the interquartile mean before
+* also from the seeds' own areas (:mod:`opiq_jax.reporting.stats`, Agarwal et al. 2021): the interquartile mean before
   and after, each with its 95 % stratified-bootstrap interval, and the probability of improvement
   P(after > before) (a random seed after beats a random seed before, ties counting half; 0.5 = no change)
   with its 95 % bootstrap interval.
@@ -27,7 +27,7 @@ changed.
 ``--figures-only`` redraws the figures of a comparison whose table is already written (the table is left as it
 was).
 
-Reaches inside: opiq_jax.plotting and opiq_jax.stats, for the per-seed areas and the paired statistics that its
+Reaches inside: opiq_jax.reporting.plotting and opiq_jax.reporting.stats, for the per-seed areas and the paired statistics that its
 tables are made of (the API gives curves, not these), and for the figures' names, titles and layout.
 """
 
@@ -45,7 +45,7 @@ import numpy as np
 import tyro
 
 import opiq_jax
-from opiq_jax.plotting import (
+from opiq_jax.reporting.plotting import (
     METRIC_LABELS,
     STATISTIC_TEXT,
     area_under_median,
@@ -58,7 +58,7 @@ from opiq_jax.plotting import (
     setting_text,
     steps_reached,
 )
-from opiq_jax.stats import iqm, probability_of_improvement_ci, stratified_bootstrap_ci
+from opiq_jax.reporting.stats import iqm, probability_of_improvement_ci, stratified_bootstrap_ci
 
 
 @dataclass
@@ -171,7 +171,7 @@ PANEL_COLUMNS = 4
 
 def folder_text(name: str, folder: Path, rows: list[dict]) -> str:
     """``before: <folder> (<environment, seeds, steps, precision>)``, read from the folder's configs and the steps
-    its metrics reach, as every other figure's title is (:func:`opiq_jax.plotting.setting_text`)."""
+    its metrics reach, as every other figure's title is (:func:`opiq_jax.reporting.plotting.setting_text`)."""
     shortest, last = steps_reached(rows)
     return f"{name}: {folder.name} ({setting_text(check_one_experiment(folder, pooled=True), last, shortest)})"
 

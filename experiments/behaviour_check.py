@@ -16,7 +16,7 @@ It prints a table (environment, program, rows compared, rows equal, parameter ar
 it to ``--out``/``behaviour_check.md``; it exits 1 if anything differs. The commands use only
 options that every revision since the first CLI understands.
 
-Reaches inside: opiq_jax.results, to read the Q-network's parameters out of each revision's checkpoints.
+Reaches inside: opiq_jax.store.files, to read the Q-network's parameters out of each revision's checkpoints.
 """
 
 from __future__ import annotations
@@ -94,8 +94,8 @@ def checkpoint_params(folder: Path) -> dict[str, np.ndarray]:
     from flax import serialization
 
     data = (folder / "checkpoint.msgpack").read_bytes()
-    if data.startswith(b"OPIQCKP2"):  # the streamed form (opiq_jax.results), arrays by their tree paths
-        from opiq_jax.results import read_checkpoint_file
+    if data.startswith(b"OPIQCKP2"):  # the streamed form (opiq_jax.store.files), arrays by their tree paths
+        from opiq_jax.store.files import read_checkpoint_file
 
         arrays = read_checkpoint_file(folder / "checkpoint.msgpack").arrays
         return {key: value for key, value in arrays.items() if key.startswith(".runs.params")}

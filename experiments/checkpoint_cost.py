@@ -6,11 +6,11 @@ trains, in each tree (a process of its own, the tree first on ``PYTHONPATH``), O
 with the paper's 1M-frame replay per run and the default checkpoint interval (60 s), for ``--minutes`` of
 training, and times every checkpoint the host loop writes (``runner.write_checkpoint``, wrapped). One tree
 writes the whole state at each checkpoint, frame rings included (revisions before
-:mod:`opiq_jax.frame_store`); the other writes the rings as what changed. Writes ``checkpoint_cost.json``,
+:mod:`opiq_jax.store.frames`); the other writes the rings as what changed. Writes ``checkpoint_cost.json``,
 ``checkpoint_cost.md`` and ``run_info.json`` into ``--out``. Needs EnvPool and a GPU with room for the rings
 (2 runs x 6.6 GiB) and a disk with room for two full checkpoints of the older tree (2 x 13 GiB).
 
-Reaches inside: opiq_jax.runner.write_checkpoint, wrapped to time each checkpoint (in any revision).
+Reaches inside: opiq_jax.running.host_loop.write_checkpoint, wrapped to time each checkpoint (in any revision).
 """
 
 from __future__ import annotations
@@ -34,7 +34,11 @@ from experiments.source_tree import importable  # noqa: E402
 # Run in a tree: train with every checkpoint timed, then print one line of JSON.
 DRIVER = """
 import json, sys, time
-import opiq_jax.runner as runner
+import os, opiq_jax
+if os.path.isdir(os.path.join(os.path.dirname(opiq_jax.__file__), "running")):  # read from the tree's own files
+    import opiq_jax.running.host_loop as runner
+else:  # a revision before the layers became folders
+    import opiq_jax.runner as runner
 spent, inner = [], runner.write_checkpoint
 def timed(*args, **kwargs):
     started = time.monotonic()

@@ -28,9 +28,9 @@ import tyro
 
 from experiments.montezuma_bench import agent_and_state
 from opiq_jax.benchmark.throughput import timed_call
-from opiq_jax.compiled import chunk_program
-from opiq_jax.environments import static_for_env
-from opiq_jax.results import atomic_write_text
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.runs.compiled import chunk_program
+from opiq_jax.store.files import atomic_write_text
 
 
 @dataclass

@@ -23,7 +23,7 @@ has run (the tables' ``last step`` column says how far each method got). ``--red
 draws the figures of a folder again (on any machine, from its metrics).
 
 Reaches inside: opiq_jax.launch, whose share_device_memory must run before JAX starts (as the opiq-jax command's
-does), and opiq_jax.plotting for the figures' tables.
+does), and opiq_jax.reporting.plotting for the figures' tables.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ import tyro  # noqa: E402
 
 import opiq_jax  # noqa: E402
 from opiq_jax import train  # noqa: E402
-from opiq_jax.config import StaticConfig  # noqa: E402
-from opiq_jax.plotting import (  # noqa: E402
+from opiq_jax.common.config import StaticConfig  # noqa: E402
+from opiq_jax.reporting.plotting import (  # noqa: E402
     check_one_experiment,
     curves,
     folder_title,

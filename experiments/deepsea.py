@@ -28,7 +28,7 @@ The budget of size N is ``budget_per_n * N`` episodes (``budget_per_n * N**2`` e
 run), rounded up to a multiple of ``log_episodes``: with the defaults 10/20/30/40 get
 1,000/2,000/3,000/4,000 episodes (10k/40k/90k/160k steps per run, 300k in all).
 
-Hyperparameters are the paper's chain settings for each method (``opiq_jax.methods``; a gymnax
+Hyperparameters are the paper's chain settings for each method (``opiq_jax.registry.methods``; a gymnax
 environment gets the chain's): DQN decays epsilon from 1 to 0.01 over 100 steps, DQN + PC and
 OPIQ keep epsilon at 0.01. Counts are the paper's 32-bit SimHash of the (one-hot) observation; with
 a one-hot input each cell's code is the sign pattern of one column of the Gaussian projection, so
@@ -46,7 +46,7 @@ resume an interrupted or time-boxed run; ``--max-minutes`` stops cleanly between
 ``--plot-only`` redraws the figure and the tables from the size folders in ``--out``, or, where none is there (a
 committed result keeps only the tables), from ``deepsea_runs.csv``: every run's two numbers, all the figure needs.
 
-Reaches inside: opiq_jax.plotting, for the paper's method names and the methods' (colour, line style), as every
+Reaches inside: opiq_jax.reporting.plotting, for the paper's method names and the methods' (colour, line style), as every
 figure has them.
 """
 
@@ -73,8 +73,8 @@ import tyro
 
 import opiq_jax
 from opiq_jax import train
-from opiq_jax.config import StaticConfig
-from opiq_jax.plotting import group_styles, line_zorder, paper_name
+from opiq_jax.common.config import StaticConfig
+from opiq_jax.reporting.plotting import group_styles, line_zorder, paper_name
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -96,7 +96,7 @@ class Args:
     sizes: tuple[int, ...] = (10, 20, 30, 40)
     """DeepSea sizes N (the grid is N x N and an episode N steps)."""
     methods: tuple[str, ...] = ("opiq", "dqn", "dqn_pc")
-    """Methods (any of opiq_jax.methods; each with the paper's chain setting)."""
+    """Methods (any of opiq_jax.registry.methods; each with the paper's chain setting)."""
     seeds: int = 8
     """Independent runs per method and size (seed i draws run i's network, SimHash matrix and action mapping)."""
     budget_per_n: int = 100

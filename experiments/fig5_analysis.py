@@ -11,7 +11,7 @@ per method:
   reached it counts as infinitely late, so the median is infinite once half the seeds never get there;
 * ``area``: each seed's area under its own training-return curve (the mean over logged points, a point
   with no finished episode counting 0, as the project's area under the median does), then the IQM over
-  seeds with its 95 % stratified-bootstrap interval (:mod:`opiq_jax.stats`);
+  seeds with its 95 % stratified-bootstrap interval (:mod:`opiq_jax.reporting.stats`);
 * ``stability``: the spread across seeds, the interquartile range (q75 - q25) of the seeds' areas, and
   within seeds the ``dips``: after the first logged point at which every finished training episode
   reached the goal, the share of later points whose training return is below the goal's reward (episodes
@@ -21,7 +21,7 @@ per method:
 ``python -m experiments.fig5_analysis docs/results/fig5-24seeds`` writes ``summary.md``,
 ``summary.json`` and ``fig5_analysis.png`` into the folder (``--out`` elsewhere). CPU only, seconds.
 
-Reaches inside: opiq_jax.plotting, so that the figure names, styles and titles its methods as the project's others do.
+Reaches inside: opiq_jax.reporting.plotting, so that the figure names, styles and titles its methods as the project's others do.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ if not __package__:  # run by path (python experiments/fig5_analysis.py): import
 import numpy as np
 
 import opiq_jax
-from opiq_jax import stats
-from opiq_jax.plotting import check_one_experiment, group_styles, line_zorder, paper_name, setting_text
+from opiq_jax.reporting import stats
+from opiq_jax.reporting.plotting import check_one_experiment, group_styles, line_zorder, paper_name, setting_text
 
 GOAL_REWARD = 10.0
 PAPER_ORDER = ("opiq", "opiq_no_ob", "opiq_no_pc")

@@ -48,10 +48,10 @@ import tyro
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from opiq_jax.agent.trainer import make_optimiser
 from opiq_jax.benchmark.throughput import measure_bandwidth
-from opiq_jax.config import StaticConfig
-from opiq_jax.environments import static_for_env
-from opiq_jax.trainer import make_optimiser
+from opiq_jax.common.config import StaticConfig
+from opiq_jax.registry.environments import static_for_env
 
 
 @dataclass

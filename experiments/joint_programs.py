@@ -13,7 +13,7 @@ import functools
 
 import jax
 
-from opiq_jax.trainer import (
+from opiq_jax.agent.trainer import (
     Agent, TrainState, act_and_record, copy_target, due_to_copy, due_to_train, train_runs, with_chunk_metrics,
 )
 

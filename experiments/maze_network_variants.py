@@ -26,13 +26,13 @@ over runs as in the trainer), in float32 and bfloat16:
 * ``direct_patches_bias_folded``: the same, with the first convolution's bias folded into its GEMM as
   in ``bias_folded``;
 * ``pallas_torso``: the trainer's ``MazeConv`` with ``pallas_torso=True``, both convolutions as the
-  Pallas kernels of ``opiq_jax.maze_torso`` (the same evaluation order as ``direct_patches``, with
+  Pallas kernels of ``opiq_jax.kernels.maze_torso`` (the same evaluation order as ``direct_patches``, with
   nothing between the observation and the second convolution's output stored in memory).
 
 Every variant reads the same ``MazeConv`` parameters and computes the same function (checked against
 ``MazeConv`` before timing). Run: ``python -m experiments.maze_network_variants --runs 512``.
 
-Reaches inside: opiq_jax.networks, to time the maze network's own layers one by one.
+Reaches inside: opiq_jax.pieces.networks, to time the maze network's own layers one by one.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import tyro
 
-from opiq_jax.networks import MazeConv, extract_patches
+from opiq_jax.pieces.networks import MazeConv, extract_patches
 
 
 @dataclass

@@ -37,7 +37,7 @@ never-tried pair) around the visited region, and once OPIQ has visited all 340 c
 steps in our maze runs) they are all blue: ``--visited-alpha 0.35`` shows the values underneath.
 
 Reaches inside: the compiled trainer, the maze's layout and the optimism bonus, to evaluate a trained Q-network (and
-Q+) at every cell; and opiq_jax.plotting, for the paper's method names and the precision's name.
+Q+) at every cell; and opiq_jax.reporting.plotting, for the paper's method names and the precision's name.
 """
 
 from __future__ import annotations
@@ -61,14 +61,14 @@ import tyro
 
 import opiq_jax
 from opiq_jax import train
-from opiq_jax import counts
 from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START
 from opiq_jax.parts.optimism import optimism_bonus
+from opiq_jax.pieces import counts
 # The maps apply each run's Q-network and read its count sketch at every cell, which the public API does not
 # offer: the trainer of the results folder's configuration does (its environment, network and count lookup).
-from opiq_jax.plan import experiment_from_configs
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.plotting import paper_name, precision_text
+from opiq_jax.reporting.plotting import paper_name, precision_text
+from opiq_jax.running.plan import experiment_from_configs
+from opiq_jax.runs.compiled import compiled_trainer
 
 BASE_METHODS = ("dqn_pc", "opiq")
 # Methods that differ from these only in numbers (HParams), so all share one compiled program; methods

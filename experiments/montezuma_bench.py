@@ -39,9 +39,9 @@ import jax
 import tyro
 
 from opiq_jax.benchmark.throughput import bench_experiment, timed_call
-from opiq_jax.config import stack_hparams
-from opiq_jax.environments import static_for_env
-from opiq_jax.experiment import run_keys_for
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.runs.experiment import run_keys_for
 
 
 @dataclass
@@ -83,7 +83,7 @@ def time_raw(pool_size: int, steps: int) -> dict:
 
 def device_pools(pool_size: int, devices: int):
     """``pool_size`` Montezuma environments as a pool per device over the first ``devices`` local devices."""
-    from opiq_jax.devices import devices_mesh
+    from opiq_jax.runs.devices import devices_mesh
     from opiq_jax.envs.atari import DevicePools, threads_per_pool
     from opiq_jax.envs.montezuma import MontezumaPool
 
@@ -131,9 +131,9 @@ def agent_kind(overlap: bool, updates: bool) -> str:
 def agent_and_state(static, pool_size: int, envs_per_run: int = 1, devices: int = 1) -> tuple[Any, Any, Any]:
     """The OPIQ agent's trainer around ``pool_size`` Montezuma environments (one pool, or one per device), its first
     state (sharded over the devices when several, as ``opiq-jax train`` places it) and the resolved configuration."""
-    from opiq_jax.devices import shard_over_devices
+    from opiq_jax.runs.devices import shard_over_devices
     from opiq_jax.envs.montezuma import MontezumaPool
-    from opiq_jax.trainer import make_train
+    from opiq_jax.agent.trainer import make_train
 
     num_runs = pool_size // envs_per_run
     experiment = bench_experiment(static, num_runs)
@@ -147,14 +147,14 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
                envs_per_run: int = 1, updates: bool = True) -> dict:
     """The OPIQ agent on ``pool_size`` environments: its second chunk of ``steps`` steps per environment timed.
 
-    The chunk is the program ``opiq-jax train`` runs, compiled as :func:`opiq_jax.compiled.compile_chunk` compiles
+    The chunk is the program ``opiq-jax train`` runs, compiled as :func:`opiq_jax.runs.compiled.compile_chunk` compiles
     it: ahead of the first call (not through its cache, which would keep every timed pool alive). Jitted and called
     instead, it compiled again on its second call on one device (the first state, fresh from ``init``, is not
     committed to a device; the chunk's output is), and that compile was timed: from 521c61c to 576da19 every
     one-device agent rate of this script and of the throughput table's Montezuma row held one. ``compiles_timed``
     counts the compiles in the timed chunk."""
-    from opiq_jax.compiled import chunk_program
-    from opiq_jax.memory import state_bytes_per_run
+    from opiq_jax.runs.compiled import chunk_program
+    from opiq_jax.runs.memory import state_bytes_per_run
 
     per_run = steps * envs_per_run  # each of the pool's environments steps ``steps`` times per chunk
     static = static_for_env("montezuma", total_steps=2 * per_run, log_every=per_run, buffer_size=buffer_size,

@@ -10,7 +10,7 @@ value it could be learning.
 
 Run: ``python -m experiments.montezuma_divergence docs/results/montezuma-divergence``.
 
-Reaches inside: opiq_jax.reading, for the metrics, and opiq_jax.stats, for the permutation test.
+Reaches inside: opiq_jax.runs.results_folder, for the metrics, and opiq_jax.reporting.stats, for the permutation test.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from opiq_jax.reading import read_metrics
-from opiq_jax.stats import permutation_p
+from opiq_jax.reporting.stats import permutation_p
+from opiq_jax.runs.results_folder import read_metrics
 
 BOUND = 110.0
 PANELS = {"q_abs_max": "largest |Q|", "td_error_max": "largest |TD error|", "loss": "mean TD loss"}

@@ -21,7 +21,7 @@ core of the 4-GPU host), each 4-run program at the rate measured with 4 runs of 
 BSP's networks add learner work that was not measured at this scale, so their times are lower bounds. An 8-GPU
 host is assumed to keep the 4-GPU host's rate per GPU (twice the cores, a pool per GPU); it was not measured.
 
-Reaches inside: opiq_jax.reading, opiq_jax.plotting and opiq_jax.stats, for the metrics table, its curves and
+Reaches inside: opiq_jax.runs.results_folder, opiq_jax.reporting.plotting and opiq_jax.reporting.stats, for the metrics table, its curves and
 their IQM confidence intervals.
 """
 
@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from opiq_jax.plotting import curves, paper_name, paper_order
-from opiq_jax.reading import read_metrics
-from opiq_jax.stats import permutation_p, summarise
+from opiq_jax.reporting.plotting import curves, paper_name, paper_order
+from opiq_jax.reporting.stats import permutation_p, summarise
+from opiq_jax.runs.results_folder import read_metrics
 
 METRICS = {"rooms_visited": "distinct rooms visited", "train_return": "episode return",
            "max_return": "maximum episode return"}
@@ -53,7 +53,7 @@ class Args:
 
 
 def metric_table(metric_curves: dict[str, dict[str, np.ndarray]], common: int) -> list[str]:
-    """Per method (its :func:`opiq_jax.plotting.curves`), a row at the ``common`` step and one at its own last."""
+    """Per method (its :func:`opiq_jax.reporting.plotting.curves`), a row at the ``common`` step and one at its own last."""
     lines = ["| method | step | seeds | median (25 %, 75 %) | IQM [95 % CI] | per seed |", "|---|---|---|---|---|---|"]
     for method in paper_order(list(metric_curves)):
         curve = metric_curves[method]

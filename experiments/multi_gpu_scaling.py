@@ -28,11 +28,11 @@ import jax
 import tyro
 
 from opiq_jax.benchmark.throughput import bench_experiment, is_out_of_memory, run_until_learning, timed_repeats
-from opiq_jax.config import stack_hparams
-from opiq_jax.environments import static_for_env
-from opiq_jax.devices import shard_over_devices
-from opiq_jax.compiled import chunk_program, compiled_trainer
-from opiq_jax.experiment import run_keys_for
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.runs.compiled import chunk_program, compiled_trainer
+from opiq_jax.runs.devices import shard_over_devices
+from opiq_jax.runs.experiment import run_keys_for
 
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")
 
@@ -82,7 +82,7 @@ def count_collectives(hlo_text: str) -> int:
 
 def gspmd_program(train_chunk, state):
     """``train_chunk`` jitted for ``state``'s placement with the split left to XLA's partitioner (the trainer's
-    before it ran each device on its own runs: ``opiq_jax.compiled.chunk_program``)."""
+    before it ran each device on its own runs: ``opiq_jax.runs.compiled.chunk_program``)."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
     return jax.jit(train_chunk, donate_argnums=0, out_shardings=(shardings, jax.tree.leaves(shardings.runs)[0]))
 

@@ -45,9 +45,9 @@ import tyro
 
 from opiq_jax.benchmark.options import Bench
 from opiq_jax.benchmark.throughput import bench_experiment, run_until_learning
-from opiq_jax.config import StaticConfig, stack_hparams
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.experiment import run_keys_for
+from opiq_jax.common.config import StaticConfig, stack_hparams
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import run_keys_for
 
 SCOPES = ("act", "update", "sample", "targets", "loss_and_grad", "optimiser", "dora", "rnd", "target_copy", "metrics")
 

@@ -10,9 +10,11 @@ by their addresses, which are replaced before hashing) in float32 and bfloat16 t
 without source locations, and hashes the text. Equal hashes mean the same program: a refactor that keeps
 them equal cannot change a single-device result or its speed. (On the CPU ``auto`` picks XLA's form of the
 maze's convolutions, so the GPU-only Pallas kernels are not compared.) It prints a table and writes it to
-``--out``/``program_identity.md``; it exits 1 if any program differs.
+``--out``/``program_identity.md`` (and every row, the revisions and the wall-clock to ``program_identity.json``);
+it exits 1 if any program differs.
 
-Both revisions must have ``opiq_jax.plan.plan_experiment`` (every revision since the Python API).
+Both revisions must have ``plan_experiment`` (every revision since the Python API), in ``opiq_jax.running.plan``
+or, before the layers became folders, ``opiq_jax.plan``.
 
 Reaches inside: the compiled trainers (in a script run in each revision), to lower every program and compare
 revisions.
@@ -26,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,18 +42,28 @@ ROOT = Path(__file__).resolve().parents[1]
 LOWER_PROGRAMS = """
 import hashlib, json, re, sys
 import jax
-from opiq_jax.config import stack_hparams
-from opiq_jax.plan import plan_experiment
-try:  # the host layer in modules of its own (experiment, compiled), or all in runner (revisions before it)
-    from opiq_jax.compiled import compiled_trainer, is_pool, start_shapes, trainer_for
-    from opiq_jax.experiment import run_keys_for, split_by_program
-    from opiq_jax.runner import start_pool
-except ImportError:
-    from opiq_jax.runner import compiled_trainer, is_pool, run_keys_for, split_by_program, start_pool, trainer_for
-    from opiq_jax.runner import _start_shapes
+import os, opiq_jax
+# The tree's own layout, read from its files: an import that fails here would be found in the editable install's
+# checkout instead (its finder serves every child of opiq_jax), so trying the new names first proves nothing.
+if os.path.isdir(os.path.join(os.path.dirname(opiq_jax.__file__), "running")):  # the layers as folders
+    from opiq_jax.common.config import stack_hparams
+    from opiq_jax.running.host_loop import start_pool
+    from opiq_jax.running.plan import plan_experiment
+    from opiq_jax.runs.compiled import compiled_trainer, is_pool, start_shapes, trainer_for
+    from opiq_jax.runs.experiment import run_keys_for, split_by_program
+else:  # the flat layout: the host layer in modules of its own, or all in runner (revisions before it)
+    from opiq_jax.config import stack_hparams
+    from opiq_jax.plan import plan_experiment
+    try:
+        from opiq_jax.compiled import compiled_trainer, is_pool, start_shapes, trainer_for
+        from opiq_jax.experiment import run_keys_for, split_by_program
+        from opiq_jax.runner import start_pool
+    except ImportError:
+        from opiq_jax.runner import compiled_trainer, is_pool, run_keys_for, split_by_program, start_pool, trainer_for
+        from opiq_jax.runner import _start_shapes
 
-    def start_shapes(static, num_envs):
-        return _start_shapes(type("Shaped", (), dict(static=static, runs=(None,) * (num_envs // static.envs_per_run)))())
+        def start_shapes(static, num_envs):
+            return _start_shapes(type("Shaped", (), dict(static=static, runs=(None,) * (num_envs // static.envs_per_run)))())
 
 
 def lowerable(program):
@@ -173,6 +186,7 @@ def hashes_at(revision: str | None, args: Args) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv)
+    started = time.monotonic()
     old = hashes_from(args.before_tree.resolve(), args) if args.before_tree else hashes_at(args.against, args)
     new = hashes_at(args.after, args)
     rows = compare(old, new)
@@ -186,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"{len(rows) - differ} of {len(rows)} programs the same."]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "program_identity.md").write_text("\n".join(lines) + "\n")
+    record = dict(against=args.against, after=after, platform=args.platform, device=where, envs=list(args.envs),
+                  precisions=list(args.precisions), weight_storage=args.weight_storage, methods=list(args.methods),
+                  seconds=round(time.monotonic() - started, 1), rows=rows)
+    (args.out / "program_identity.json").write_text(json.dumps(record, indent=1) + "\n")
     print("\n".join(lines))
     return 1 if differ else 0
 

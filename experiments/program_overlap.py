@@ -43,12 +43,12 @@ import jax
 import tyro
 
 from experiments.compare_methods import ABLATIONS, BASELINES
-from opiq_jax.benchmark.throughput import run_until_learning
-from opiq_jax.config import stack_hparams
-from opiq_jax.plan import plan_experiment
-from opiq_jax.compiled import chunk_program, compiled_trainer
-from opiq_jax.experiment import Experiment, run_keys_for, split_by_program
 from experiments.joint_programs import joint_train_chunk
+from opiq_jax.benchmark.throughput import run_until_learning
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.running.plan import plan_experiment
+from opiq_jax.runs.compiled import chunk_program, compiled_trainer
+from opiq_jax.runs.experiment import Experiment, run_keys_for, split_by_program
 
 FIGURE_METHODS = tuple(dict.fromkeys(BASELINES + ABLATIONS))
 

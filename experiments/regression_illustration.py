@@ -29,7 +29,7 @@ bins 3 (``[-0.67, 0]``) and 6 (``[1.33, 2]``) hold no data.
 
 The networks are 1 -> 64 -> 64 -> 1 ReLU MLPs with PyTorch's default initialisation (weights and biases
 uniform on ``+-1/sqrt(fan_in)``, ``nn.Linear``'s default), then the output bias set to 3;
-``--init flax`` uses ``opiq_jax.networks.MLP`` instead (zero biases: every initial curve bends only at 0).
+``--init flax`` uses ``opiq_jax.pieces.networks.MLP`` instead (zero biases: every initial curve bends only at 0).
 All networks are trained at once (``jax.vmap`` over their parameters, ``lax.scan`` over full-batch Adam
 steps, one ``jit``).
 
@@ -40,7 +40,7 @@ Numbers in ``regression_illustration.json``: "at the data" means the training in
 means points of an evenly spaced grid over ``[-2, 2]`` whose distance to the nearest training input is at
 least ``--far-distance``. ``spread`` is the standard deviation across the networks, averaged over points.
 
-Reaches inside: opiq_jax.networks and the optimism bonus, to fit the paper's regression illustration with the
+Reaches inside: opiq_jax.pieces.networks and the optimism bonus, to fit the paper's regression illustration with the
 package's own MLP.
 """
 
@@ -63,8 +63,8 @@ import optax
 import tyro
 from matplotlib.figure import Figure
 
-from opiq_jax.networks import HEAD, MLP, set_final_bias
 from opiq_jax.parts.optimism import optimism_bonus
+from opiq_jax.pieces.networks import HEAD, MLP, set_final_bias
 
 LOW, HIGH = -2.0, 2.0
 PRECISION = "float32"
@@ -91,7 +91,7 @@ class Args:
     init: Literal["torch", "flax"] = "torch"
     """Weight initialisation: 'torch' draws weights and biases from U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch's
     nn.Linear default), so the initial curves bend at different inputs; 'flax' is
-    opiq_jax.networks.MLP (LeCun-normal weights, zero biases), whose ReLU units all bend at x = 0."""
+    opiq_jax.pieces.networks.MLP (LeCun-normal weights, zero biases), whose ReLU units all bend at x = 0."""
     final_bias: float = 3.0
     """Initial value of every network's final-layer bias: the optimistic initialisation."""
     steps: int = 3000
@@ -186,7 +186,7 @@ def _torch_uniform(fan_in: int):
 
 
 class TorchInitMLP(nn.Module):
-    """A ReLU MLP like ``opiq_jax.networks.MLP`` (output layer ``head``) with PyTorch's default initialisation."""
+    """A ReLU MLP like ``opiq_jax.pieces.networks.MLP`` (output layer ``head``) with PyTorch's default initialisation."""
 
     num_outputs: int
     hidden: Sequence[int] = (64, 64)

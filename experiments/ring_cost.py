@@ -44,13 +44,13 @@ old = __import__("os").path.exists(root + "/opiq_jax/atari.py")
 steps = 6 * log_every
 if old:  # the revision with a trainer of its own for Montezuma
     import opiq_jax.atari as atari
-    from opiq_jax.config import static_for_env, stack_hparams
-    from opiq_jax.methods import method_hparams
-    from opiq_jax.runner import Experiment, RunSpec, run_keys_for, compiled_trainer
+    from opiq_jax.common.config import static_for_env, stack_hparams
+    from opiq_jax.registry.methods import method_hparams
+    from opiq_jax.running.host_loop import Experiment, RunSpec, run_keys_for, compiled_trainer
 else:
-    from opiq_jax.config import stack_hparams
-    from opiq_jax.environments import method_hparams, static_for_env
-    from opiq_jax.runner import Experiment, RunSpec, run_keys_for, compiled_trainer, trainer_for, start_pool
+    from opiq_jax.common.config import stack_hparams
+    from opiq_jax.registry.environments import method_hparams, static_for_env
+    from opiq_jax.running.host_loop import Experiment, RunSpec, run_keys_for, compiled_trainer, trainer_for, start_pool
 extra = dict(sketch_width=1024) if env == "montezuma" else dict(batch_size=32)
 static = static_for_env(env, total_steps=steps, log_every=log_every, buffer_size=buffer, **extra)
 experiment = Experiment(static, (RunSpec("opiq", "paper", 0, method_hparams(env, "opiq")),))

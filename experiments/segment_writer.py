@@ -1,6 +1,6 @@
 """How fast a checkpoint writes Montezuma's frame segments, against the writer's threads.
 
-A checkpoint stores the frames written since the one before as a segment (:mod:`opiq_jax.frame_store`): blocks
+A checkpoint stores the frames written since the one before as a segment (:mod:`opiq_jax.store.frames`): blocks
 fetched from the device and zlib-compressed by a pool of threads. This times the writer itself, as a checkpoint
 calls it (``FrameRings.save`` into a fresh folder, file synced and renamed), on real frames: a raw EnvPool pool of
 Montezuma with the paper's settings plays random actions, and each environment's consecutive newest frames fill
@@ -13,7 +13,7 @@ bytes on disk. ``--repeats`` saves per setting, the median taken. Writes ``summa
 
 Run: ``python -m experiments.segment_writer --out docs/results/segment-writer``.
 
-Reaches inside: opiq_jax.frame_store, whose writer it times, and opiq_jax.envs.montezuma for the raw pool.
+Reaches inside: opiq_jax.store.frames, whose writer it times, and opiq_jax.envs.montezuma for the raw pool.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from opiq_jax import frame_store
-from opiq_jax.results import atomic_write_chunks
+from opiq_jax.store import frames as frame_store
+from opiq_jax.store.files import atomic_write_chunks
 
 
 @dataclass

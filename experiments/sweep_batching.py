@@ -1,7 +1,7 @@
 """One sweep trained in one batch and in three: which numbers differ, and whether the selection changes.
 
 A sweep whose runs do not fit the device at once trains them in equal batches, each one compiled program
-of its own runs (``opiq_jax.sweeping``). A run's keys and hyperparameters do not depend on its batch, so on
+of its own runs (``opiq_jax.running.sweeping``). A run's keys and hyperparameters do not depend on its batch, so on
 the same inputs the numbers can differ only where the compiler computes a run's arithmetic differently for
 a program of another size. This trains the same preset both ways on this machine and compares every metric
 of every run, then the two selections and the settings each says are tied with its best::
@@ -17,7 +17,7 @@ It writes ``comparison.json`` (options, counts, the first differences), ``compar
 (device, seconds of each sweep) and the sweep folders (``one/``, ``three/``: preset, plan, settings, best
 settings and each batch's metrics, gzipped; the checkpoints are removed).
 
-Reaches inside: opiq_jax.sweeping's selection helpers, to compare every value and both selections of two sweeps.
+Reaches inside: opiq_jax.running.sweeping's selection helpers, to compare every value and both selections of two sweeps.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import opiq_jax
-from opiq_jax.sweeping import best_per_method, sweep_rows, tied_with_best
+from opiq_jax.running.sweeping import best_per_method, sweep_rows, tied_with_best
 
 PRESET = {"env": "chain", "seeds": 20, "metric": "test_return",
           "static": {"total_steps": 100_000, "log_every": 1_000},

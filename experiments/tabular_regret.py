@@ -16,7 +16,7 @@ printed.
     python -m experiments.tabular_regret --out results/tabular
     python -m experiments.tabular_regret --out /tmp/tabular --quick
 
-Reaches inside: opiq_jax.plotting, for the methods' (colour, line style) and drawing order, as every figure has them.
+Reaches inside: opiq_jax.reporting.plotting, for the methods' (colour, line style) and drawing order, as every figure has them.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import tyro  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from experiments import tabular as T  # noqa: E402
-from opiq_jax.plotting import group_styles, line_zorder  # noqa: E402
+from opiq_jax.reporting.plotting import group_styles, line_zorder  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ when each chunk's rows appeared (the run's rate, compile excluded).
 Run: ``python -m experiments.timeboxed_run --out DIR --budget-seconds 1200 -- --env montezuma --method opiq
 dqn_pc --seeds 4 --envs-per-run 32 --steps 5000000 --log-every 40000``.
 
-Reaches inside: opiq_jax.results and opiq_jax.metrics_file, for the atomic write and the reading of a metrics
+Reaches inside: opiq_jax.store.files and opiq_jax.store.metrics, for the atomic write and the reading of a metrics
 file being appended that the trainer itself uses.
 """
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import tyro
 
-from opiq_jax.metrics_file import rows_without_checkpoint
-from opiq_jax.results import CONFIG_FILE, METRICS_FILE, atomic_write_bytes, read_json
+from opiq_jax.store.files import CONFIG_FILE, METRICS_FILE, atomic_write_bytes, read_json
+from opiq_jax.store.metrics import rows_without_checkpoint
 
 POLL_SECONDS = 5.0
 

@@ -19,13 +19,13 @@ structure to measure what one such process does per second, on a CPU or a GPU:
   environment step: MSE TD loss, global-norm clip, RMSProp (lr 5e-4, decay 0.99, eps 1e-8), a target network
   copied every ``target_update`` steps (Montezuma: one update every 4 steps, rewards clipped to [-1, 1]).
   The batch, n, the update period, replay size, clip and target period are this project's
-  settings for the environment (``opiq_jax.environments``), the hyperparameters OPIQ's paper ones.
+  settings for the environment (``opiq_jax.registry.environments``), the hyperparameters OPIQ's paper ones.
 
 It prints one JSON line: environment steps per second of this one process, timed after a warm-up.
 Run: ``python -m experiments.torch_loop --env chain --steps 3000 --device cpu`` (``--env montezuma`` needs EnvPool).
 Torch is not a dependency of opiq-jax; without it this exits with a one-line error.
 
-Reaches inside: opiq_jax.envs, opiq_jax.environments and opiq_jax.methods, to step the same environments with the
+Reaches inside: opiq_jax.envs, opiq_jax.registry.environments and opiq_jax.registry.methods, to step the same environments with the
 paper's settings as the JAX agent.
 """
 
@@ -129,11 +129,11 @@ class SimHashCounts(Counts):
 
 class FrameCounts(Counts):
     """Counts of the paper's Montezuma feature: the newest frame area-downsampled to 8 x 11, in 8 levels (the
-    weights of ``opiq_jax.counts``)."""
+    weights of ``opiq_jax.pieces.counts``)."""
 
     def codes(self, obs: np.ndarray) -> list[bytes]:
         """The code of each stack of frames in a batch ``[B, 4, 84, 84]``."""
-        from opiq_jax.counts import _MR_COLS, _MR_ROWS
+        from opiq_jax.pieces.counts import _MR_COLS, _MR_ROWS
 
         small = _MR_ROWS @ obs[:, -1].astype(np.float32) @ _MR_COLS.T
         levels = np.clip(np.floor(small / 32.0 + 1e-4), 0, 7).astype(np.uint8)
@@ -281,8 +281,8 @@ def act(learner: Learner, counts: SimHashCounts, obs: np.ndarray, epsilon: float
 def run_loop(args: Args) -> dict[str, Any]:
     """Runs ``warmup + steps`` environment steps of the loop; the timed rate and what it ran with."""
     torch = import_torch()
-    from opiq_jax.environments import static_for_env
-    from opiq_jax.methods import method_hparams
+    from opiq_jax.registry.environments import static_for_env
+    from opiq_jax.registry.methods import method_hparams
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

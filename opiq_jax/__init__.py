@@ -3,14 +3,19 @@
 # The environments are the subpackage opiq_jax.envs, whose sources are the repository's top-level envs/ folder:
 # pyproject.toml's package-dir maps the one to the other, in a wheel and in an editable install alike.
 
+from .common import old_names as _old_names
+
+_old_names.install()  # the flat layout's module paths keep working, with a DeprecationWarning
+
 # The public API, imported on first use (PEP 562): importing the trainer imports gymnax, which starts JAX's
 # backend, and a run over several hosts must call jax.distributed.initialize before that.
 _API = ("train", "sweep", "load", "rerun", "bench", "methods", "environments", "options", "Results", "FinalState")
 _ERRORS = ("UsageError", "ResultsError", "DoesNotFit", "PartError", "Stopped", "NonFiniteRuns", "PeerFailed", "ProgramFailed")
 # The extension points (docs/design.md): a part, a method made of parts, an environment, an option.
-_EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "methods", "register_method": "methods",
-              "EnvironmentSpec": "environments", "register_environment": "environments", "Option": "config",
-              "read_metrics": "reading"}
+_EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "registry.methods",
+              "register_method": "registry.methods", "EnvironmentSpec": "registry.environments",
+              "register_environment": "registry.environments", "Option": "common.config",
+              "read_metrics": "runs.results_folder"}
 __all__ = [*_API, *_ERRORS, *_EXTENSION]
 
 
@@ -20,7 +25,7 @@ def __getattr__(name: str):
     if name in _API:
         return getattr(importlib.import_module(".api", __name__), name)
     if name in _ERRORS:
-        return getattr(importlib.import_module(".errors", __name__), name)
+        return getattr(importlib.import_module(".common.errors", __name__), name)
     if name in _EXTENSION:
         return getattr(importlib.import_module(f".{_EXTENSION[name]}", __name__), name)
     raise AttributeError(f"module 'opiq_jax' has no attribute {name!r}")

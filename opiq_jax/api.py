@@ -1,7 +1,7 @@
 """The Python API: train, sweep, load, re-run and bench from a notebook or a script.
 
 Everything the command line does is here too, with the same options and the same checks (a bad value
-raises :class:`~opiq_jax.errors.UsageError` naming the option as written in Python)::
+raises :class:`~opiq_jax.common.errors.UsageError` naming the option as written in Python)::
 
     import opiq_jax
 
@@ -24,24 +24,24 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .agent.weights import master_params
 from .benchmark.options import Bench
 from .benchmark.throughput import run_bench
-from .config import LOOP_DEFAULTS, STATIC_OPTIONS, SWEEP_DEFAULTS, Option, stack_hparams
-from .environments import ENVIRONMENTS, GYMNAX
-from .errors import ResultsError, UsageError
-from .experiment import run_keys_for
-from .methods import METHODS
-from .plan import (
+from .common.config import LOOP_DEFAULTS, STATIC_OPTIONS, SWEEP_DEFAULTS, Option, stack_hparams
+from .common.errors import ResultsError, UsageError
+from .registry.environments import ENVIRONMENTS, GYMNAX
+from .registry.methods import METHODS
+from .reporting.plotting import curves, markdown_table, plot_folder, summary_table
+from .running.host_loop import restore_checkpoint
+from .running.plan import (
     check_count, check_flag, check_interval, check_out, default_out, every_hparam, experiment_from_configs,
     plan_experiment, plan_rerun, settable_static,
 )
-from .plotting import curves, markdown_table, plot_folder, summary_table
-from .programs import run_methods
-from .reading import experiment_folders, is_finished, read_metrics
-from .results import read_json
-from .runner import restore_checkpoint
-from .sweeping import load_preset, plan_static, run_sweep, sweep_rows
-from .weights import master_params
+from .running.sweeping import load_preset, plan_static, run_sweep, sweep_rows
+from .running.train_programs import run_methods
+from .runs.experiment import run_keys_for
+from .runs.results_folder import experiment_folders, is_finished, read_metrics
+from .store.files import read_json
 
 
 def check_path(name: str, value: Any) -> Path:
@@ -134,7 +134,7 @@ class Results:
         return curves(self.metrics, metric)
 
     def plot(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> list[Path]:
-        """Draws one PNG per metric into the folder (keywords go to ``opiq_jax.plotting.plot_folder``)."""
+        """Draws one PNG per metric into the folder (keywords go to ``opiq_jax.reporting.plotting.plot_folder``)."""
         return list(plot_folder(self.folder, *(() if metrics is None else (tuple(metrics),)), **kwargs))
 
     def nonfinite_runs(self) -> list[dict]:
@@ -238,8 +238,8 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
       options: any option by name: static ones (``chain_length``, ``buffer_size``, ``precision``, ...) and
         hyperparameters (``m``, ``c_action``, ...), checked against their declarations (:func:`options`).
 
-    Returns the :class:`Results` of ``out``. Raises :class:`~opiq_jax.errors.UsageError` for a bad input
-    (nothing is written), :class:`~opiq_jax.errors.Stopped` after SIGINT or SIGTERM (progress kept).
+    Returns the :class:`Results` of ``out``. Raises :class:`~opiq_jax.common.errors.UsageError` for a bad input
+    (nothing is written), :class:`~opiq_jax.common.errors.Stopped` after SIGINT or SIGTERM (progress kept).
     """
     out = check_out(out, "api")
     check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,

@@ -1,6 +1,6 @@
 """The ``opiq-jax`` command line: ``train``, ``sweep``, ``plot`` and ``bench``.
 
-``train``'s options are generated from their one declaration (:mod:`opiq_jax.config` and every registered
+``train``'s options are generated from their one declaration (:mod:`opiq_jax.common.config` and every registered
 exploration part's hyperparameters), so the command line, the presets and the Python API share names,
 documentation, defaults and checks; the method and environment lists come from the registries. Values are
 checked before anything is compiled; a bad one stops with a single ``opiq-jax: error: ...`` line, exit code 2.
@@ -23,19 +23,19 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from . import multihost
 from .api import run_planned, sweep as run
 from .benchmark.options import Bench
 from .benchmark.throughput import run_bench
-from .config import LOOP_OPTIONS, STATIC_OPTIONS, SWEEP_OPTIONS, Option
-from .errors import NonFiniteRuns, PeerFailed, ProgramFailed, Stopped, UsageError
-from .experiment import process_share
-from .methods import METHODS
-from .plan import (
+from .common.config import LOOP_OPTIONS, STATIC_OPTIONS, SWEEP_OPTIONS, Option
+from .common.errors import NonFiniteRuns, PeerFailed, ProgramFailed, Stopped, UsageError
+from .registry.methods import METHODS
+from .reporting.plotting import plot_folder
+from .running import multihost
+from .running.plan import (
     check_interval, check_out, default_out, describe, every_hparam, option_defaults, parse_grid, plan_experiment,
     plan_rerun, settable_static,
 )
-from .plotting import plot_folder
+from .runs.experiment import process_share
 
 PROGRESS_FIELDS = (
     "The progress bar shows, after each chunk: env steps/s (every run's environment steps per second since this "
@@ -49,7 +49,7 @@ TRAIN_DOC = (
     "stops it at the next chunk with a checkpoint. " + PROGRESS_FIELDS)
 
 def loop_field(name: str) -> tuple[str, Any, Any, str]:
-    """A loop option's field as its declaration gives it (:data:`opiq_jax.config.LOOP_OPTIONS`)."""
+    """A loop option's field as its declaration gives it (:data:`opiq_jax.common.config.LOOP_OPTIONS`)."""
     option = LOOP_OPTIONS[name]
     return name, option.value_type, option.default, option.doc
 
@@ -155,7 +155,7 @@ class Sweep:
 
     preset: tyro.conf.Positional[str]
     """A shipped preset (chain_opiq, chain_baselines, maze_opiq, maze_baselines) or the path of a JSON file
-    written like them (see opiq_jax/presets/)."""
+    written like them (see opiq_jax/running/presets/)."""
     out: str | None = None
     """Results folder (default results/sweep-<preset>); an interrupted sweep resumes where it stopped, with the
     batches it planned first (its plan.json)."""

@@ -14,8 +14,8 @@ import sys
 
 import jax
 
-from .errors import UsageError
-from .multihost import join_hosts
+from .common.errors import UsageError
+from .running.multihost import join_hosts
 
 HOST_OPTIONS = ("--coordinator", "--num-processes", "--process-id")
 

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 import opiq_jax
-from opiq_jax.config import RUNNER_SET, STATIC_OPTIONS
-from opiq_jax.errors import UsageError
-from opiq_jax.plan import plan_experiment
-from opiq_jax.experiment import split_by_program
-from opiq_jax.sweeping import load_preset, plan_static
+from opiq_jax.common.config import RUNNER_SET, STATIC_OPTIONS
+from opiq_jax.common.errors import UsageError
+from opiq_jax.running.plan import plan_experiment
+from opiq_jax.running.sweeping import load_preset, plan_static
+from opiq_jax.runs.experiment import split_by_program
 from tests.conftest import TEST_XLA_FLAGS, xla_flags_without
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,9 +203,10 @@ def test_loop_options_are_declared_once_and_every_face_takes_them_from_the_decla
     import inspect
     import typing
 
-    from opiq_jax import api, cli, runner, sweeping
+    from opiq_jax import api, cli
+    from opiq_jax.running import host_loop as runner, sweeping
     from opiq_jax.benchmark.options import BENCH_DEFAULTS, Bench
-    from opiq_jax.config import LOOP_OPTIONS, SWEEP_OPTIONS
+    from opiq_jax.common.config import LOOP_OPTIONS, SWEEP_OPTIONS
 
     train_fields = {f.name: f.default for f in dataclasses.fields(cli.train_command())}
     train_signature = inspect.signature(api.train).parameters

@@ -12,12 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
-from opiq_jax.experiment import Experiment, RunSpec
-from opiq_jax.methods import method_hparams
 from opiq_jax.paths.pool import ATARI_FRAMES, NUM_ROOMS
-from opiq_jax.programs import run_methods
-from opiq_jax.reading import read_metrics
+from opiq_jax.registry.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.running.train_programs import run_methods
+from opiq_jax.runs.experiment import Experiment, RunSpec
+from opiq_jax.runs.results_folder import read_metrics
 from tests.fake_pool import FakePool
 
 SMALL = dict(total_steps=32, log_every=16, buffer_size=256, batch_size=8, train_every=4, target_update=32,

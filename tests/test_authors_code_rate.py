@@ -45,8 +45,8 @@ def test_bad_arguments_are_refused():
 
 
 def test_the_settings_are_the_papers_as_this_project_records_them():
-    from opiq_jax.environments import environment_spec
-    from opiq_jax.methods import method_hparams
+    from opiq_jax.registry.environments import environment_spec
+    from opiq_jax.registry.methods import method_hparams
 
     envs = (("chain", "fc", "100Chain-v0"), ("maze", "2conv", "Maze-v0"), ("montezuma", "atari", "Montezuma-v0"))
     for env, network, environment in envs:

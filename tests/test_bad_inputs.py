@@ -2,7 +2,7 @@
 problems that used to pass silently or end in a traceback.
 
 Each bad input must stop with one line that says what to change (exit code 2 on the command line, a
-:class:`~opiq_jax.errors.UsageError` in Python) and leave an existing results folder byte for byte as it was.
+:class:`~opiq_jax.common.errors.UsageError` in Python) and leave an existing results folder byte for byte as it was.
 ``pytest -s`` prints the count.
 """
 
@@ -22,9 +22,9 @@ import pytest
 
 import opiq_jax
 from opiq_jax.cli import main
-from opiq_jax.errors import UsageError
-from opiq_jax.methods import METHODS, ORIGINS
+from opiq_jax.common.errors import UsageError
 from opiq_jax.parts import PARTS
+from opiq_jax.registry.methods import METHODS, ORIGINS
 
 SMALL = ["--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--steps", "600", "--log-every", "300",
          "--seeds", "1", "--no-progress", "--no-plot"]
@@ -357,8 +357,8 @@ def test_registration_is_all_or_nothing_and_the_same_definition_registers_again(
 
 
 def test_a_parts_defaults_never_switch_it_on_for_methods_that_do_not_name_it():
-    from opiq_jax.methods import program_parts
-    from opiq_jax.plan import plan_experiment
+    from opiq_jax.registry.methods import program_parts
+    from opiq_jax.running.plan import plan_experiment
 
     loud = type("Loud", (Bonus,), {"name": "test_loud", "hparams": (
         opiq_jax.Option("loud", 5.0, "On by default.", minimum=0.0),), "off": {"loud": 0.0}, "metric_names": ()})

@@ -8,19 +8,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax.config import stack_hparams
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.methods import METHODS, get_method, program_name, program_parts
-from opiq_jax.networks import make_network
+from opiq_jax.agent.bootstrap_values import TableTargets
+from opiq_jax.agent.trainer import majority_vote, make_optimiser, make_train, td_loss_per_head
+from opiq_jax.common.config import stack_hparams
 from opiq_jax.parts.bsp import scale_torso_gradients
 from opiq_jax.parts.dora import dora_bonus, dora_sarsa_target
 from opiq_jax.parts.rnd import rnd_bonus, rnd_loss
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.experiment import Experiment, RunSpec, run_keys_for, split_by_program
 from opiq_jax.paths.compact import Transition
-from opiq_jax.target_values import TableTargets
-from opiq_jax.trainer import majority_vote, make_optimiser, make_train, td_loss_per_head
+from opiq_jax.pieces.networks import make_network
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.registry.methods import METHODS, get_method, program_name, program_parts
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for, split_by_program
 from tests.training import batch_of, compiled_targets, train_chunks
 
 BASE = dict(chain_length=10, hidden=(32, 32), buffer_size=600, batch_size=16, total_steps=400, log_every=200)

@@ -14,12 +14,12 @@ from experiments.before_after import (
     rank_sum_p_value,
     seed_areas,
 )
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.methods import program_parts
-from opiq_jax.runner import run_experiment
-from opiq_jax.reading import read_metrics
-from opiq_jax.experiment import Experiment, RunSpec
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.registry.methods import program_parts
+from opiq_jax.running.host_loop import run_experiment
+from opiq_jax.runs.experiment import Experiment, RunSpec
+from opiq_jax.runs.results_folder import read_metrics
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=400, log_every=200, buffer_size=300, hidden=(16,),
                         parts=program_parts(["opiq"]))

@@ -35,10 +35,10 @@ from opiq_jax.benchmark.throughput import (
     timed_repeats,
     work_model,
 )
-from opiq_jax.config import stack_hparams
-from opiq_jax.methods import method_hparams
-from opiq_jax.networks import make_network
-from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.pieces.networks import make_network
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
 from tests.hand_targets import hand_targets
 
 CHAIN = 8  # horizon 17; the best return is 11 (6 steps to the right end, then +1 on each of 11 steps)

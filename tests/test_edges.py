@@ -24,12 +24,12 @@ import pytest
 
 import opiq_jax
 from opiq_jax.cli import main
-from opiq_jax.errors import UsageError
-from opiq_jax.methods import METHODS
+from opiq_jax.common.errors import UsageError
 from opiq_jax.parts import PARTS
-from opiq_jax.plan import describe, plan_experiment
-from opiq_jax.plotting import markdown_table, save_atomically, summary_table
-from opiq_jax.sweeping import load_preset, rank_settings, require_same_preset
+from opiq_jax.registry.methods import METHODS
+from opiq_jax.reporting.plotting import markdown_table, save_atomically, summary_table
+from opiq_jax.running.plan import describe, plan_experiment
+from opiq_jax.running.sweeping import load_preset, rank_settings, require_same_preset
 
 SMALL = ["--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--steps", "600", "--log-every", "300",
          "--seeds", "1", "--no-progress", "--no-plot"]
@@ -136,7 +136,7 @@ def write_module(tmp_path: Path, monkeypatch, name: str, text: str) -> None:
 
 SHADOW = '''
 import opiq_jax
-from opiq_jax.config import Option
+from opiq_jax.common.config import Option
 
 class Shadow(opiq_jax.Part):
     name = "shadow"
@@ -190,7 +190,7 @@ def test_a_preset_is_checked_before_anything_trains(tmp_path, capsys, change, me
 
 
 def test_a_preset_resumes_its_folder_after_its_metric_is_corrected(tmp_path):
-    from opiq_jax.sweeping import Preset
+    from opiq_jax.running.sweeping import Preset
 
     (tmp_path / "preset.json").write_text(json.dumps(dict(Preset(**{**PRESET, "grids": tuple(PRESET["grids"]),
                                                                     "metric": "test_retrun"}).__dict__)))
@@ -204,7 +204,7 @@ def test_a_sweep_ranked_on_a_loss_puts_the_smallest_first(monkeypatch, tmp_path)
         return [dict(run=0, method="opiq", setting=setting, seed=0, step=s, metric="loss", value=value)
                 for s in (100, 200)]
 
-    import opiq_jax.sweeping as sweeping
+    import opiq_jax.running.sweeping as sweeping
 
     monkeypatch.setattr(sweeping, "sweep_rows", lambda out: rows("m=1", 1.0) + rows("m=2", 0.1))
     ranking = rank_settings(Path("."), "loss")
@@ -252,7 +252,7 @@ def test_the_api_refuses_booleans_and_strings_for_numbers_and_takes_numpys_integ
 
 
 def test_a_huge_seed_count_fails_at_the_memory_check_before_it_is_listed():
-    from opiq_jax.errors import DoesNotFit
+    from opiq_jax.common.errors import DoesNotFit
 
     started = time.monotonic()
     with pytest.raises(DoesNotFit):
@@ -327,7 +327,7 @@ def png_is_whole(path: Path) -> bool:
 
 
 def test_a_figure_whose_write_fails_leaves_the_previous_one_whole(tmp_path, monkeypatch):
-    from opiq_jax.plotting import file_backend
+    from opiq_jax.reporting.plotting import file_backend
 
     plt, _ = file_backend()
     fig = plt.figure()
@@ -349,7 +349,7 @@ def test_a_figure_whose_write_fails_leaves_the_previous_one_whole(tmp_path, monk
 KILLED_WRITER = '''
 import sys
 from pathlib import Path
-from opiq_jax.plotting import file_backend, save_atomically
+from opiq_jax.reporting.plotting import file_backend, save_atomically
 plt, _ = file_backend()
 fig = plt.figure(figsize=(12, 8))
 plt.plot(range(20000))

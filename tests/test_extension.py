@@ -15,15 +15,15 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from opiq_jax.config import Option
-from opiq_jax.environments import ENVIRONMENT_ORIGINS, ENVIRONMENTS, EnvironmentSpec, register_environment
-from opiq_jax.methods import method_hparams
+from opiq_jax.common.config import Option
 from opiq_jax.envs.base import CompactEnvironment
-from opiq_jax.methods import METHODS, ORIGINS, Method, register_method
 from opiq_jax.parts import PARTS, Part
-from opiq_jax.programs import run_methods
-from opiq_jax.reading import read_metrics
-from opiq_jax.experiment import Experiment, RunSpec
+from opiq_jax.registry.environments import ENVIRONMENT_ORIGINS, ENVIRONMENTS, EnvironmentSpec, register_environment
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.registry.methods import METHODS, ORIGINS, Method, register_method
+from opiq_jax.running.train_programs import run_methods
+from opiq_jax.runs.experiment import Experiment, RunSpec
+from opiq_jax.runs.results_folder import read_metrics
 
 # ------------------------------------------------------------------------------------ a new environment
 
@@ -139,7 +139,7 @@ def registered():
 
 
 def train(tmp_path, methods, seeds=4):
-    from opiq_jax.environments import static_for_env
+    from opiq_jax.registry.environments import static_for_env
 
     static = static_for_env("corridor")
     runs = tuple(RunSpec(m, "paper", s, method_hparams("corridor", m)) for m in methods for s in range(seeds))
@@ -239,8 +239,8 @@ class Distill(Part):
 
 def test_a_part_with_its_own_static_option_networks_and_streams_is_one_module(tmp_path):
     import opiq_jax
-    from opiq_jax.config import PART_STATIC_OPTIONS, STATIC_OPTIONS
-    from opiq_jax.methods import SETTINGS
+    from opiq_jax.common.config import PART_STATIC_OPTIONS, STATIC_OPTIONS
+    from opiq_jax.registry.methods import SETTINGS
 
     register_method(Method("dqn_distill", (Distill(),), "DQN + a distilled random network",
                            settings={"chain": {"beta_distill": 1.0}}))

@@ -1,4 +1,4 @@
-"""A checkpoint saves a pool's frame rings as what changed since the one before (:mod:`opiq_jax.frame_store`):
+"""A checkpoint saves a pool's frame rings as what changed since the one before (:mod:`opiq_jax.store.frames`):
 restoring gives the same state, a checkpoint writes only the new frames, a SIGKILL in the middle of a segment
 or of the checkpoint that lists it loses nothing, a damaged segment falls back to the checkpoint before, and a
 checkpoint that kept its rings inline (older versions) still loads. The pool is tests/fake_pool.py's."""
@@ -19,14 +19,14 @@ import jax
 import numpy as np
 import pytest
 
-from opiq_jax import results
-from opiq_jax.config import stack_hparams
-from opiq_jax.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
-from opiq_jax.experiment import Experiment, RunSpec, keys_to_data, run_keys_for
-from opiq_jax.frame_store import SEGMENTS_FOLDER
-from opiq_jax.methods import method_hparams
-from opiq_jax.results import CHECKPOINT_FILE, PREVIOUS_CHECKPOINT_FILE, checkpoint_header, read_checkpoint_arrays
-from opiq_jax.runner import restore_checkpoint, run_experiment
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.registry.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.running.host_loop import restore_checkpoint, run_experiment
+from opiq_jax.runs.experiment import Experiment, RunSpec, keys_to_data, run_keys_for
+from opiq_jax.store import files as results
+from opiq_jax.store.files import CHECKPOINT_FILE, PREVIOUS_CHECKPOINT_FILE, checkpoint_header, read_checkpoint_arrays
+from opiq_jax.store.frames import SEGMENTS_FOLDER
 from tests.fake_pool import FakePool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def dying_write(f, data):  # in the middle of the first write into the nth file 
     write(f, data)
 results.write_all = dying_write
 from tests.test_frame_checkpoints import experiment
-from opiq_jax.runner import run_experiment
+from opiq_jax.running.host_loop import run_experiment
 run_experiment(experiment(), sys.argv[1], progress=False, checkpoint_seconds=0)
 """
 
@@ -165,7 +165,7 @@ def test_a_checkpoint_with_its_rings_inline_loads_and_the_next_writes_them_whole
 
 
 def test_the_frames_a_chunk_writes_are_bounded_by_its_steps():
-    from opiq_jax.frame_store import still_needed, written_ranges, Segment
+    from opiq_jax.store.frames import still_needed, written_ranges, Segment
 
     starts, counts = written_ranges(np.array([40, 40]), np.array([8, 8]), 48, bound=20)
     assert starts.tolist() == [40, 40] and counts.tolist() == [16, 16]  # across the wrap

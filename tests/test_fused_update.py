@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from experiments.fused_update import gradient_norms, layer_inputs, main, pallas_update, xla_gram_update, xla_update
-from opiq_jax.environments import static_for_env
+from opiq_jax.registry.environments import static_for_env
 
 
 @pytest.mark.parametrize("gradient_scale", [1.0, 1e4])  # the clip inactive, then active

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from gymnax import registration
 
-from opiq_jax.envs.gymnax_adapter import GymnaxAdapter
 from experiments import deepsea
 from opiq_jax.cli import main
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.experiment import Experiment, RunSpec
+from opiq_jax.envs.gymnax_adapter import GymnaxAdapter
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.runs.experiment import Experiment, RunSpec
 from tests.training import train_chunks
 
 

@@ -10,11 +10,11 @@ import jax
 import numpy as np
 import pytest
 
-from opiq_jax.config import stack_hparams
-from opiq_jax.plan import plan_experiment
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.experiment import run_keys_for, split_by_program
 from experiments.joint_programs import joint_train_chunk
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.running.plan import plan_experiment
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import run_keys_for, split_by_program
 from tests.conftest import xla_flags_without
 
 # The chain with small networks; 40 steps per chunk, so the first chunk fills the replay past one batch

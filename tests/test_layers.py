@@ -1,8 +1,8 @@
-"""The package's import graph flows one way: no circle, and no module imports one from a layer above its own.
+"""The package's import graph flows one way: no circle, and no module imports one from a folder above its own.
 
 The graph is read from the sources (``ast``), so it counts every import: at the top of a module, inside a function,
-and under ``TYPE_CHECKING``. The layers are the house as docs/design.md draws it, from the ground up; a module
-may import its own layer's modules (the no-circle check keeps those one way) and any layer below.
+and under ``TYPE_CHECKING``. The folders are the house as docs/design.md draws it, from the ground up (``FLOORS``);
+a module may import its own folder's modules (the no-circle check keeps those one way) and any folder below.
 """
 
 from __future__ import annotations
@@ -16,26 +16,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ground: configuration, errors, environments' dynamics, counts, replay, targets, networks, files", (
-        "opiq_jax", "opiq_jax.config", "opiq_jax.errors", "opiq_jax.stop_signals", "opiq_jax.stats", "opiq_jax.envs",
-        "opiq_jax.envs.*", "opiq_jax.counts", "opiq_jax.replay", "opiq_jax.frame_replay", "opiq_jax.targets",
-        "opiq_jax.mlp_backward", "opiq_jax.maze_torso", "opiq_jax.networks", "opiq_jax.packed_state",
-        "opiq_jax.state", "opiq_jax.results", "opiq_jax.frame_store", "opiq_jax.metrics_file", "opiq_jax.tracking", "opiq_jax.multihost",
-        "opiq_jax.devices", "opiq_jax.presets")),
-    ("the agent's pieces: observation paths, exploration parts, environment and method registries", (
-        "opiq_jax.paths", "opiq_jax.paths.*", "opiq_jax.parts", "opiq_jax.parts.*", "opiq_jax.environments",
-        "opiq_jax.methods", "opiq_jax.weights", "opiq_jax.target_values", "opiq_jax.backward")),
-    ("the compiled agent", ("opiq_jax.trainer",)),
-    ("an experiment: its runs, keys and programs, their compiled chunks, their memory, its results read back", (
-        "opiq_jax.experiment", "opiq_jax.compiled", "opiq_jax.memory", "opiq_jax.reading")),
-    ("the host loop and the figures", ("opiq_jax.runner", "opiq_jax.plotting")),
-    ("from a request to runs: the plan, programs in processes, sweeps, the benchmark", (
-        "opiq_jax.plan", "opiq_jax.program_processes", "opiq_jax.programs", "opiq_jax.sweeping",
-        "opiq_jax.benchmark", "opiq_jax.benchmark.*")),
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the ground: configuration and errors; the environments' dynamics", ("opiq_jax.common", "opiq_jax.envs")),
+    ("the kernels (Pallas)", ("opiq_jax.kernels",)),
+    ("the pieces (counts, replay, targets, networks, a run's state) and the results store",
+     ("opiq_jax.pieces", "opiq_jax.store")),
+    ("the agent's parts: observation paths, exploration parts, the environment and method registries",
+     ("opiq_jax.paths", "opiq_jax.parts", "opiq_jax.registry")),
+    ("the agent and its strategies", ("opiq_jax.agent",)),
+    ("an experiment: its runs and programs, compiled, their memory, its results folder read back", ("opiq_jax.runs",)),
+    ("reporting: statistics, figures, live tracking", ("opiq_jax.reporting",)),
+    ("running: the plan, the host loop, programs in processes, sweeps", ("opiq_jax.running",)),
+    ("the throughput benchmark, a tool beside the agent", ("opiq_jax.benchmark",)),
     ("the faces: the Python API, the command line, its entry point", (
         "opiq_jax.api", "opiq_jax.cli", "opiq_jax.launch", "opiq_jax.__main__")),
 )
+"""The package from the ground up, each floor its folders (subpackages) or, at the top, the modules at the root.
+The folders are in one order, top to bottom of this list: a module imports its own folder's modules and those of
+folders before its own, so two folders of one floor are ordered too (parts read paths, registries read parts)."""
+FOLDERS = tuple(folder for _, folders in FLOORS for folder in folders)
 
 
 def package_modules() -> dict[str, Path]:
@@ -78,9 +77,13 @@ def import_graph() -> dict[str, set[str]]:
     return {name: imported_modules(name, path, modules) for name, path in modules.items()}
 
 
-def layer_of(module: str) -> int | None:
-    for index, (_, patterns) in enumerate(LAYERS):
-        if any(fnmatch(module, pattern) for pattern in patterns):
+def folder_of(module: str) -> int | None:
+    """The index in :data:`FOLDERS` of the folder (or face) that holds ``module``; the package's ``__init__`` is the
+    ground's (it imports nothing at the top but the table of old names)."""
+    if module == "opiq_jax":
+        return 0
+    for index, folder in enumerate(FOLDERS):
+        if module == folder or module.startswith(folder + "."):
             return index
     return None
 
@@ -127,23 +130,37 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_import_graph_has_no_circle():
     graph = import_graph()
-    assert len(graph) > 40 and "opiq_jax.runner" in graph["opiq_jax.programs"]  # the graph was read
+    assert len(graph) > 40 and "opiq_jax.running.host_loop" in graph["opiq_jax.running.train_programs"]  # the graph was read
     assert circles(graph) == []
 
 
-def test_no_module_imports_one_from_a_layer_above_its_own():
+def test_every_module_lies_in_a_declared_folder_and_only_the_faces_at_the_root():
     graph = import_graph()
-    undeclared = sorted(m for m in graph if layer_of(m) is None)
-    assert undeclared == [], f"declare the layer of {undeclared} in tests/test_layers.py (and docs/design.md)"
-    upward = [f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})"
-              for m, targets in sorted(graph.items()) for t in sorted(targets) if layer_of(t) > layer_of(m)]
+    undeclared = sorted(m for m in graph if folder_of(m) is None)
+    assert undeclared == [], f"declare the folder of {undeclared} in tests/test_layers.py (and docs/design.md)"
+    subpackages = {f"opiq_jax.{p.parent.name}" for p in (ROOT / "opiq_jax").glob("*/__init__.py")} | {"opiq_jax.envs"}
+    assert subpackages == {f for f in FOLDERS if f.count(".") == 1 and not f.endswith(("api", "cli", "launch", "__main__"))}
+
+
+def test_no_module_imports_one_from_a_folder_above_its_own():
+    graph = import_graph()
+    upward = [f"{m} ({FOLDERS[folder_of(m)]}) imports {t} ({FOLDERS[folder_of(t)]})"
+              for m, targets in sorted(graph.items()) for t in sorted(targets) if folder_of(t) > folder_of(m)]
     assert upward == []
 
 
+def test_the_design_page_draws_every_folder():
+    design = (ROOT / "docs" / "design.md").read_text()
+    named = {f: f.removeprefix("opiq_jax.") + (".py" if f.endswith(("api", "cli", "launch", "__main__")) else "/")
+             for f in FOLDERS}
+    missing = [f for f, name in named.items() if name not in design]
+    assert missing == [], f"docs/design.md's house lacks {missing}"
+
+
 @pytest.mark.parametrize("source, expected", [
-    ("import opiq_jax.trainer\n", [["opiq_jax.a", "opiq_jax.trainer"]]),
-    ("def f():\n    from .trainer import Agent\n", [["opiq_jax.a", "opiq_jax.trainer"]]),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import trainer\n", [["opiq_jax.a", "opiq_jax.trainer"]]),
+    ("import opiq_jax.agent.trainer\n", [["opiq_jax.a", "opiq_jax.agent.trainer"]]),
+    ("def f():\n    from .agent.trainer import Agent\n", [["opiq_jax.a", "opiq_jax.agent.trainer"]]),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .agent import trainer\n", [["opiq_jax.a", "opiq_jax.agent.trainer"]]),
     ("import json\n", []),
 ])
 def test_the_graph_reader_finds_an_import_wherever_it_stands(tmp_path, source, expected):
@@ -151,7 +168,7 @@ def test_the_graph_reader_finds_an_import_wherever_it_stands(tmp_path, source, e
     path = tmp_path / "a.py"
     path.write_text(source)
     modules = {**package_modules(), "opiq_jax.a": path}
-    graph = {"opiq_jax.trainer": {"opiq_jax.a"}, "opiq_jax.a": imported_modules("opiq_jax.a", path, modules)}
+    graph = {"opiq_jax.agent.trainer": {"opiq_jax.a"}, "opiq_jax.a": imported_modules("opiq_jax.a", path, modules)}
     assert circles(graph) == expected
 
 
@@ -170,7 +187,7 @@ def test_imports_stand_at_the_top_of_their_modules_but_the_entry_points_and_gymn
     """The entry point joins the hosts before the command line (and with it the trainer, which starts JAX's
     backend) is imported; gymnax's registry is imported only for a gymnax environment."""
     assert function_local_imports() == {("opiq_jax.launch", "opiq_jax.cli"),
-                                        ("opiq_jax.environments", "opiq_jax.envs.gymnax_adapter")}
+                                        ("opiq_jax.registry.environments", "opiq_jax.envs.gymnax_adapter")}
 
 
 def test_the_opiq_jax_command_enters_through_the_launcher_which_refuses_half_a_host_list_in_one_line():
@@ -198,7 +215,7 @@ def test_the_trainer_and_the_parts_read_the_path_through_its_declared_contract()
 
     for path in (CompactPath, PoolPath):
         assert issubclass(path, ObservationPath) and not path.__abstractmethods__, path
-    readers = [ROOT / "opiq_jax" / "trainer.py", *sorted((ROOT / "opiq_jax" / "parts").glob("*.py"))]
+    readers = [ROOT / "opiq_jax" / "agent" / "trainer.py", *sorted((ROOT / "opiq_jax" / "parts").glob("*.py"))]
     sources = {p.name: p.read_text() for p in readers}
     read = {name for text in sources.values() for name in re.findall(r"\bpath\.([a-z_]+)", text)}
     declared = {*dir(ObservationPath), *ObservationPath.__annotations__}

@@ -1,4 +1,4 @@
-"""opiq_jax/maze_torso.py: the Pallas kernels of the maze network's convolutions (here in Pallas's
+"""opiq_jax/kernels/maze_torso.py: the Pallas kernels of the maze network's convolutions (here in Pallas's
 interpreter) compute what XLA's form computes, in values and weight gradients, and the trainer uses them."""
 
 import flax.linen as nn
@@ -7,12 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax.environments import static_for_env
-from opiq_jax.maze_torso import maze_torso
-from opiq_jax.methods import method_hparams
-from opiq_jax.networks import MazeConv, PatchConv
-from opiq_jax.experiment import Experiment, RunSpec
-from opiq_jax.trainer import uses_pallas_torso
+from opiq_jax.agent.trainer import uses_pallas_torso
+from opiq_jax.kernels.maze_torso import maze_torso
+from opiq_jax.pieces.networks import MazeConv, PatchConv
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.runs.experiment import Experiment, RunSpec
 from tests.training import train_chunks
 
 

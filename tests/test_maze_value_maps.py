@@ -7,9 +7,9 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START, Maze
 from experiments import maze_value_maps as mv
-from opiq_jax.reading import read_metrics
+from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START, Maze
+from opiq_jax.runs.results_folder import read_metrics
 
 WALLS = Maze().walls
 CELL = lambda r, c: r * MAZE_SIZE + c  # noqa: E731

@@ -1,4 +1,4 @@
-"""``mlp_backward="pallas"`` (opiq_jax/mlp_backward.py): the MLP's weight gradients written by a Pallas kernel
+"""``mlp_backward="pallas"`` (opiq_jax/kernels/mlp_backward.py): the MLP's weight gradients written by a Pallas kernel
 with their sums of squares, the output layer's input gradient as outer products, and the packed optimiser's
 clip from those sums. On the CPU the kernel runs in Pallas's interpreter."""
 
@@ -10,18 +10,20 @@ import numpy as np
 import optax
 import pytest
 
-from opiq_jax import mlp_backward, packed_state, trainer
+from opiq_jax.agent import trainer
+from opiq_jax.agent.trainer import uses_lean_backward
+from opiq_jax.agent.weights import master_params, weight_storage
 from opiq_jax.benchmark.throughput import work_model
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.mlp_backward import SQUARE_SUMS, kernel_fits, square_sum_total, weight_gradient
-from opiq_jax.networks import MLP, in_compute_precision, init_params
+from opiq_jax.kernels import mlp_backward
+from opiq_jax.kernels.mlp_backward import SQUARE_SUMS, kernel_fits, square_sum_total, weight_gradient
 from opiq_jax.parts import get_part
-from opiq_jax.runner import METRICS_FILE, run_experiment
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.experiment import Experiment, RunSpec
-from opiq_jax.trainer import uses_lean_backward
-from opiq_jax.weights import master_params, weight_storage
+from opiq_jax.pieces import packed_state
+from opiq_jax.pieces.networks import MLP, in_compute_precision, init_params
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.running.host_loop import METRICS_FILE, run_experiment
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import Experiment, RunSpec
 
 PACKED = static_for_env("chain", chain_length=16, total_steps=300, log_every=100, buffer_size=300, hidden=(32, 32),
                         batch_size=16, precision="bfloat16", weight_storage="packed")

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax import frame_replay
+from opiq_jax.pieces import frame_replay
 
 FRAME_SHAPE = (4, 5)
 STACK = 4
@@ -545,12 +545,12 @@ def atari_run(request, tmp_path_factory):
     """Two OPIQ runs of the one trainer on Montezuma, 80 environment steps per run in 30-step episodes,
     with one or two pool environments per run (EnvPool needed)."""
     pytest.importorskip("envpool")
-    from opiq_jax.environments import static_for_env
-    from opiq_jax.methods import method_hparams
-    from opiq_jax.runner import run_experiment
-    from opiq_jax.reading import read_metrics
-    from opiq_jax.experiment import Experiment, RunSpec
-    from opiq_jax.trainer import make_train
+    from opiq_jax.registry.environments import static_for_env
+    from opiq_jax.registry.methods import method_hparams
+    from opiq_jax.running.host_loop import run_experiment
+    from opiq_jax.runs.results_folder import read_metrics
+    from opiq_jax.runs.experiment import Experiment, RunSpec
+    from opiq_jax.agent.trainer import make_train
     from opiq_jax.paths.pool import PoolShapes
 
     envs = request.param

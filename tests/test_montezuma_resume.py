@@ -17,14 +17,14 @@ import pytest
 
 pytest.importorskip("envpool")
 
-from opiq_jax.config import stack_hparams  # noqa: E402
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams  # noqa: E402
-from opiq_jax.results import CHECKPOINT_FILE, read_checkpoint_arrays  # noqa: E402
-from opiq_jax.runner import restore_checkpoint, run_experiment, start_pool
-from opiq_jax.reading import is_finished, read_metrics
-from opiq_jax.compiled import trainer_for
-from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
+from opiq_jax.common.config import stack_hparams  # noqa: E402
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams  # noqa: E402
+from opiq_jax.running.host_loop import restore_checkpoint, run_experiment, start_pool
+from opiq_jax.runs.compiled import trainer_for
+from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
+from opiq_jax.runs.results_folder import is_finished, read_metrics
+from opiq_jax.store.files import CHECKPOINT_FILE, read_checkpoint_arrays  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # A batch of 8 (Montezuma's is 32) and an update every 8 steps keep the updates, most of a chunk's time on a CPU,
@@ -37,7 +37,7 @@ EXPERIMENT = Experiment(STATIC, tuple(RunSpec("bsp", "paper", s, method_hparams(
 CHILD = """
 import sys
 from tests.test_montezuma_resume import EXPERIMENT
-from opiq_jax.runner import run_experiment
+from opiq_jax.running.host_loop import run_experiment
 print("ready", flush=True)
 run_experiment(EXPERIMENT, sys.argv[1], progress=False, checkpoint_seconds=0, max_episode_steps=30)
 """

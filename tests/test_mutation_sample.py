@@ -29,8 +29,8 @@ def test_a_random_sample_of_cheap_mutants_is_killed_in_a_copy_of_the_project():
 
 
 def test_a_mutant_whose_snippet_is_gone_or_repeated_is_reported_stale():
-    gone = Mutant("gone", "opiq_jax/counts.py", "return jnp.median(sketch)", "x", "not in the file", ("tests/test_counts.py",))
-    twice = Mutant("twice", "opiq_jax/counts.py", "import", "x", "many times in the file", ("tests/test_counts.py",))
+    gone = Mutant("gone", "opiq_jax/pieces/counts.py", "return jnp.median(sketch)", "x", "not in the file", ("tests/test_counts.py",))
+    twice = Mutant("twice", "opiq_jax/pieces/counts.py", "import", "x", "many times in the file", ("tests/test_counts.py",))
     missing = Mutant("missing", "opiq_jax/no_such_module.py", "a", "b", "no such file", ("tests/test_counts.py",))
     outcomes = {o.mutant.id: o for o in (run_mutant(m) for m in (gone, twice, missing))}
     assert {k: o.status for k, o in outcomes.items()} == {"gone": "stale", "twice": "stale", "missing": "stale"}

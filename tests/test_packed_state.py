@@ -1,5 +1,5 @@
 """``weight_storage="packed"``: weights as a bfloat16 copy plus 8 bits and a bfloat16 RMSProp accumulator, both
-rounded stochastically (opiq_jax/packed_state.py), and the trainer and results folder with it."""
+rounded stochastically (opiq_jax/pieces/packed_state.py), and the trainer and results folder with it."""
 
 import dataclasses
 
@@ -8,19 +8,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax import packed_state
+from opiq_jax.agent.trainer import learning_step, make_optimiser
+from opiq_jax.agent.weights import master_params
 from opiq_jax.api import read_final_state
 from opiq_jax.benchmark.throughput import work_model
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.networks import in_compute_precision
-from opiq_jax.config import stack_hparams
-from opiq_jax.runner import METRICS_FILE, run_experiment
-from opiq_jax.results import CHECKPOINT_FILE
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
-from opiq_jax.trainer import learning_step, make_optimiser
-from opiq_jax.weights import master_params
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.pieces import packed_state
+from opiq_jax.pieces.networks import in_compute_precision
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.running.host_loop import METRICS_FILE, run_experiment
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
+from opiq_jax.store.files import CHECKPOINT_FILE
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=300, log_every=50, buffer_size=300, hidden=(16,),
                         precision="bfloat16", weight_storage="packed")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from opiq_jax.environments import environment_spec, static_for_env
-from opiq_jax.methods import SETTING_NOTES, SETTINGS, get_method, method_hparams
+from opiq_jax.registry.environments import environment_spec, static_for_env
+from opiq_jax.registry.methods import SETTING_NOTES, SETTINGS, get_method, method_hparams
 
 PAPER = "paper appendix"
 COMMAND = "the authors' corrected command"

@@ -7,12 +7,12 @@ import optax
 from flax import linen as nn
 import pytest
 
-from opiq_jax import networks, replay
-from opiq_jax.config import StaticConfig
+from opiq_jax.agent.trainer import linear_epsilon, make_optimiser
+from opiq_jax.common.config import StaticConfig
 from opiq_jax.parts.optimism import optimism_bonus
 from opiq_jax.parts.pseudocounts import intrinsic_reward
-from opiq_jax.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss, window_mask
-from opiq_jax.trainer import linear_epsilon, make_optimiser
+from opiq_jax.pieces import networks, replay
+from opiq_jax.pieces.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss, window_mask
 
 # ---------------------------------------------------------------------------------- optimism
 

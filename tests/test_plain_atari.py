@@ -16,10 +16,10 @@ import pytest
 
 from opiq_jax.benchmark import plain_atari as pa
 from opiq_jax.benchmark.plain import intrinsic_reward, ring_positions, sample_ages
-from opiq_jax.config import make_hparams, stack_hparams
-from opiq_jax.environments import static_for_env
+from opiq_jax.common.config import make_hparams, stack_hparams
 from opiq_jax.envs.atari import StepOutput
-from opiq_jax.methods import get_method, method_hparams
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import get_method, method_hparams
 from tests.fake_pool import FakePool
 from tests.hand_targets import hand_targets
 

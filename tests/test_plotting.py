@@ -1,4 +1,4 @@
-"""opiq_jax.plotting: strict plot errors, experiments of a folder, IQM bands, titles, legends and the summary's IQM.
+"""opiq_jax.reporting.plotting: strict plot errors, experiments of a folder, IQM bands, titles, legends and the summary's IQM.
 
 Results folders are written by hand (config.json and metrics.csv as the runner writes them) so no test trains.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opiq_jax import plotting
-from opiq_jax.errors import UsageError
-from opiq_jax.plotting import (
+from opiq_jax.common.errors import UsageError
+from opiq_jax.reporting import plotting
+from opiq_jax.reporting.plotting import (
     curves,
     describe,
     find_experiments,
@@ -23,9 +23,9 @@ from opiq_jax.plotting import (
     save_curve_figure,
     summary_table,
 )
-from opiq_jax.results import METRICS_FILE
-from opiq_jax.reading import read_metrics
-from opiq_jax.stats import iqm, iqm_curve_ci
+from opiq_jax.reporting.stats import iqm, iqm_curve_ci
+from opiq_jax.runs.results_folder import read_metrics
+from opiq_jax.store.files import METRICS_FILE
 
 HEADER = ["run", "method", "setting", "seed", "step", "metric", "value"]
 PLAIN = ["pseudocounts", "optimism"]

@@ -6,15 +6,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from opiq_jax.agent.trainer import make_train
 from opiq_jax.benchmark.throughput import work_model
-from opiq_jax.config import stack_hparams
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.methods import program_parts
-from opiq_jax.networks import init_params, make_bootstrapped_network, make_network
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.experiment import Experiment, RunSpec
-from opiq_jax.trainer import make_train
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.pieces.networks import init_params, make_bootstrapped_network, make_network
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.registry.methods import program_parts
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import Experiment, RunSpec
 from tests.training import train_chunks
 
 CHAIN = 20  # as tests/test_trainer.py: a random walk almost never reaches the right end
@@ -84,7 +84,7 @@ def test_precision_is_validated():
     static = static_for_env("montezuma", precision="bfloat16", buffer_size=64, batch_size=8, log_every=8,
                             total_steps=8, target_update=8, train_every=4)
     experiment = Experiment(static, (RunSpec("opiq", "p", 0, method_hparams("montezuma", "opiq")),))
-    from opiq_jax.memory import state_bytes_per_run
+    from opiq_jax.runs.memory import state_bytes_per_run
 
     assert state_bytes_per_run(experiment.static) > 64 * 84 * 84
 

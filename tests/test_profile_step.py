@@ -9,7 +9,7 @@ from experiments.profile_step import (
     phase_totals,
     profile_trainer,
 )
-from opiq_jax.environments import static_for_env
+from opiq_jax.registry.environments import static_for_env
 
 
 def test_phase_of_reads_the_trainers_scopes_from_a_name_stack():

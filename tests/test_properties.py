@@ -15,16 +15,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax import frame_replay, frame_store
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.config import stack_hparams
-from opiq_jax.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
-from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
-from opiq_jax.methods import method_hparams, program_parts
+from opiq_jax.agent.trainer import action_values, choose_actions, env_step, td_loss_per_head
+from opiq_jax.common.config import stack_hparams
 from opiq_jax.paths.compact import Transition
-from opiq_jax.plan import plan_experiment, setting_label
-from opiq_jax.runner import start_pool
-from opiq_jax.trainer import action_values, choose_actions, env_step, td_loss_per_head
+from opiq_jax.pieces import frame_replay
+from opiq_jax.registry.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
+from opiq_jax.registry.methods import method_hparams, program_parts
+from opiq_jax.running.host_loop import start_pool
+from opiq_jax.running.plan import plan_experiment, setting_label
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
+from opiq_jax.store import frames as frame_store
 from tests.fake_pool import FakePool
 from tests.training import batch_of, compiled_targets
 

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from opiq_jax.cli import main
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.runner import METRICS_FILE, run_experiment
-from opiq_jax.results import CHECKPOINT_FILE
-from opiq_jax.reading import read_metrics
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.experiment import Experiment, RunSpec
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.running.host_loop import METRICS_FILE, run_experiment
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import Experiment, RunSpec
+from opiq_jax.runs.results_folder import read_metrics
+from opiq_jax.store.files import CHECKPOINT_FILE
 from tests.conftest import xla_flags_with_host_devices
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=3000, log_every=150, buffer_size=500, hidden=(16,))
@@ -30,7 +30,7 @@ METRICS = compiled_trainer(EXPERIMENT.static)[0].metric_names
 CHILD = """
 import sys
 from tests.test_runner import EXPERIMENT
-from opiq_jax.runner import run_experiment
+from opiq_jax.running.host_loop import run_experiment
 run_experiment(EXPERIMENT, sys.argv[1], progress=False, checkpoint_seconds=0)
 """
 
@@ -88,7 +88,7 @@ def test_committed_results_read_from_gzip_and_unstarted_structures_add_nothing(t
     import gzip
     import shutil
 
-    from opiq_jax.reading import is_finished
+    from opiq_jax.runs.results_folder import is_finished
 
     run_experiment(EXPERIMENT, tmp_path / "mix" / "plain", progress=False)
     expected = read_metrics(tmp_path / "mix" / "plain")
@@ -148,7 +148,7 @@ SHARDED_CHILD = """
 import sys, jax
 assert jax.local_device_count() == 4, jax.local_devices()
 from tests.test_runner import SHARD_EXPERIMENT
-from opiq_jax.runner import run_experiment
+from opiq_jax.running.host_loop import run_experiment
 state = run_experiment(SHARD_EXPERIMENT, sys.argv[1], progress=False)
 bias = state.runs.params["params"]["head"]["bias"]
 # split, not copied: each device holds its own runs (a replicated array also spans every device)
@@ -216,7 +216,7 @@ def test_two_processes_through_jax_distributed_match_one_process(tmp_path):
 
 
 def test_a_checkpoint_of_another_state_layout_is_refused_with_a_clear_message(tmp_path):
-    from opiq_jax.results import IncompatibleCheckpoint, read_checkpoint, write_checkpoint
+    from opiq_jax.store.files import IncompatibleCheckpoint, read_checkpoint, write_checkpoint
 
     write_checkpoint(tmp_path, {"stats": {"chunk_return_sum": np.zeros(2, np.float32)}}, 3)
     template = {"stats": {"chunk": {"return_sum": np.zeros(2, np.float32)}}}
@@ -228,7 +228,7 @@ def test_a_checkpoint_of_another_state_layout_is_refused_with_a_clear_message(tm
 
 
 def test_a_config_written_before_a_static_field_existed_still_matches():
-    from opiq_jax.reading import same_experiment
+    from opiq_jax.runs.results_folder import same_experiment
 
     config = json.loads(json.dumps(EXPERIMENT.to_json()))
     older = {**config, "static": {k: v for k, v in config["static"].items() if k != "precision"}}
@@ -302,8 +302,8 @@ def test_a_failing_process_tells_the_other_which_stops_with_one_line_and_its_che
 
 def test_a_state_large_for_the_machine_is_announced_with_its_size_and_the_option_that_shrinks_it(monkeypatch):
     """Montezuma on a laptop: before anything trains, the user learns how much memory the runs will hold."""
-    from opiq_jax import memory
-    from opiq_jax.environments import static_for_env
+    from opiq_jax.runs import memory
+    from opiq_jax.registry.environments import static_for_env
 
     static = static_for_env("chain", buffer_size=10_000)
     per_run = memory.state_bytes_per_run(static)
@@ -321,8 +321,9 @@ def test_a_state_large_for_the_machine_is_announced_with_its_size_and_the_option
 def test_programs_trained_one_after_another_free_the_device_memory_of_the_one_before(tmp_path, monkeypatch):
     """The second program (RND's) starts with the first one's training state gone from the device: its replay
     of 20,000 steps per run is no longer among the live arrays."""
-    from opiq_jax import memory, programs
-    from opiq_jax.methods import program_parts
+    from opiq_jax.runs import memory
+    from opiq_jax.running import train_programs as programs
+    from opiq_jax.registry.methods import program_parts
 
     static = dataclasses.replace(STATIC, total_steps=300, buffer_size=20_000)
     runs = tuple(RunSpec(m, "paper", s, method_hparams("chain", m)) for m in ("opiq", "dqn_rnd") for s in range(2))
@@ -342,8 +343,8 @@ def test_programs_trained_one_after_another_free_the_device_memory_of_the_one_be
 def test_runs_that_do_not_fit_are_refused_before_anything_starts_with_what_would_fit(tmp_path, monkeypatch, capsys):
     """One line, before any folder is written: how many runs would fit, the largest replay that would, and the
     devices that would hold them all."""
-    from opiq_jax import memory
-    from opiq_jax.methods import program_parts
+    from opiq_jax.runs import memory
+    from opiq_jax.registry.methods import program_parts
 
     static = dataclasses.replace(STATIC, total_steps=300, buffer_size=20_000, parts=program_parts(["opiq"]))
     per_run = memory.state_bytes_per_run(static)
@@ -365,7 +366,7 @@ def test_runs_that_do_not_fit_are_refused_before_anything_starts_with_what_would
 def test_the_grouping_into_programs_and_the_memory_check_happen_once_per_experiment(tmp_path, monkeypatch):
     """A mix of three methods in two programs: the experiment's runs are grouped once, and each program's memory is
     checked once, by the plan (before anything is built or written), not again by the programs or the loop."""
-    from opiq_jax import experiment as experiment_module, memory
+    from opiq_jax.runs import experiment as experiment_module, memory
 
     grouped, checked = [], []
     real_groups, real_runs_that_fit = experiment_module.program_groups, memory.runs_that_fit
@@ -382,7 +383,7 @@ def test_the_grouping_into_programs_and_the_memory_check_happen_once_per_experim
 def test_the_smallest_replay_a_plan_may_suggest_is_the_least_its_checks_allow():
     """Above a batch, at least what the parts' checks ask (RND trains on its rnd_batch newest states: 32 by default,
     100 here), a multiple of the environments per run."""
-    from opiq_jax.memory import smallest_buffer
+    from opiq_jax.runs.memory import smallest_buffer
 
     assert smallest_buffer(static_for_env("chain", parts=("rnd",), batch_size=16, rnd_batch=100)) == 100
     assert smallest_buffer(static_for_env("chain", batch_size=16)) == 32

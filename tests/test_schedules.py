@@ -14,10 +14,10 @@ import jax
 import numpy as np
 import pytest
 
-from opiq_jax.config import make_hparams, stack_hparams
-from opiq_jax.environments import static_for_env
+from opiq_jax.agent.trainer import make_train
+from opiq_jax.common.config import make_hparams, stack_hparams
 from opiq_jax.parts import PARTS, register_part
-from opiq_jax.trainer import make_train
+from opiq_jax.registry.environments import static_for_env
 from tests.fake_pool import FakePool
 from tests.tally import Tally
 

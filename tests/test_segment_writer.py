@@ -1,4 +1,4 @@
-"""The frame segments' writer (:mod:`opiq_jax.frame_store`): blocks fetched and compressed by a pool of threads,
+"""The frame segments' writer (:mod:`opiq_jax.store.frames`): blocks fetched and compressed by a pool of threads,
 written in order, read back as the frames they were, whatever the number of threads; segments of the raw format
 that came before still load; a damaged block is a damaged segment; the thread count is checked. The SIGKILL tests
 of the writer as checkpoints use it are in ``tests/test_frame_checkpoints.py``."""
@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax import frame_store
-from opiq_jax.frame_store import COMPRESSED_MAGIC, SEGMENT_MAGIC, DamagedSegment, Segment, assemble, read_segment
-from opiq_jax.results import atomic_write_chunks
+from opiq_jax.store import frames as frame_store
+from opiq_jax.store.files import atomic_write_chunks
+from opiq_jax.store.frames import COMPRESSED_MAGIC, SEGMENT_MAGIC, DamagedSegment, Segment, assemble, read_segment
 
 FRAME = (6, 6)
 

@@ -1,4 +1,4 @@
-"""Tests for opiq_jax.stats against hand-computed numbers and brute-force references."""
+"""Tests for opiq_jax.reporting.stats against hand-computed numbers and brute-force references."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from opiq_jax.stats import (
+from opiq_jax.reporting.stats import (
     bootstrap_replicates,
     iqm,
     probability_of_improvement,
@@ -294,7 +294,7 @@ def test_summarise_all_nan_and_strata():
 
 
 def test_permutation_p_of_fully_separated_groups_is_the_smallest_possible():
-    from opiq_jax.stats import permutation_p
+    from opiq_jax.reporting.stats import permutation_p
 
     # of the 70 ways to split 8 seeds 4/4, only the observed one and its mirror are as far apart
     assert permutation_p([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
@@ -305,7 +305,7 @@ def test_permutation_p_of_fully_separated_groups_is_the_smallest_possible():
 def test_permutation_p_equals_a_brute_force_count_over_every_relabelling():
     import itertools
 
-    from opiq_jax.stats import permutation_p
+    from opiq_jax.reporting.stats import permutation_p
 
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=3), rng.normal(0.8, size=4)
@@ -319,7 +319,7 @@ def test_permutation_p_equals_a_brute_force_count_over_every_relabelling():
 
 
 def test_permutation_p_draws_random_splits_for_many_seeds():
-    from opiq_jax.stats import permutation_p
+    from opiq_jax.reporting.stats import permutation_p
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=12), rng.normal(2.0, size=12)  # C(24, 12) = 2.7M splits: drawn

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from opiq_jax.cli import main
-from opiq_jax.sweeping import best_per_method, expand, load_preset, plan_batches, plan_static, preset_names, split
+from opiq_jax.running.sweeping import best_per_method, expand, load_preset, plan_batches, plan_static, preset_names, split
 
 TINY = {
     "env": "chain", "seeds": 2, "metric": "test_return",
@@ -44,8 +44,8 @@ def label_values(setting: str) -> dict[str, float]:
 def test_every_runs_label_names_the_hyperparameters_it_trains_with():
     """A grid of two names with two values each, expanded by a sweep and by train's grid: each run's label, its
     hyperparameters and the numbers its program is given all agree, for every grid point."""
-    from opiq_jax.plan import plan_experiment
-    from opiq_jax.experiment import Experiment
+    from opiq_jax.running.plan import plan_experiment
+    from opiq_jax.runs.experiment import Experiment
 
     grid = {"m": [0.5, 2.0], "c_action": [1.0, 10.0]}
     preset = load_preset({"env": "chain", "seeds": 2, "grids": [{"method": "opiq", "grid": grid},
@@ -149,7 +149,7 @@ def test_a_finished_batch_of_another_precision_is_not_reused(tmp_path):
 
 def test_the_batching_experiment_compares_every_number_and_both_selections(tmp_path):
     from experiments import sweep_batching
-    from opiq_jax.sweeping import sweep_rows
+    from opiq_jax.running.sweeping import sweep_rows
 
     small = {"chain_length": 8, "log_every": 200, "buffer_size": 400, "hidden": [16]}
     report = sweep_batching.main(["--out", str(tmp_path), "--seeds", "2", "--steps", "400",

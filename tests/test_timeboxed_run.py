@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from experiments import timeboxed_run
-from opiq_jax.metrics_file import METRICS_HEADER
+from opiq_jax.store.metrics import METRICS_HEADER
 
 TINY_CHAIN = ("--env", "chain", "--chain-length", "5", "--method", "dqn", "--seeds", "1", "--hidden", "8",
               "--buffer-size", "200", "--batch-size", "8")

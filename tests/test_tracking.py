@@ -1,4 +1,4 @@
-"""opiq_jax.tracking: per-method aggregates streamed to TensorBoard event files and read back with TensorBoard's
+"""opiq_jax.reporting.tracking: per-method aggregates streamed to TensorBoard event files and read back with TensorBoard's
 own reader (the ``tracking`` extra writes them, the ``dev`` extra brings the reader)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from opiq_jax.errors import UsageError
-from opiq_jax.tracking import aggregates, make_tracker, run_groups
+from opiq_jax.common.errors import UsageError
+from opiq_jax.reporting.tracking import aggregates, make_tracker, run_groups
 
 pytest.importorskip("tensorboardX")
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")

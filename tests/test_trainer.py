@@ -8,17 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax import counts
-from opiq_jax.config import stack_hparams
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.methods import program_parts
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.pieces import counts
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.registry.methods import program_parts
 from tests.tally import Tally
+from opiq_jax.agent.bootstrap_values import uses_target_table
+from opiq_jax.agent.trainer import make_path, make_train
 from opiq_jax.paths.compact import Transition
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.experiment import Experiment, RunSpec, run_keys_for
-from opiq_jax.trainer import make_path, make_train
-from opiq_jax.target_values import uses_target_table
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
 from tests.training import compiled_targets, train_chunks
 
 CHAIN = 20  # horizon 29: a random walk almost never reaches the right end
@@ -196,7 +196,7 @@ def test_updates_target_copies_and_epsilon_follow_the_environment_steps():
     """One update every ``train_every`` environment steps once the replay holds more than a batch, the target
     network equal to the online network right after every ``target_update`` steps and unchanged between them, and
     epsilon at the run's step, checked after every step. (Several environments per run are the pool path's.)"""
-    from opiq_jax.methods import METHODS, Method, register_method
+    from opiq_jax.registry.methods import METHODS, Method, register_method
     from opiq_jax.parts import PARTS
 
     register_method(Method("dqn_tally", ("pseudocounts", Tally()), "DQN + PC, counting", settings={"chain": {}}))
@@ -234,9 +234,9 @@ def test_performance_modes_are_strategies_the_agent_chooses_once():
     import inspect
     import re
 
-    from opiq_jax import trainer
-    from opiq_jax.target_values import NetworkTargets, TableTargets
-    from opiq_jax.weights import ComputeCopyWeights, Float32Weights, PackedWeights
+    from opiq_jax.agent import trainer
+    from opiq_jax.agent.bootstrap_values import NetworkTargets, TableTargets
+    from opiq_jax.agent.weights import ComputeCopyWeights, Float32Weights, PackedWeights
 
     chain = static_for_env("chain", chain_length=8, hidden=(16,), total_steps=100, log_every=100)
     chosen = {}

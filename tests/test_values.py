@@ -14,19 +14,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax import counts, frame_replay
-from opiq_jax.config import stack_hparams
-from opiq_jax.environments import static_for_env
-from opiq_jax.methods import method_hparams
-from opiq_jax.methods import program_parts
+from opiq_jax.agent.trainer import make_train, sample_batch
+from opiq_jax.common.config import stack_hparams
 from opiq_jax.paths.pool import to_network_input
-from opiq_jax.results import (
+from opiq_jax.pieces import counts, frame_replay
+from opiq_jax.registry.environments import static_for_env
+from opiq_jax.registry.methods import method_hparams
+from opiq_jax.registry.methods import program_parts
+from opiq_jax.store.files import (
     CorruptCheckpoint,
     read_checkpoint,
     read_checkpoint_arrays,
     write_checkpoint,
 )
-from opiq_jax.trainer import make_train, sample_batch
 from tests.fake_pool import FakePool
 from tests.training import targets_of
 
@@ -331,7 +331,7 @@ RESUME_CHUNKS, RESUME_STOP = 4, 2
 
 @pytest.fixture(scope="module")
 def resume_experiment():
-    from opiq_jax.experiment import Experiment, RunSpec
+    from opiq_jax.runs.experiment import Experiment, RunSpec
 
     static = static_for_env("chain", chain_length=6, total_steps=400, log_every=100, buffer_size=300, batch_size=16,
                             hidden=(8,), count_features="exact")
@@ -348,8 +348,8 @@ def state_leaves(state) -> list[np.ndarray]:
 
 def test_resume_drops_the_rows_of_a_chunk_written_after_the_checkpoint_and_matches_an_uninterrupted_run(
         tmp_path, resume_experiment):
-    from opiq_jax.runner import run_experiment
-    from opiq_jax.reading import read_metrics
+    from opiq_jax.running.host_loop import run_experiment
+    from opiq_jax.runs.results_folder import read_metrics
 
     experiment, log_every = resume_experiment, resume_experiment.static.log_every
     interrupted, straight = tmp_path / "interrupted", tmp_path / "straight"

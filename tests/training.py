@@ -3,10 +3,10 @@ trainer's targets of hand-made minibatches (the trainer's internals, which only 
 
 import jax
 
-from opiq_jax.config import stack_hparams
-from opiq_jax.compiled import compiled_trainer
-from opiq_jax.experiment import Experiment, run_keys_for
-from opiq_jax.trainer import targets_for, with_counts
+from opiq_jax.agent.trainer import targets_for, with_counts
+from opiq_jax.common.config import stack_hparams
+from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.runs.experiment import Experiment, run_keys_for
 
 
 def train_chunks(experiment: Experiment, chunks: int | None = None):

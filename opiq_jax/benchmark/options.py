@@ -1,5 +1,5 @@
 """The options of ``opiq-jax bench``: how it measures (its own fields), and the static options it measures with,
-generated from their one declaration (:data:`opiq_jax.config.STATIC_OPTIONS`): the same names, types, choices,
+generated from their one declaration (:data:`opiq_jax.common.config.STATIC_OPTIONS`): the same names, types, choices,
 checks and documentation as ``opiq-jax train``'s. Where the bench's default differs from the trainer's, it is
 declared once below (:data:`BENCH_DEFAULTS`), with the reason."""
 
@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from ..config import STATIC_OPTIONS, StaticConfig, Style
-from ..methods import METHODS, program_parts
-from ..plan import static_with
+from ..common.config import STATIC_OPTIONS, StaticConfig, Style
+from ..registry.methods import METHODS, program_parts
+from ..running.plan import static_with
 
 
 BENCH_DEFAULTS: dict[str, tuple[Any, str | None]] = {

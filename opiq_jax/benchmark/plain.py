@@ -26,7 +26,7 @@ step the environment, increment ``N(s, a)``, store the step, then (once the buff
 
 where the window stops at the end of its episode (``L <= n``), counts are read at training time,
 and a truncated episode bootstraps from its last real observation. Settings come from the same
-:class:`~opiq_jax.config.StaticConfig` and the hyperparameter dict as the trainer
+:class:`~opiq_jax.common.config.StaticConfig` and the hyperparameter dict as the trainer
 (``count_features``, the sketch and ``log_every`` are ignored: counts here are always exact; so is
 ``precision``: the baseline is always float32).
 """
@@ -46,10 +46,10 @@ from flax import struct
 
 from opiq_jax.envs import Maze, RandomisedChain
 
-from ..config import HParams, StaticConfig, make_hparams, stack_hparams
-from ..methods import method_hparams
-from ..methods import get_method
-from ..memory import tree_bytes
+from ..common.config import HParams, StaticConfig, make_hparams, stack_hparams
+from ..registry.methods import method_hparams
+from ..registry.methods import get_method
+from ..runs.memory import tree_bytes
 
 
 class MLP(nn.Module):

@@ -13,7 +13,7 @@ count sketch):
 * the Nature DQN network written with stock flax layers (``nn.Conv``, ``nn.Dense``), the shapes and
   initialisation of the trainer's, reading EnvPool's ``[4, 84, 84]`` stacks as they come;
 * a hashed count table ``int32[count_slots, num_actions]`` per run: the paper's frame feature (the newest frame
-  area-downsampled to 8 x 11 pixels of 8 levels, :func:`opiq_jax.counts.montezuma_feature`: what is counted is
+  area-downsampled to 8 x 11 pixels of 8 levels, :func:`opiq_jax.pieces.counts.montezuma_feature`: what is counted is
   the paper's, so both columns of the table count the same thing) hashed to one slot by a fixed random linear
   hash; two features that share a slot share a count (no dictionary, no sketch);
 * a uniform replay ring of full transitions on the device, ``(obs, slot, action, reward, terminated, done,
@@ -36,7 +36,7 @@ RMSProp step on ``batch`` windows of ``n`` consecutive transitions drawn uniform
 
 where the window stops at its episode's end (``L <= n``), counts are read at training time, a truncated
 episode bootstraps from its last frame, and ``r`` is the game's reward clipped to [-1, 1] less
-``reward_subtract``. Settings come from the trainer's :class:`~opiq_jax.config.StaticConfig` for Montezuma and
+``reward_subtract``. Settings come from the trainer's :class:`~opiq_jax.common.config.StaticConfig` for Montezuma and
 OPIQ's hyperparameters; not here: the mixed Monte Carlo return of the paper's Montezuma runs (``beta_mmc`` is
 ignored, as in ``experiments/torch_loop.py``), ``envs_per_run`` (one environment per run), ``overlap``,
 ``precision`` (always float32) and the sketch's settings (``count_slots`` instead).
@@ -55,10 +55,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from ..config import HParams, StaticConfig
-from ..counts import montezuma_feature
+from ..common.config import HParams, StaticConfig
 from ..envs.atari import StepOutput, clip_reward, newest_frame
-from ..memory import tree_bytes
+from ..pieces.counts import montezuma_feature
+from ..runs.memory import tree_bytes
 from .plain import count_bonus, epsilon_at, init_params, make_optimiser, n_step_targets, update_on_windows
 
 COUNT_SLOTS = 1 << 16

@@ -39,12 +39,12 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from ..compiled import compiled_trainer
-from ..config import StaticConfig, stack_hparams
-from ..experiment import Experiment, RunSpec, run_keys_for
-from ..memory import available_device_bytes, fits, state_bytes_per_run, tree_bytes
-from ..methods import method_hparams
-from ..trainer import make_train, uses_pallas_torso
+from ..agent.trainer import make_train, uses_pallas_torso
+from ..common.config import StaticConfig, stack_hparams
+from ..registry.methods import method_hparams
+from ..runs.compiled import compiled_trainer
+from ..runs.experiment import Experiment, RunSpec, run_keys_for
+from ..runs.memory import available_device_bytes, fits, state_bytes_per_run, tree_bytes
 from .options import Bench, runs_schedule
 from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run, run_plain
 

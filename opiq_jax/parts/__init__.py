@@ -1,6 +1,6 @@
 """Exploration parts: what an exploration method adds to the DQN agent, one module per idea.
 
-A part is an object with a name, the hyperparameters it brings (:class:`~opiq_jax.config.Option`)
+A part is an object with a name, the hyperparameters it brings (:class:`~opiq_jax.common.config.Option`)
 and a few pure functions over its own per-run state. The trainer calls every part of its program at
 the same six places and never names a method:
 
@@ -23,7 +23,7 @@ networks, the optimiser, the observation path) and the run's state ``run``: ``ru
 the run's numbers, ``run.parts[part.name]`` the part's own state. Hooks run per run, under the
 trainer's ``vmap`` over runs.
 
-A method is a named composition of parts plus its paper settings (:mod:`opiq_jax.methods`). Parts
+A method is a named composition of parts plus its paper settings (:mod:`opiq_jax.registry.methods`). Parts
 that keep no state and declare the numbers that switch them off (``shares_program`` and ``off``) let
 methods with and without them share one compiled program: a run of a method that does not name such a
 part gets its ``off`` values, whatever its defaults. The others (networks of their own) compile into a
@@ -32,7 +32,7 @@ for its parts).
 
 What every hook returns is checked against its shape when the program is traced
 (:func:`checked_output`, :func:`checked_state`): a wrong one stops with one line naming the part and the
-hook (:class:`~opiq_jax.errors.PartError`) instead of broadcasting silently.
+hook (:class:`~opiq_jax.common.errors.PartError`) instead of broadcasting silently.
 """
 
 from . import bsp, dora, optimism, pseudocounts, rnd

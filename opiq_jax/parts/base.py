@@ -2,7 +2,7 @@
 
 :mod:`opiq_jax.parts` documents the hooks; the paper's parts are its other modules. This module imports nothing
 above the configuration: a part sees the agent through :class:`AgentView` (what the trainer's ``Agent`` offers
-it) and the run's state as plain data (:mod:`opiq_jax.state`).
+it) and the run's state as plain data (:mod:`opiq_jax.pieces.state`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 import jax
 import numpy as np
 
-from ..config import CORE_HPARAMS, Option, StaticConfig, register_static_options, static_option_problem
-from ..errors import PartError
+from ..common.config import CORE_HPARAMS, Option, StaticConfig, register_static_options, static_option_problem
+from ..common.errors import PartError
 
 if TYPE_CHECKING:  # types only: a part reads the run's state and the path's records, never the trainer
     from ..paths import Batch, ObservationPath, StepRecord
-    from ..state import RunState
+    from ..pieces.state import RunState
 
 
 class AgentView(Protocol):

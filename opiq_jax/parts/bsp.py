@@ -21,7 +21,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from ..config import Option, uses_cell_table
+from ..common.config import Option, uses_cell_table
 from .base import AgentView, Part
 
 

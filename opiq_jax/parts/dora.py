@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from .. import replay
-from ..config import Option
-from ..networks import zero_final_layer
-from ..targets import td_loss, window_mask
+from ..common.config import Option
+from ..pieces import replay
+from ..pieces.networks import zero_final_layer
+from ..pieces.targets import td_loss, window_mask
 from .base import Part
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..config import Option
+from ..common.config import Option
 from .base import Part
 
 

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from ..config import Option
-from ..networks import PatchConv
+from ..common.config import Option
+from ..pieces.networks import PatchConv
 from .base import Part
 
 

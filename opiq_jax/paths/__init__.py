@@ -1,6 +1,6 @@
 """Observation paths: what differs between environments in how they are stepped, stored and seen.
 
-The one trainer (:mod:`opiq_jax.trainer`) is written against :class:`ObservationPath`, the declared contract;
+The one trainer (:mod:`opiq_jax.agent.trainer`) is written against :class:`ObservationPath`, the declared contract;
 two paths implement it:
 
 * :class:`~opiq_jax.paths.compact.CompactPath`: environments stepped inside the compiled program, one
@@ -118,7 +118,7 @@ class ObservationPath(abc.ABC):
     """What its counts count, in words, as a results folder's ``config.json`` records it."""
     rings_apart: tuple[str, str] | None = None
     """A replay of frames too large to rewrite at every checkpoint: the key paths of its frames leaf and its
-    positions leaf in the training state, which checkpoints save as what changed (:mod:`opiq_jax.frame_store`)."""
+    positions leaf in the training state, which checkpoints save as what changed (:mod:`opiq_jax.store.frames`)."""
     has_test_episode: ClassVar[bool] = False
     """Whether a greedy test episode is played in the program (:meth:`test_return`)."""
     has_cell_table: bool = False

@@ -17,11 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .. import counts, replay
-from ..config import StaticConfig
-from ..envs.base import CompactEnvironment
-from ..targets import window_mask
 from . import Batch, Decision, ObservationPath, Outcome
+from ..common.config import StaticConfig
+from ..envs.base import CompactEnvironment
+from ..pieces import counts, replay
+from ..pieces.targets import window_mask
 
 
 @struct.dataclass

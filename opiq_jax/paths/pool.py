@@ -7,7 +7,7 @@ counted, the reward learned from, whether there are rooms); this module names no
   between the pool's ``[runs * envs]`` and ``[runs, envs]``. It is stepped through EnvPool's XLA
   interface *inside* the compiled ``lax.scan``: a pool cannot be vmapped, so acting and recording are
   vmapped over runs and the pool step sits between them, its handle in ``TrainState.env``.
-* The replay stores single uint8 frames (:mod:`opiq_jax.frame_replay`), one ring per environment
+* The replay stores single uint8 frames (:mod:`opiq_jax.pieces.frame_replay`), one ring per environment
   (``buffer_size`` frames per run in all, split evenly; a minibatch draws an equal share from each ring),
   with 4-frame stacks rebuilt at sampling, never across an episode. EnvPool's reset step is stored as a
   ``first`` slot, so it is never a transition, never in an n-step window and never counted.
@@ -23,7 +23,7 @@ counted, the reward learned from, whether there are rooms); this module names no
   with ``G = 0`` while the episode is unfinished (``StaticConfig.mmc_unfinished``). Each environment keeps
   how many transitions its running episode has stored (``PoolEnv.episode_steps``), which tells a sampled
   transition whose return is still unknown (``Batch.mc_known``).
-* Diagnostics: the runs record the trainer's learning diagnostics, and a :class:`~opiq_jax.counts.CountProbe`
+* Diagnostics: the runs record the trainer's learning diagnostics, and a :class:`~opiq_jax.pieces.counts.CountProbe`
   of exact counts of the first codes to claim its slots, against which the sketch's over-counting is reported.
 * Resuming: the emulators' state lives in EnvPool, outside JAX, so a resumed run starts fresh
   episodes (:meth:`PoolPath.restart`): the agent, its replay, counts and parts are restored exactly, the
@@ -44,10 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .. import counts, frame_replay
-from ..config import StaticConfig
-from ..envs.atari import StepOutput, clip_reward, newest_frame
 from . import Batch, Decision, ObservationPath, Outcome
+from ..common.config import StaticConfig
+from ..envs.atari import StepOutput, clip_reward, newest_frame
+from ..pieces import counts, frame_replay
 
 NUM_ROOMS = 256  # a room is a RAM byte's value (Montezuma has 24 rooms per level)
 PROBE_SLOTS = 1024

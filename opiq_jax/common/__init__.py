@@ -1,0 +1,1 @@
+"""The ground every layer stands on: the configuration (each option declared once) and the errors."""

@@ -1,0 +1,403 @@
+"""Configuration, split in two as the design asks, each option declared once.
+
+* :class:`StaticConfig` holds shapes and structure (network, buffer size, batch, n-step, counting
+  features, the exploration parts of the program, ...). It is closed over at trace time: changing it
+  means compiling again.
+* Hyperparameters are numbers (M, C_action, C_bootstrap, beta, the epsilon schedule, ...): a dict of
+  float32 arrays with a leading runs axis, so one compiled program trains many settings side by side.
+  The trainer's own hyperparameters are declared here (:data:`CORE_HPARAMS`); every exploration part
+  declares its own (``Part.hparams``), so a part brings its numbers with it.
+
+Every option, static or numeric, is one :class:`Option`: its name, type, default, allowed range and one
+line of documentation. The command line (``opiq-jax train``, ``sweep``, ``bench``), the sweep presets and
+the Python API all take their options, help and checks from these declarations; a check's message names
+the option as the user wrote it (``--steps must be >= 1`` on the command line, ``steps must be >= 1`` in
+Python). Per-environment defaults are the environment registry's (:mod:`opiq_jax.registry.environments`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Style = Literal["cli", "api"]
+
+
+def number(value: float) -> str:
+    """A bound or value for a message: whole numbers in full (2**30 is 1,073,741,824, not 1.07374e+09)."""
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) >= 1e6 else f"{value:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option, declared once: name, type, default, allowed range and a line of documentation."""
+
+    name: str
+    default: Any
+    doc: str
+    minimum: float | None = None
+    """Smallest allowed value (inclusive, or exclusive with ``open_minimum``)."""
+    maximum: float | None = None
+    """Largest allowed value (inclusive)."""
+    open_minimum: bool = False
+    choices: tuple | None = None
+    """The allowed values, when they are a short list."""
+    cli: str | None = None
+    """The name users write, when it is not the field's (``steps`` for ``total_steps``)."""
+    type: Any = float
+    """The Python type of a value."""
+    environment_default: bool = False
+    """Whether each environment sets its own default (see ``opiq_jax.registry.environments``)."""
+
+    @property
+    def value_type(self) -> Any:
+        """The Python type of a value as a parser takes it: the choices as a ``Literal``, else ``type``."""
+        return Literal[self.choices] if self.choices is not None else self.type  # type: ignore[valid-type]
+
+    @property
+    def public_name(self) -> str:
+        """The option's name in Python calls and presets' messages (``steps``)."""
+        return self.cli or self.name
+
+    def label(self, style: Style = "cli", written: str | None = None) -> str:
+        """How a message names the option: as ``written`` by the user where given (a preset's key), else
+        ``--steps`` on the command line and ``steps`` in Python."""
+        if written:
+            return written
+        return "--" + self.public_name.replace("_", "-") if style == "cli" else self.public_name
+
+    def problem(self, value: Any, style: Style = "cli", written: str | None = None) -> str | None:
+        """What is wrong with ``value`` for this option, in one line naming the option as the user writes it."""
+        label = self.label(style, written)
+        if self.choices is not None:
+            return None if value in self.choices else (
+                f"{label} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            return None
+        if isinstance(value, (float, np.floating)) and not math.isfinite(value):  # nan, or inf (an lr of inf: NaNs)
+            return f"{label} must be a finite number, got {value}"
+        if self.minimum is not None and (value <= self.minimum if self.open_minimum else value < self.minimum):
+            return f"{label} must be {'>' if self.open_minimum else '>='} {self.minimum:g}, got {value:g}"
+        if self.maximum is not None and value > self.maximum:
+            if self.minimum is not None and not self.open_minimum:
+                return f"{label} must lie in [{number(self.minimum)}, {number(self.maximum)}], got {number(value)}"
+            return f"{label} must be <= {number(self.maximum)}, got {number(value)}"
+        return None
+
+    def check(self, value: Any, style: Style = "cli", written: str | None = None) -> None:
+        """Raises ``ValueError`` with :meth:`problem`'s message when ``value`` is not allowed."""
+        message = self.problem(value, style, written)
+        if message:
+            raise ValueError(message)
+
+    def help(self, defaults: str | None = None) -> str:
+        """The option's help text: its line, its range and its default (or the environments')."""
+        text = self.doc
+        if self.choices is None and (self.minimum is not None or self.maximum is not None):
+            low = "" if self.minimum is None else f"{'>' if self.open_minimum else '>='} {self.minimum:g}"
+            high = "" if self.maximum is None else f"<= {self.maximum:g}"
+            text += f" Range: {', '.join(x for x in (low, high) if x)}."
+        return text + f" Default: {defaults or _shown(self.default)}."
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return " ".join(map(str, value)) or "none"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000 else str(value)
+
+
+def option(default: Any, doc: str, **kw: Any) -> Any:
+    """A :class:`StaticConfig` field declared with its :class:`Option` (the field's name and type fill it in)."""
+    return dataclasses.field(default=default, metadata={"option": Option("", default, doc, **kw)})
+
+
+Hidden = tuple[int, ...]
+EnvKwargs = tuple[tuple[str, object], ...]
+PartSettings = tuple[tuple[str, Any], ...]
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class StaticConfig:
+    """Shapes and structure of one compiled experiment (everything that is not a traced number)."""
+
+    env: str = option("chain", "Environment: chain, maze, montezuma (EnvPool; pip install -e '.[atari]'), atari:NAME "
+                      "for any EnvPool Atari game with the paper's Montezuma settings (atari:Venture), gymnax:NAME "
+                      "for any gymnax environment, or a registered name.")
+    env_kwargs: EnvKwargs = option((), "gymnax only: KEY=VALUE constructor arguments (size=20) or EnvParams fields "
+                                   "(max_steps_in_episode=500); values are read as Python literals.", cli="env_arg")
+    chain_length: int = option(100, "Chain states (the chain only; its horizon is chain_length + 9).", minimum=2)
+    parts: tuple[str, ...] = option((), "The exploration parts of the program: the union of its methods' parts, set "
+                                    "by the runner (choose methods instead).")
+    network: str = option("mlp", "Q-network: mlp, maze_conv, nature, or auto (mlp for vectors, maze_conv for images).",
+                          choices=("mlp", "maze_conv", "nature", "auto"), environment_default=True)
+    hidden: Hidden = option((256, 256), "Hidden layer widths of the MLP.")
+    total_steps: int = option(100_000, "Environment steps per run.", minimum=1, cli="steps", environment_default=True)
+    log_every: int = option(1_000, "Steps per compiled chunk: one row of metrics per run per chunk; divides --steps.",
+                            minimum=1, environment_default=True)
+    buffer_size: int = option(10_000, "Replay capacity per run, in environment steps (Montezuma: frames).",
+                              minimum=2, environment_default=True)
+    batch_size: int = option(64, "Minibatch size of every update.", minimum=1, environment_default=True)
+    n_step: int = option(1, "n of the n-step Q-learning target.", minimum=1, environment_default=True)
+    train_every: int = option(1, "One update every this many environment steps.", minimum=1,
+                              environment_default=True)
+    target_update: int = option(200, "Steps between copies of the online network to the target network.",
+                                minimum=1, environment_default=True)
+    gamma: float = option(0.99, "Discount.", minimum=0.0, maximum=1.0)
+    count_features: str = option("simhash", "What is counted: SimHash codes of the observation (the paper) or the "
+                                 "environment's exact cell id (no aliasing); Montezuma counts its frame feature.",
+                                 choices=("simhash", "exact"))
+    simhash_bits: int = option(32, "SimHash code length k.", minimum=1, environment_default=True)
+    sketch_rows: int = option(4, "Rows of the count-min sketch.", minimum=1)
+    sketch_width: int = option(1 << 14, "Columns per row of the count-min sketch.", minimum=2,
+                               maximum=1 << 30)  # hashed into 32-bit columns; 2**30 of them are 4 GiB a row already
+    shared_action_mask: bool = option(False, "One action randomisation shared by all runs (the reference code) "
+                                      "instead of one per run (the paper).")
+    grad_clip: float = option(5.0, "Global gradient-norm clip.", minimum=0.0, open_minimum=True)
+    rms_decay: float = option(0.99, "RMSProp decay (PyTorch's alpha).", minimum=0.0, maximum=1.0)
+    rms_eps: float = option(1e-8, "RMSProp epsilon, added outside the square root as PyTorch does.", minimum=0.0,
+                            open_minimum=True)
+    precision: str = option("float32", "The Q-network's precision: float32 (the paper) or bfloat16 (float32 weights "
+                            "and optimiser, bfloat16 forward and backward passes and target network).",
+                            choices=("float32", "bfloat16"))
+    weight_storage: str = option("float32", "What an update of the bfloat16 Q-network reads and writes: float32 "
+                                 "weights and RMSProp accumulator, or packed (each weight as its bfloat16 copy plus 8 "
+                                 "bits, a bfloat16 accumulator, both rounded stochastically: an update reads and "
+                                 "writes 10 bytes of state per weight instead of 18). precision=bfloat16 only.",
+                                 choices=("float32", "packed"))
+    mlp_backward: str = option("auto", "The MLP's backward pass under packed storage: XLA's, or pallas (each hidden "
+                               "weight gradient written by a Pallas kernel with its sum of squares, so the clip's "
+                               "norm does not read it again; the output layer's input gradient as outer products), "
+                               "or auto (pallas on GPUs). The one-headed MLP only: BSP and the conv nets keep XLA's.",
+                               choices=("auto", "xla", "pallas"))
+    maze_torso: str = option("auto", "The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto "
+                             "(Pallas on GPUs in bfloat16).", choices=("auto", "xla", "pallas"))
+    target_values: str = option("auto", "The target network's values for bootstrapping: a table of every cell filled "
+                                "at each copy (chain, maze), the network on every batch, or auto (the table in "
+                                "bfloat16).", choices=("auto", "table", "network"))
+    envs_per_run: int = option(1, "Environments each run steps at once (Montezuma: of the pool); step counts stay per "
+                               "run.", minimum=1)
+    overlap: bool = option(True, "Pool environments (Montezuma): learn while the emulators step (the update sees the "
+                           "replay one step late); off: step, store, then train.")
+    mmc_unfinished: str = option("zero", "The mixed Monte Carlo target of a transition whose episode has not ended "
+                                 "(pool environments): zero (the paper: its return counts as 0) or n_step (the n-step "
+                                 "target alone until the episode ends).", choices=("zero", "n_step"))
+    part_settings: PartSettings = dataclasses.field(default=())
+    """The exploration parts' own static options that differ from their defaults, as sorted ``(name, value)`` pairs:
+    a part declares them (``Part.static_options``) and they read as attributes (``static.rnd_outputs``)."""
+
+    def __init__(self, **values: Any):
+        """Takes every option by name, a part's (:data:`PART_STATIC_OPTIONS`) as well as the trainer's own."""
+        given = dict(values.pop("part_settings", ()))
+        for name in [name for name in values if name not in CORE_FIELDS]:
+            if name not in PART_STATIC_OPTIONS:
+                raise TypeError(f"StaticConfig got an unknown option {name!r} (a part's static option? its part "
+                                "registers it: import opiq_jax.parts, or your part's module, first)")
+            given[name] = values.pop(name)
+        for field in dataclasses.fields(self):
+            object.__setattr__(self, field.name, values.pop(field.name, field.default))
+        # Only values that differ from the defaults: equal configurations compare (and hash) equal, however written.
+        settled = tuple(sorted((k, v) for k, v in given.items() if v != PART_STATIC_OPTIONS[k].default))
+        object.__setattr__(self, "part_settings", settled)
+
+    def __getattr__(self, name: str) -> Any:
+        """A part's static option: its value here, else its declared default."""
+        if name in PART_STATIC_OPTIONS and name != "part_settings":
+            return dict(self.__dict__.get("part_settings", ())).get(name, PART_STATIC_OPTIONS[name].default)
+        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every option by name, the parts' included (a results folder's ``config.json``)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "part_settings"}
+        return {**values, **{name: getattr(self, name) for name in PART_STATIC_OPTIONS}}
+
+    def problems(self, style: Style = "cli") -> list[str]:
+        """Every problem of this configuration, one line each, naming options as the user writes them."""
+        found = [p for o in STATIC_OPTIONS.values() if (p := o.problem(getattr(self, o.name), style))]
+        name = {o.name: o.label(style) for o in STATIC_OPTIONS.values()}
+        e = self.envs_per_run
+        relations = [
+            (self.total_steps % self.log_every == 0,
+             f"{name['total_steps']} ({self.total_steps}) must be a multiple of {name['log_every']} ({self.log_every})"),
+            (self.buffer_size > self.batch_size,
+             f"{name['buffer_size']} ({self.buffer_size}) must exceed {name['batch_size']} ({self.batch_size})"),
+            (all(getattr(self, f) % e == 0 for f in ("log_every", "target_update", "batch_size", "buffer_size")),
+             f"{name['log_every']}, {name['target_update']}, {name['batch_size']} and {name['buffer_size']} must be "
+             f"multiples of {name['envs_per_run']} ({e})"),
+            (self.train_every % e == 0 or e % self.train_every == 0,
+             f"{name['train_every']} ({self.train_every}) and {name['envs_per_run']} ({e}) must divide one another"),
+            (all(w >= 1 for w in self.hidden), f"{name['hidden']} widths must be >= 1, got {self.hidden}"),
+            (self.weight_storage == "float32" or self.precision == "bfloat16",
+             f"{name['weight_storage']} packed needs {name['precision']} bfloat16 (float32 networks keep float32 "
+             f"weights), got {self.precision}"),
+            (self.mlp_backward != "pallas" or self.weight_storage == "packed",
+             f"{name['mlp_backward']} pallas needs {name['weight_storage']} packed (its optimiser takes the clip's "
+             f"norm from the kernels), got {self.weight_storage}"),
+        ]
+        parts = [problem for check in PART_RELATIONS.values() for problem in check(self, name)]
+        return found + [message for ok, message in relations if not ok] + parts
+
+    def validate(self, style: Style = "cli") -> None:
+        """Raises ``ValueError`` with the first of :meth:`problems`."""
+        found = self.problems(style)
+        if found:
+            raise ValueError(found[0])
+
+
+def _static_options() -> dict[str, Option]:
+    types = typing.get_type_hints(StaticConfig)
+    return {f.name: dataclasses.replace(f.metadata["option"], name=f.name, type=types[f.name])
+            for f in dataclasses.fields(StaticConfig) if "option" in f.metadata}
+
+
+STATIC_OPTIONS: dict[str, Option] = _static_options()
+"""Every static option by name: :class:`StaticConfig`'s fields, then the registered parts' own (which
+:func:`register_static_options` adds), so the command line, the API and the checks take them alike."""
+
+CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StaticConfig))
+
+PART_STATIC_OPTIONS: dict[str, Option] = {}
+"""The static options that exploration parts declare (``Part.static_options``), by name."""
+
+PART_RELATIONS: dict[str, Callable[[StaticConfig, Mapping[str, str]], list[str]]] = {}
+"""Per part, the check of its static options against the others (``Part.static_problems``): it takes the
+configuration and how messages name every option, and returns the problems."""
+
+
+def static_option_problem(owner: str, option_: Option) -> str | None:
+    """Why ``owner`` (a part) cannot declare the static option ``option_``, in one line; None if it can."""
+    held = STATIC_OPTIONS.get(option_.name)
+    if not option_.name.isidentifier():
+        return f"part {owner!r}: a static option needs a name that is a Python identifier, got {option_.name!r}"
+    if option_.name in CORE_FIELDS or (held is not None and held != option_):
+        return f"part {owner!r}: static option {option_.name} is already declared elsewhere: choose another name"
+    return None
+
+
+def register_static_options(owner: str, options: Iterable[Option],
+                            relation: Callable[[StaticConfig, Mapping[str, str]], list[str]] | None = None) -> None:
+    """Adds a part's static options (and the check of their relations to the others) to :data:`STATIC_OPTIONS`; a
+    name another declaration holds is a one-line ``ValueError``. Registering the same options again changes nothing."""
+    options = tuple(options)
+    problem = next((p for o in options if (p := static_option_problem(owner, o))), None)
+    if problem:
+        raise ValueError(problem)
+    for option_ in options:
+        STATIC_OPTIONS[option_.name] = PART_STATIC_OPTIONS[option_.name] = option_
+    if relation is not None:
+        PART_RELATIONS[owner] = relation
+
+
+RUNNER_SET = ("env", "parts")
+"""Static fields that are not options of their own: the environment is chosen by name, the parts by methods."""
+
+
+def static_option(public_name: str) -> Option | None:
+    """The static option users write as ``public_name`` (``steps``, ``log_every``, ...), if there is one."""
+    return next((o for o in STATIC_OPTIONS.values() if o.public_name == public_name), None)
+
+
+def uses_cell_table(static: StaticConfig, name: str, has_cell_table: bool) -> bool:
+    """Whether the option ``name`` (``target_values``, BSP's ``prior_values``: ``auto``, ``table`` or ``network``)
+    chooses a table of a fixed network's values per cell. ``auto``: in bfloat16 where the environment lists its
+    cells, so that float32 keeps the network's passes and its results bit for bit; ``table`` needs such a list."""
+    choice = getattr(static, name)
+    if choice == "table" and not has_cell_table:
+        raise ValueError(f"{name}='table' needs an environment with a cell table (chain, maze), not {static.env!r}")
+    if choice == "auto":
+        return has_cell_table and static.precision == "bfloat16"
+    return choice == "table"
+
+
+# ------------------------------------------------------------------------------------ hyperparameters
+
+HParams = dict
+"""A run's hyperparameters: ``{name: float32 array}`` (with a leading runs axis once stacked)."""
+
+CORE_HPARAMS: tuple[Option, ...] = (
+    Option("epsilon_start", 0.01, "Initial epsilon of the linear schedule.", minimum=0.0, maximum=1.0),
+    Option("epsilon_end", 0.01, "Final epsilon of the linear schedule.", minimum=0.0, maximum=1.0),
+    Option("epsilon_decay_steps", 0.0, "Environment steps of the linear epsilon decay (0: a fixed epsilon_end).",
+           minimum=0.0),
+    Option("reward_subtract", 0.0, "Constant subtracted from every stored environment reward (DQN R-Subtract)."),
+    Option("final_bias", 0.0, "Initial value of the output layer's bias (DQN Bias)."),
+    Option("lr", 5e-4, "RMSProp learning rate.", minimum=0.0, open_minimum=True),
+    Option("beta_mmc", 0.0, "Weight of the Monte Carlo return in the mixed target (Montezuma's MMC; 0: none).",
+           minimum=0.0, maximum=1.0),
+)
+"""The trainer's own hyperparameters; every program has them."""
+
+
+def hparam_options(parts: Iterable[Any] = ()) -> dict[str, Option]:
+    """Every hyperparameter of a program with ``parts`` (part objects): the core ones, then each part's."""
+    options = {o.name: o for o in CORE_HPARAMS}
+    for part in parts:
+        for option_ in part.hparams:
+            if option_.name in options and options[option_.name] != option_:
+                raise ValueError(f"hyperparameter {option_.name} is declared twice, differently (part {part.name})")
+            options[option_.name] = option_
+    return options
+
+
+def make_hparams(options: Mapping[str, Option], values: Mapping[str, float] | None = None,
+                 style: Style = "cli") -> HParams:
+    """One run's hyperparameters: every option's default, updated with ``values`` (checked against the options)."""
+    values = dict(values or {})
+    unknown = sorted(set(values) - set(options))
+    if unknown:
+        raise ValueError(f"unknown hyperparameters {', '.join(unknown)}; known: {', '.join(options)}")
+    for name, value in values.items():
+        options[name].check(value, style)
+    return {name: jnp.float32(values.get(name, option_.default)) for name, option_ in options.items()}
+
+
+def stack_hparams(settings: Sequence[HParams]) -> HParams:
+    """Stacks per-run hyperparameters along a new leading runs axis (every run must have the same names)."""
+    names = [tuple(sorted(s)) for s in settings]
+    if len(set(names)) != 1:
+        raise ValueError("runs of one program must have the same hyperparameters")
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *settings)
+
+
+def hparams_to_dict(hparams: HParams) -> dict[str, list[float] | float]:
+    """JSON-friendly form of (possibly stacked) hyperparameters."""
+    return {k: np.asarray(v).tolist() for k, v in hparams.items()}
+
+
+# ------------------------------------------------------------------------------------ how an experiment is run
+
+LOOP_OPTIONS: dict[str, Option] = {option.name: option for option in (
+    Option("checkpoint_every", 60.0, "Seconds between checkpoints (0: after every chunk); the last chunk and a stop "
+           "always write one.", minimum=0.0),
+    Option("stop_on_nonfinite", False, "Stop the whole experiment when a run's loss, Q-values or parameters become NaN "
+           "or infinite (default: flag that run in the metrics, say so, and go on).", type=bool),
+    Option("allow_nonfinite", False, "Exit with 0 even when some runs became NaN or infinite (default: the command "
+           "finishes, writes everything, then exits with 1).", type=bool),
+    Option("track", "none", "Stream each method's aggregates per chunk (median, IQM, quartiles) and the configuration "
+           "to TensorBoard event files in <out>/tensorboard (pip install -e '.[tracking]').",
+           choices=("none", "tensorboard"), type=str),
+    Option("programs", "sequential", "When the methods make several programs (DORA, RND and BSP add one each): train "
+           "them one after another, or at once, each in a process of its own (on one GPU faster only under NVIDIA MPS: "
+           "start it with nvidia-cuda-mps-control -d).", choices=("sequential", "parallel"), type=str),
+    Option("progress", True, "Show a progress bar.", type=bool),
+)}
+"""How an experiment is run, not what it trains: declared once for the command line, the Python API and the loop
+(:func:`opiq_jax.running.host_loop.run_experiment`), which take their names, defaults, documentation and checks from here."""
+
+SWEEP_OPTIONS: dict[str, Option] = {
+    **{name: LOOP_OPTIONS[name] for name in ("track", "allow_nonfinite", "progress")},
+    "checkpoint_every": dataclasses.replace(
+        LOOP_OPTIONS["checkpoint_every"], default=300.0,
+        doc="Seconds between checkpoints of a batch (0: after every chunk); a stop always writes one."),
+}
+"""A sweep's loop options: the loop's, with a longer checkpoint interval (a sweep trains many long batches)."""
+
+LOOP_DEFAULTS: dict[str, Any] = {name: option.default for name, option in LOOP_OPTIONS.items()}
+"""The loop options' defaults, for the signatures that take them (the loop names the interval checkpoint_seconds)."""
+SWEEP_DEFAULTS: dict[str, Any] = {name: option.default for name, option in SWEEP_OPTIONS.items()}

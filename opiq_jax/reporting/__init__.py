@@ -1,0 +1,1 @@
+"""Reporting: statistics across seeds (IQM, bootstrap intervals), the figures and tables, live tracking."""

@@ -1,0 +1,1 @@
+"""The results store: files written atomically, checkpoints and their frame segments, the metrics file."""
