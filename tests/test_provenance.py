@@ -346,3 +346,10 @@ def test_every_results_folder_is_cited_by_a_page():
     """A folder no page cites is superseded or withdrawn: it leaves HEAD (its commit keeps it)."""
     cited_tops = {f.relative_to(RESULTS).parts[0] for f in CITED}
     assert [f.name for f in top_folders() if f.name not in cited_tops] == []
+
+
+def test_no_results_folder_holds_code():
+    """Code that produced a folder lives in experiments/ or in the history (its README says ``git show REV:PATH``)."""
+    code = sorted(str(p.relative_to(RESULTS)) for p in RESULTS.rglob("*")
+                  if p.suffix in (".py", ".sh", ".patch", ".ipynb") and p.is_file())
+    assert code == []
