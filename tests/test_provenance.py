@@ -143,8 +143,9 @@ def test_cited_folder_is_complete(folder):
 
 
 def test_readme_is_small():
+    """The front door, read in five minutes: the set-up, the main job, the API, the paper's experiments, links."""
     size = (ROOT / "README.md").stat().st_size
-    assert size <= 12_288, f"README.md is {size} bytes; move detail into docs/"
+    assert size <= 8_192, f"README.md is {size} bytes; move detail into docs/"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -261,17 +262,18 @@ def unbacked_numbers(table: list[str], folders: list[Path], known=None) -> list[
     return missing
 
 
-README_TABLES = [(p, t) for p, t in tables_with_paragraphs((ROOT / "README.md").read_text())
-                 if cited_results(p + "\n" + "\n".join(t), ROOT / "README.md")]
+HEADLINE = ROOT / "docs" / "headline.md"  # the headline numbers the README's table of experiments points to
+HEADLINE_TABLES = [(p, t) for page in (ROOT / "README.md", HEADLINE) for p, t in tables_with_paragraphs(page.read_text())
+                   if cited_results(p + "\n" + "\n".join(t), page)]
 
 
-def test_the_readme_has_cited_tables():
-    assert len(README_TABLES) >= 4
+def test_the_headline_page_has_cited_tables():
+    assert len(HEADLINE_TABLES) >= 4
 
 
-@pytest.mark.parametrize("paragraph,table", README_TABLES, ids=lambda x: x[0][:40] if isinstance(x, list) else None)
-def test_readme_table_numbers_are_in_their_files(paragraph, table):
-    folders = cited_results(paragraph + "\n" + "\n".join(table), ROOT / "README.md")
+@pytest.mark.parametrize("paragraph,table", HEADLINE_TABLES, ids=lambda x: x[0][:40] if isinstance(x, list) else None)
+def test_headline_table_numbers_are_in_their_files(paragraph, table):
+    folders = cited_results(paragraph + "\n" + "\n".join(table), HEADLINE)
     missing = unbacked_numbers(table, folders)
     assert not missing, f"not in {[str(f.relative_to(ROOT)) for f in folders]}: " + "; ".join(missing)
 
