@@ -46,7 +46,7 @@ from .store.files import read_json
 
 def check_path(name: str, value: Any) -> Path:
     """A path argument (str or pathlib.Path, not empty), or a one-line error."""
-    path = check_out(value, "api", name)
+    path = check_out(value, name)
     if path is None:
         raise UsageError(f"{name} must be a path (str or pathlib.Path), got None")
     return path
@@ -199,11 +199,11 @@ def run_planned(experiment, out: Path, *, progress: bool = LOOP_DEFAULTS["progre
 
 def check_loop_options(*, checkpoint_every: float, max_minutes: float | None = None, **flags: Any) -> None:
     """One-line errors for the loop's options: intervals finite and not negative, flags True or False."""
-    check_interval("checkpoint_every", checkpoint_every, "api")
+    check_interval("checkpoint_every", checkpoint_every)
     if max_minutes is not None:
-        check_interval("max_minutes", max_minutes, "api", positive=True)
+        check_interval("max_minutes", max_minutes, positive=True)
     for name, value in flags.items():
-        check_flag(name, value, "api")
+        check_flag(name, value)
 
 
 def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
@@ -241,12 +241,12 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
     Returns the :class:`Results` of ``out``. Raises :class:`~opiq_jax.common.errors.UsageError` for a bad input
     (nothing is written), :class:`~opiq_jax.common.errors.Stopped` after SIGINT or SIGTERM (progress kept).
     """
-    out = check_out(out, "api")
+    out = check_out(out)
     check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,
                        verbose=verbose, max_minutes=max_minutes)
     if steps is not None:
         options = {"steps": steps, **options}
-    experiment = plan_experiment(env, methods, seeds, seed=seed, grid=grid, options=options, style="api")
+    experiment = plan_experiment(env, methods, seeds, seed=seed, grid=grid, options=options)
     if out is None:
         out = default_out(env, tuple(dict.fromkeys(r.method for r in experiment.runs)), seeds,
                           experiment.static.total_steps)
@@ -265,7 +265,7 @@ def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool =
     source = check_path("config", config)
     experiment = plan_rerun(source)
     folder = source.parent if source.is_file() else source
-    out = check_out(out, "api") or folder.with_name(folder.name + "-rerun")
+    out = check_out(out) or folder.with_name(folder.name + "-rerun")
     return run_planned(experiment, out, progress=progress, checkpoint_every=checkpoint_every, track=track,
                        verbose=verbose)
 
@@ -278,13 +278,13 @@ def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None,
     a dict written like one. Ranks each method's settings by the area under the median curve (the paper's
     protocol) into ``settings.csv`` and ``best.md``; :meth:`Results.ranking` reads them. ``seeds`` and ``steps``
     replace the preset's, to try it small (the default folder then names them)."""
-    loaded = load_preset(preset, style="api", seeds=seeds, steps=steps)
-    out = check_out(out, "api")
+    loaded = load_preset(preset, seeds=seeds, steps=steps)
+    out = check_out(out)
     if max_batch_runs is not None:
-        check_count("max_batch_runs", max_batch_runs, "api")
+        check_count("max_batch_runs", max_batch_runs)
     check_loop_options(progress=progress, checkpoint_every=checkpoint_every)
     if precision is not None:
-        STATIC_OPTIONS["precision"].check(precision, "api")
+        STATIC_OPTIONS["precision"].check(precision)
         loaded = dataclasses.replace(loaded, static={**loaded.static, "precision": precision})
     if out is None:
         suffix = f"-{precision}" if precision and precision != "float32" else ""
@@ -306,10 +306,7 @@ def bench(**options: Any) -> dict[str, Any]:
     if "out" in options:
         options["out"] = Path(options["out"])
     args = Bench(**options)
-    try:
-        args.validate(style="api")
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    args.validate()
     return run_bench(args)
 
 

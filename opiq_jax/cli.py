@@ -27,7 +27,7 @@ from .api import run_planned, sweep as run
 from .benchmark.options import Bench
 from .benchmark.throughput import run_bench
 from .common.config import LOOP_OPTIONS, STATIC_OPTIONS, SWEEP_OPTIONS, Option
-from .common.errors import NonFiniteRuns, PeerFailed, ProgramFailed, Stopped, UsageError
+from .common.errors import NonFiniteRuns, PeerFailed, ProgramFailed, Stopped, UsageError, command_line_message
 from .registry.methods import METHODS
 from .reporting.plotting import plot_folder
 from .running import multihost
@@ -207,8 +207,8 @@ def parse_env_args(pairs: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
 
 def plan_from_args(args: Any):
     """``(experiment, out)`` for ``train``'s arguments: a planned experiment, or a saved one (``--config``)."""
-    out = check_out(args.out, "cli")
-    check_interval("checkpoint_every", args.checkpoint_every, "cli")
+    out = check_out(args.out)
+    check_interval("checkpoint_every", args.checkpoint_every)
     if args.config is not None:
         defaults = type(args)()
         changed = [n for n, *_ in train_fields() if n not in LOOP_NAMES and getattr(args, n) != getattr(defaults, n)]
@@ -219,7 +219,7 @@ def plan_from_args(args: Any):
         folder = args.config.parent if args.config.is_file() else args.config
         return experiment, out or folder.with_name(folder.name + "-rerun")
     experiment = plan_experiment(args.env, args.method, args.seeds, seed=args.seed, grid=parse_grid(args.grid),
-                                 options=options_given(args), style="cli")
+                                 options=options_given(args))
     return experiment, out or default_out(args.env, args.method, args.seeds, experiment.static.total_steps)
 
 
@@ -315,8 +315,8 @@ def end_on_nonfinite(runs: list[dict], allowed: bool) -> None:
 def sweep(args: Sweep) -> None:
     if args.max_batch_runs is not None and args.max_batch_runs < 1:
         raise UsageError(f"--max-batch-runs must be >= 1, got {args.max_batch_runs}")
-    check_interval("checkpoint_every", args.checkpoint_every, "cli")
-    results = run(args.preset, check_out(args.out, "cli"), max_batch_runs=args.max_batch_runs,
+    check_interval("checkpoint_every", args.checkpoint_every)
+    results = run(args.preset, check_out(args.out), max_batch_runs=args.max_batch_runs,
                   precision=args.precision, progress=args.progress, checkpoint_every=args.checkpoint_every,
                   track=args.track, seeds=args.seeds, steps=args.steps)
     print(f"opiq-jax: sweep results in {shell_path(results.folder)}/ (settings.csv, best.md; metrics in its batch_* "
@@ -334,10 +334,7 @@ def plot(args: Plot) -> None:
 
 
 def bench(args: Any) -> None:
-    try:
-        args.validate()
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    args.validate()
     run_bench(args)
 
 
@@ -392,13 +389,13 @@ def main(argv: list[str] | None = None, joined: tuple[int, int] | None = None) -
     try:
         load_plugins(plugins_named(argv_list))
     except UsageError as e:
-        fail(f"error: {e}", 2)
+        fail(f"error: {command_line_message(e)}", 2)
     command = tyro.extras.subcommand_cli_from_dict(
         {"train": train_command(), "sweep": Sweep, "plot": Plot, "bench": Bench}, args=argv, prog="opiq-jax")
     try:
         run_command(command, joined)
-    except UsageError as e:  # ResultsError included
-        fail(f"error: {e}", 2)
+    except UsageError as e:  # ResultsError included: its options named as the command line writes them
+        fail(f"error: {command_line_message(e)}", 2)
     except Stopped as e:
         fail(str(e), e.exit_code)
     except (NonFiniteRuns, PeerFailed, ProgramFailed) as e:

@@ -14,7 +14,7 @@ import sys
 
 import jax
 
-from .common.errors import UsageError
+from .common.errors import UsageError, command_line_message
 from .running.multihost import join_hosts
 
 HOST_OPTIONS = ("--coordinator", "--num-processes", "--process-id")
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             joined = join_hosts(hosts.get("--coordinator"), hosts.get("--num-processes"), hosts.get("--process-id"))
         except UsageError as e:
-            print(f"opiq-jax: error: {e}", file=sys.stderr, flush=True)
+            print(f"opiq-jax: error: {command_line_message(e)}", file=sys.stderr, flush=True)
             sys.exit(2)
     problem = backend_problem()
     if problem:

@@ -189,7 +189,7 @@ def test_mmc_unfinished_is_a_pool_option():
     from opiq_jax.running.plan import static_with
 
     with pytest.raises(UsageError, match="applies to environments stepped through a pool"):
-        static_with("chain", {"mmc_unfinished": "n_step"}, "cli")
+        static_with("chain", {"mmc_unfinished": "n_step"})
 
 
 # ---------------------------------------------------------------------------------- the count probe

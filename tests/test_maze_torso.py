@@ -103,7 +103,7 @@ def test_which_runs_use_the_kernels():
     assert uses_pallas_torso(maze(maze_torso="pallas"), "maze_conv")
     assert not uses_pallas_torso(maze(maze_torso="xla", precision="bfloat16"), "maze_conv")
     assert not uses_pallas_torso(static_for_env("chain", maze_torso="pallas"), "mlp")
-    with pytest.raises(ValueError, match="--maze-torso must be one of auto, xla, pallas"):
+    with pytest.raises(ValueError, match="^maze_torso must be one of auto, xla, pallas"):
         maze(maze_torso="triton")
 
 

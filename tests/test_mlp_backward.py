@@ -170,7 +170,7 @@ def test_which_programs_take_the_lean_backward_pass():
     dora = compiled_trainer(dataclasses.replace(pallas, parts=("dora",)))[0].agent
     assert dora.lean_backward and not dora.make_network(1).lean_backward  # DORA's E-network keeps XLA's
     with pytest.raises(ValueError, match="mlp_backward pallas needs weight_storage packed"):
-        dataclasses.replace(pallas, weight_storage="float32").validate(style="api")
+        dataclasses.replace(pallas, weight_storage="float32").validate()
 
 
 def test_work_model_drops_the_norms_read_of_the_kernels_it_writes():

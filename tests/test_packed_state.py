@@ -133,7 +133,7 @@ def test_float32_storage_starts_from_the_weights_rounded_as_before():
 
 
 def test_packed_storage_needs_bfloat16():
-    with pytest.raises(ValueError, match="--weight-storage packed needs --precision bfloat16"):
+    with pytest.raises(ValueError, match="^weight_storage packed needs precision bfloat16"):
         static_for_env("chain", weight_storage="packed").validate()
 
 

@@ -78,7 +78,7 @@ def test_bootstrapped_network_in_bfloat16():
 
 
 def test_precision_is_validated():
-    with pytest.raises(ValueError, match="--precision must be one of float32, bfloat16"):
+    with pytest.raises(ValueError, match="^precision must be one of float32, bfloat16"):
         static_for_env("chain", precision="float16")
     # one trainer for every environment: Montezuma's Nature network takes mixed precision like the others
     static = static_for_env("montezuma", precision="bfloat16", buffer_size=64, batch_size=8, log_every=8,

@@ -188,7 +188,7 @@ def test_target_values_choice():
     assert not uses_target_table(dataclasses.replace(gymnax, precision="bfloat16"), make_path(gymnax))
     with pytest.raises(ValueError, match="needs an environment with a cell table"):
         uses_target_table(dataclasses.replace(gymnax, target_values="table"), make_path(gymnax))
-    with pytest.raises(ValueError, match="--target-values must be one of auto, table, network"):
+    with pytest.raises(ValueError, match="^target_values must be one of auto, table, network"):
         dataclasses.replace(chain, target_values="cells").validate()
 
 

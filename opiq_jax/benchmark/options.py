@@ -6,14 +6,14 @@ declared once below (:data:`BENCH_DEFAULTS`), with the reason."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tyro
 
-from ..common.config import STATIC_OPTIONS, StaticConfig, Style
+from ..common.config import STATIC_OPTIONS, StaticConfig
+from ..common.errors import UsageError, option_name
 from ..registry.methods import METHODS, program_parts
 from ..running.plan import static_with
 
@@ -83,27 +83,29 @@ class Bench(BenchStatic):
     progress: bool = True
     """Print a line per measurement to stderr."""
 
-    def validate(self, style: Style = "cli") -> None:
-        """Raises ``ValueError`` with a one-line message for a bad option (named as in ``style``)."""
+    def validate(self) -> None:
+        """Raises :class:`UsageError` (a ``ValueError``) with a one-line message for a bad option."""
+        name = {f.name: option_name(f.name) for f in dataclasses.fields(self)}
         checks = [
-            (len(self.envs) >= 1, "--envs needs at least one of chain, maze"),
-            (self.min_runs >= 1, f"--min-runs must be >= 1, got {self.min_runs}"),
-            (self.max_runs >= self.min_runs, f"--max-runs ({self.max_runs}) must be >= --min-runs ({self.min_runs})"),
-            (self.steps_per_measure >= 1, f"--steps-per-measure must be >= 1, got {self.steps_per_measure}"),
+            (len(self.envs) >= 1, f"{name['envs']} needs at least one of chain, maze"),
+            (self.min_runs >= 1, f"{name['min_runs']} must be >= 1, got {self.min_runs}"),
+            (self.max_runs >= self.min_runs,
+             f"{name['max_runs']} ({self.max_runs}) must be >= {name['min_runs']} ({self.min_runs})"),
+            (self.steps_per_measure >= 1, f"{name['steps_per_measure']} must be >= 1, got {self.steps_per_measure}"),
             (self.min_runs < 1 or bool(runs_schedule(self.max_runs, self.min_runs)),
-             f"no power of two lies between --min-runs {self.min_runs} and --max-runs {self.max_runs}"),
-            (self.repeats >= 1, f"--repeats must be >= 1, got {self.repeats}"),
-            (self.growth >= 0, f"--growth must be >= 0, got {self.growth}"),
-            (self.baseline_steps >= 1, f"--baseline-steps must be >= 1, got {self.baseline_steps}"),
-            (self.method in METHODS, f"unknown --method {self.method!r}: use one of {', '.join(METHODS)}"),
+             f"no power of two lies between {name['min_runs']} {self.min_runs} and {name['max_runs']} {self.max_runs}"),
+            (self.repeats >= 1, f"{name['repeats']} must be >= 1, got {self.repeats}"),
+            (self.growth >= 0, f"{name['growth']} must be >= 0, got {self.growth}"),
+            (self.baseline_steps >= 1, f"{name['baseline_steps']} must be >= 1, got {self.baseline_steps}"),
+            (self.method in METHODS, f"unknown {name['method']} {self.method!r}: use one of {', '.join(METHODS)}"),
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message if style == "cli" else re.sub(r"--([a-z-]+)", lambda m: m[1].replace("-", "_"), message))
+                raise UsageError(message)
         for env in self.envs:
-            self.static_for(env, style)
+            self.static_for(env)
 
-    def static_for(self, env: str, style: Style = "cli") -> StaticConfig:
+    def static_for(self, env: str) -> StaticConfig:
         """The static configuration measured on ``env``: the paper's, with this bench's overrides."""
         overrides: dict[str, Any] = dict(
             log_every=self.steps_per_measure, total_steps=self.steps_per_measure, count_features=self.count_features,
@@ -119,4 +121,4 @@ class Bench(BenchStatic):
         if self.buffer_size is not None:
             overrides["buffer_size"] = self.buffer_size
 
-        return static_with(env, overrides, style)
+        return static_with(env, overrides)

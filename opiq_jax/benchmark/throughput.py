@@ -41,6 +41,7 @@ import tyro
 
 from ..agent.trainer import make_train, uses_pallas_torso
 from ..common.config import StaticConfig, stack_hparams
+from ..common.errors import command_line_message
 from ..registry.methods import method_hparams
 from ..runs.compiled import compiled_trainer
 from ..runs.experiment import Experiment, RunSpec, run_keys_for
@@ -666,7 +667,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         options.validate()
     except ValueError as error:
-        print(f"opiq-jax bench: error: {error}", file=sys.stderr)
+        print(f"opiq-jax bench: error: {command_line_message(error)}", file=sys.stderr)
         sys.exit(2)
     run_bench(options)
 

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-Style = Literal["cli", "api"]
+from .errors import UsageError, option_name
 
 
 def number(value: float) -> str:
@@ -66,16 +66,14 @@ class Option:
         """The option's name in Python calls and presets' messages (``steps``)."""
         return self.cli or self.name
 
-    def label(self, style: Style = "cli", written: str | None = None) -> str:
-        """How a message names the option: as ``written`` by the user where given (a preset's key), else
-        ``--steps`` on the command line and ``steps`` in Python."""
-        if written:
-            return written
-        return "--" + self.public_name.replace("_", "-") if style == "cli" else self.public_name
+    def label(self, written: str | None = None) -> str:
+        """How a message names the option: as ``written`` by the user where given (a preset's key), else marked,
+        to read ``--steps`` on the command line and ``steps`` in Python (:func:`~opiq_jax.common.errors.worded`)."""
+        return written or option_name(self.public_name)
 
-    def problem(self, value: Any, style: Style = "cli", written: str | None = None) -> str | None:
+    def problem(self, value: Any, written: str | None = None) -> str | None:
         """What is wrong with ``value`` for this option, in one line naming the option as the user writes it."""
-        label = self.label(style, written)
+        label = self.label(written)
         if self.choices is not None:
             return None if value in self.choices else (
                 f"{label} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
@@ -91,11 +89,11 @@ class Option:
             return f"{label} must be <= {number(self.maximum)}, got {number(value)}"
         return None
 
-    def check(self, value: Any, style: Style = "cli", written: str | None = None) -> None:
-        """Raises ``ValueError`` with :meth:`problem`'s message when ``value`` is not allowed."""
-        message = self.problem(value, style, written)
+    def check(self, value: Any, written: str | None = None) -> None:
+        """Raises :class:`UsageError` with :meth:`problem`'s message when ``value`` is not allowed."""
+        message = self.problem(value, written)
         if message:
-            raise ValueError(message)
+            raise UsageError(message)
 
     def help(self, defaults: str | None = None) -> str:
         """The option's help text: its line, its range and its default (or the environments')."""
@@ -217,10 +215,10 @@ class StaticConfig:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "part_settings"}
         return {**values, **{name: getattr(self, name) for name in PART_STATIC_OPTIONS}}
 
-    def problems(self, style: Style = "cli") -> list[str]:
+    def problems(self) -> list[str]:
         """Every problem of this configuration, one line each, naming options as the user writes them."""
-        found = [p for o in STATIC_OPTIONS.values() if (p := o.problem(getattr(self, o.name), style))]
-        name = {o.name: o.label(style) for o in STATIC_OPTIONS.values()}
+        found = [p for o in STATIC_OPTIONS.values() if (p := o.problem(getattr(self, o.name)))]
+        name = {o.name: o.label() for o in STATIC_OPTIONS.values()}
         e = self.envs_per_run
         relations = [
             (self.total_steps % self.log_every == 0,
@@ -243,11 +241,11 @@ class StaticConfig:
         parts = [problem for check in PART_RELATIONS.values() for problem in check(self, name)]
         return found + [message for ok, message in relations if not ok] + parts
 
-    def validate(self, style: Style = "cli") -> None:
-        """Raises ``ValueError`` with the first of :meth:`problems`."""
-        found = self.problems(style)
+    def validate(self) -> None:
+        """Raises :class:`UsageError` (a ``ValueError``) with the first of :meth:`problems`."""
+        found = self.problems()
         if found:
-            raise ValueError(found[0])
+            raise UsageError(found[0])
 
 
 def _static_options() -> dict[str, Option]:
@@ -345,15 +343,14 @@ def hparam_options(parts: Iterable[Any] = ()) -> dict[str, Option]:
     return options
 
 
-def make_hparams(options: Mapping[str, Option], values: Mapping[str, float] | None = None,
-                 style: Style = "cli") -> HParams:
+def make_hparams(options: Mapping[str, Option], values: Mapping[str, float] | None = None) -> HParams:
     """One run's hyperparameters: every option's default, updated with ``values`` (checked against the options)."""
     values = dict(values or {})
     unknown = sorted(set(values) - set(options))
     if unknown:
         raise ValueError(f"unknown hyperparameters {', '.join(unknown)}; known: {', '.join(options)}")
     for name, value in values.items():
-        options[name].check(value, style)
+        options[name].check(value)
     return {name: jnp.float32(values.get(name, option_.default)) for name, option_ in options.items()}
 
 

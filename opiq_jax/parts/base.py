@@ -183,7 +183,7 @@ def check_part(part: Part) -> None:
                     f" (off names {', '.join(unknown)}, which it does not declare)" if unknown else
                     " (or set shares_program = False: it then compiles into a program of its own)"))
         for name, value in part.off.items():
-            options[name].check(value, "api", f"part {part.name!r}: off {name}")
+            options[name].check(value, f"part {part.name!r}: off {name}")
     for option_ in part.hparams:
         problem = shadowed_hparam(part, option_)
         if problem:
@@ -197,7 +197,7 @@ def check_part(part: Part) -> None:
         problem = static_option_problem(part.name, option_)
         if problem:
             raise ValueError(problem)
-        option_.check(option_.default, "api", f"part {part.name!r}: static option {option_.name}")
+        option_.check(option_.default, f"part {part.name!r}: static option {option_.name}")
 
 
 def shadowed_hparam(part: Part, option_: Option) -> str | None:

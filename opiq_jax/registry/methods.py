@@ -112,7 +112,7 @@ def check_settings(method: str, parts: list[Part], family: str, values: Mapping[
         raise ValueError(f"method {method} sets {', '.join(unknown)} on {family}, which none of its parts "
                          f"({', '.join(p.name for p in parts) or 'none'}) declares")
     for name, value in values.items():
-        options[name].check(value, "api", f"method {method}: {family} {name}")
+        options[name].check(value, f"method {method}: {family} {name}")
 
 
 def register_settings(family: str, table: Mapping[str, Mapping[str, float]]) -> None:

@@ -194,10 +194,10 @@ def group_styles(count: int) -> list[tuple[str, str]]:
     return [(STRONG_COLOURS[i % len(STRONG_COLOURS)], LINE_STYLES[i % len(LINE_STYLES)]) for i in range(count)]
 
 
-def line_zorder(style: str) -> float:
-    """The drawing order of a line of ``style``: solid lines first, broken ones over them. A solid line drawn last
+def line_zorder(line_style: str) -> float:
+    """The drawing order of a line of ``line_style``: solid lines first, broken ones over them. A solid line drawn last
     would cover the line it overlaps entirely; a dashed or dotted one on top leaves the other showing in its gaps."""
-    return 2.0 + 0.01 * LINE_STYLES.index(style) if style in LINE_STYLES else 2.0
+    return 2.0 + 0.01 * LINE_STYLES.index(line_style) if line_style in LINE_STYLES else 2.0
 
 
 def paper_name(method: str) -> str:

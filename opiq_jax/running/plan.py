@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..agent.trainer import make_path
-from ..common.config import RUNNER_SET, STATIC_OPTIONS, Option, StaticConfig, Style, hparam_options, static_option
-from ..common.errors import ResultsError, UsageError
+from ..common.config import RUNNER_SET, STATIC_OPTIONS, Option, StaticConfig, hparam_options, static_option
+from ..common.errors import ResultsError, UsageError, message_of, option_name
 from ..envs.atari import atari_game, check_game, import_envpool
 from ..parts import PARTS, get_part
 from ..registry.environments import ENVIRONMENTS, environment_names, environment_spec
@@ -38,9 +38,10 @@ from ..runs.results_folder import experiment_folders
 from ..store.files import read_json
 
 
-def label(name: str, style: Style) -> str:
-    """How a message names an option or argument: ``--chain-length`` on the command line, ``chain_length`` in Python."""
-    return "--" + name.replace("_", "-") if style == "cli" else name
+def label(name: str, written: str | None = None) -> str:
+    """How a message names an option or argument: as ``written`` where given (a preset's key), else marked, to read
+    ``--chain-length`` on the command line and ``chain_length`` in Python (:func:`~opiq_jax.common.errors.worded`)."""
+    return written or option_name(name)
 
 
 def every_hparam() -> dict[str, Option]:
@@ -54,44 +55,44 @@ def settable_static() -> dict[str, Option]:
     return {o.public_name: o for o in STATIC_OPTIONS.values() if o.name not in RUNNER_SET}
 
 
-def unknown_option(name: str, style: Style) -> UsageError:
+def unknown_option(name: str) -> UsageError:
     """A one-line error for an option nobody declares, with the closest names."""
     known = [*settable_static(), *every_hparam()]
     close = difflib.get_close_matches(name, known, n=3)
-    hint = f"; did you mean {' or '.join(label(c, style) for c in close)}?" if close else ""
+    hint = f"; did you mean {' or '.join(label(c) for c in close)}?" if close else ""
     if name in RUNNER_SET:
         hint = ("; the environment is chosen with env" if name == "env"
                 else "; the parts come from the methods: choose methods instead")
-    return UsageError(f"unknown option {label(name, style)}{hint}")
+    return UsageError(f"unknown option {label(name)}{hint}")
 
 
-def split_options(options: Mapping[str, Any], style: Style) -> tuple[dict[str, Any], dict[str, float]]:
+def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
     """``(static, hparams)``: ``options`` (user names) as static fields (by field name) and hyperparameters,
     each value checked against its declaration."""
     static, hparams, numbers = {}, {}, every_hparam()
     for name, value in options.items():
         if name in numbers:
-            hparams[name] = checked_number(numbers[name], value, style)
+            hparams[name] = checked_number(numbers[name], value)
         elif (option := settable_static().get(name)) is not None:
-            static[option.name] = checked_static(option, value, style)
+            static[option.name] = checked_static(option, value)
         else:
-            raise unknown_option(name, style)
+            raise unknown_option(name)
     return static, hparams
 
 
-def checked_number(option: Option, value: Any, style: Style, written: str | None = None) -> float:
+def checked_number(option: Option, value: Any, written: str | None = None) -> float:
     """``value`` as a float within ``option``'s range, or a one-line error (naming the option as ``written``)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):  # True is no m = 1, '2' no 2
-        raise UsageError(f"{option.label(style, written)} must be a number, got {value!r}")
-    message = option.problem(float(value), style, written)
+        raise UsageError(f"{option.label(written)} must be a number, got {value!r}")
+    message = option.problem(float(value), written)
     if message:
         raise UsageError(message)
     return float(value)
 
 
-def checked_static(option: Option, value: Any, style: Style, written: str | None = None) -> Any:
+def checked_static(option: Option, value: Any, written: str | None = None) -> Any:
     """``value`` converted to ``option``'s type (a list becomes a tuple) and checked, or a one-line error."""
-    kind, name = option.type, option.label(style, written)
+    kind, name = option.type, option.label(written)
     if kind in (int, float) and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
         raise UsageError(f"{name} must be a number, got {value!r}")
     if kind is int and not isinstance(value, numbers.Integral):
@@ -110,20 +111,20 @@ def checked_static(option: Option, value: Any, style: Style, written: str | None
     if str(kind).startswith("tuple[int") and not (isinstance(value, tuple) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value)):
         raise UsageError(f"{name} must be a list of whole numbers, got {value!r}")
-    message = option.problem(value, style, written)
+    message = option.problem(value, written)
     if message:
         raise UsageError(message)
     return value
 
 
-def check_environment(env: str, style: Style) -> None:
+def check_environment(env: str, written: str | None = None) -> None:
     """A one-line error for an unknown environment, for an Atari game without EnvPool, or one EnvPool lacks."""
     if not isinstance(env, str):
-        raise UsageError(f"{label('env', style)} must be an environment's name ({environment_names()}), got {env!r}")
+        raise UsageError(f"{label('env', written)} must be an environment's name ({environment_names()}), got {env!r}")
     try:
         spec = environment_spec(env)
     except ValueError as error:
-        known = f"unknown {label('env', style)} {env!r}: use {environment_names()}"
+        known = f"unknown {label('env', written)} {env!r}: use {environment_names()}"
         raise UsageError(str(error) if env.startswith("atari:") else known) from None
     if spec.kind == "pool":
         try:
@@ -134,9 +135,9 @@ def check_environment(env: str, style: Style) -> None:
             raise UsageError(str(error)) from None
 
 
-def check_methods(methods: Sequence[str], style: Style) -> tuple[str, ...]:
+def check_methods(methods: Sequence[str], written: str | None = None) -> tuple[str, ...]:
     """The methods as a tuple, each registered and named once, or a one-line error naming the registry's."""
-    what = label("method" if style == "cli" else "methods", style)
+    what = written or option_name("methods", flag="method")
     if isinstance(methods, str):
         methods = (methods,)
     if not isinstance(methods, Sequence) or not all(isinstance(m, str) for m in methods):
@@ -152,37 +153,37 @@ def check_methods(methods: Sequence[str], style: Style) -> tuple[str, ...]:
     return methods
 
 
-def check_out(out: Any, style: Style, name: str = "out") -> Path | None:
+def check_out(out: Any, name: str = "out") -> Path | None:
     """A folder's path (None: the default), or a one-line error: not a path, or empty (an empty ``out`` would
     write into the working directory)."""
     if out is None:
         return None
     if isinstance(out, bool) or not isinstance(out, (str, os.PathLike)):
-        raise UsageError(f"{label(name, style)} must be a path (str or pathlib.Path), got {out!r}")
+        raise UsageError(f"{label(name)} must be a path (str or pathlib.Path), got {out!r}")
     if not os.fspath(out).strip():
-        raise UsageError(f"{label(name, style)} is empty: name a folder (write . for the working directory)")
+        raise UsageError(f"{label(name)} is empty: name a folder (write . for the working directory)")
     return Path(out)
 
 
-def check_interval(name: str, value: Any, style: Style, positive: bool = False) -> float:
+def check_interval(name: str, value: Any, positive: bool = False) -> float:
     """A finite number of seconds or minutes, >= 0 (> 0 with ``positive``), or a one-line error."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (
             positive and value == 0):
-        raise UsageError(f"{label(name, style)} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
+        raise UsageError(f"{label(name)} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
     return float(value)
 
 
-def check_flag(name: str, value: Any, style: Style) -> bool:
+def check_flag(name: str, value: Any) -> bool:
     """True or False, or a one-line error."""
     if not isinstance(value, bool):
-        raise UsageError(f"{label(name, style)} must be True or False, got {value!r}")
+        raise UsageError(f"{label(name)} must be True or False, got {value!r}")
     return value
 
 
-def check_count(name: str, value: Any, style: Style, minimum: int = 1) -> int:
+def check_count(name: str, value: Any, minimum: int = 1, written: str | None = None) -> int:
     """A whole number of at least ``minimum`` (seeds, ...), or a one-line error."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise UsageError(f"{label(name, style)} must be a whole number >= {minimum}, got {value!r}")
+        raise UsageError(f"{label(name, written)} must be a whole number >= {minimum}, got {value!r}")
     return int(value)  # numpy's integers too
 
 
@@ -190,26 +191,26 @@ SEED_LIMIT = 2**32
 """Seeds are folded into JAX's keys as unsigned 32-bit numbers: a larger one would wrap onto a smaller one's runs."""
 
 
-def check_seed(name: str, value: Any, style: Style) -> int:
+def check_seed(name: str, value: Any, written: str | None = None) -> int:
     """A seed in [0, 2**32 - 1] (what a JAX key holds), or a one-line error."""
-    value = check_count(name, value, style, minimum=0)
+    value = check_count(name, value, minimum=0, written=written)
     if value >= SEED_LIMIT:
-        raise UsageError(f"{label(name, style)} must be below 2**32 = {SEED_LIMIT:,} (JAX's keys hold 32-bit seeds: "
+        raise UsageError(f"{label(name, written)} must be below 2**32 = {SEED_LIMIT:,} (JAX's keys hold 32-bit seeds: "
                          f"a larger one trains as a smaller one), got {value}")
     return value
 
 
-def check_seeds(seeds: int | Sequence[int], style: Style) -> Sequence[int]:
+def check_seeds(seeds: int | Sequence[int]) -> Sequence[int]:
     """The runs' seeds: ``n`` means seeds 0 to n - 1; a list names them (each in [0, 2**32 - 1], once)."""
     if isinstance(seeds, numbers.Integral) and not isinstance(seeds, (bool, np.bool_)):
         # a range, not a tuple: a huge count must reach the memory check before a list of it is built
-        return range(check_seed("seeds", check_count("seeds", seeds, style), style))
+        return range(check_seed("seeds", check_count("seeds", seeds)))
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
-        raise UsageError(f"{label('seeds', style)} must be a number of seeds or a non-empty list of seeds, got {seeds!r}")
+        raise UsageError(f"{label('seeds')} must be a number of seeds or a non-empty list of seeds, got {seeds!r}")
     for s in seeds:
-        check_seed("seeds", s, style)
+        check_seed("seeds", s)
     if len(set(seeds)) != len(seeds):
-        raise UsageError(f"{label('seeds', style)} names a seed twice: {list(seeds)}")
+        raise UsageError(f"{label('seeds')} names a seed twice: {list(seeds)}")
     return tuple(seeds)
 
 
@@ -230,11 +231,11 @@ def parse_grid(pairs: Iterable[str]) -> dict[str, list[float]]:
     return grid
 
 
-def checked_grid(grid: Mapping[str, Sequence[float]] | None, style: Style, written: str | None = None
+def checked_grid(grid: Mapping[str, Sequence[float]] | None, written: str | None = None
                  ) -> dict[str, list[float]]:
     """The grid with every name a hyperparameter and every value in its range. Static options are refused:
     each value would be a program of its own (run one experiment per value)."""
-    numbers, checked, what = every_hparam(), {}, written or label("grid", style)
+    numbers, checked, what = every_hparam(), {}, written or label("grid")
     if not isinstance(grid or {}, Mapping):
         raise UsageError(f"{what} must map hyperparameters to lists of values, got {grid!r}")
     for name, values in (grid or {}).items():
@@ -242,10 +243,10 @@ def checked_grid(grid: Mapping[str, Sequence[float]] | None, style: Style, writt
             if name in settable_static() or name in RUNNER_SET:
                 raise UsageError(f"{what} takes hyperparameters only: {name} changes the compiled "
                                  "program, so run one experiment per value")
-            raise unknown_option(name, style)
+            raise unknown_option(name)
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise UsageError(f"{what} {name}: give a non-empty list of values, got {values!r}")
-        checked[name] = [checked_number(numbers[name], v, style, f"{what} {name}" if written else None) for v in values]
+        checked[name] = [checked_number(numbers[name], v, f"{what} {name}" if written else None) for v in values]
         shown = [setting_label({name: v}) for v in checked[name]]  # as a setting's label writes it
         twice = sorted({s for s in shown if shown.count(s) > 1})
         if twice:  # 1 and 1.0 (or 0.1000001 and 0.1000002) are one setting's label: its seeds would mix
@@ -270,27 +271,26 @@ def settings_of(method: str, fixed: Mapping[str, float], grid: Mapping[str, list
     return [{**own_fixed, **dict(zip(own_grid, combo))} for combo in itertools.product(*own_grid.values())]
 
 
-def require_used(names: Iterable[str], methods: Sequence[str], style: Style) -> None:
+def require_used(names: Iterable[str], methods: Sequence[str]) -> None:
     """Refuses a hyperparameter that no chosen method has (it would silently do nothing)."""
     for name in names:
         if not any(name in get_method(m).options() for m in methods):
-            raise UsageError(f"{label(name, style)} applies to none of {', '.join(methods)} (no part of theirs has it)")
+            raise UsageError(f"{label(name)} applies to none of {', '.join(methods)} (no part of theirs has it)")
 
 
 def plan_experiment(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
                     seed: int = 0,
-                    grid: Mapping[str, Sequence[float]] | None = None, options: Mapping[str, Any] | None = None,
-                    style: Style = "api"):
+                    grid: Mapping[str, Sequence[float]] | None = None, options: Mapping[str, Any] | None = None):
     """The :class:`~opiq_jax.runs.experiment.Experiment` of ``methods`` x settings x ``seeds`` on ``env`` (nothing
     compiled or allocated), with every input checked."""
-    check_environment(env, style)
-    methods = check_methods(methods, style)
-    seeds = check_seeds(seeds, style)
-    check_seed("seed", seed, style)
-    static_overrides, fixed = split_options(dict(options or {}), style)
-    grid = checked_grid(grid, style)
-    require_used([*fixed, *grid], methods, style)
-    static = static_with(env, static_overrides, style)
+    check_environment(env)
+    methods = check_methods(methods)
+    seeds = check_seeds(seeds)
+    check_seed("seed", seed)
+    static_overrides, fixed = split_options(dict(options or {}))
+    grid = checked_grid(grid)
+    require_used([*fixed, *grid], methods)
+    static = static_with(env, static_overrides)
     check_memory(static, {m: len(settings_of(m, fixed, grid)) * len(seeds) for m in methods})
     runs = []
     try:
@@ -299,7 +299,7 @@ def plan_experiment(env: str = "chain", methods: Sequence[str] = ("opiq",), seed
                 hparams = method_hparams(env, method, **values)
                 runs += [RunSpec(method, setting_label(values), s, hparams) for s in seeds]
     except ValueError as e:  # a method the environment does not offer
-        raise UsageError(str(e)) from None
+        raise UsageError(message_of(e)) from None
     return Experiment(static=static, runs=tuple(runs), seed=seed)
 
 
@@ -324,7 +324,7 @@ POOL_ONLY = ("envs_per_run", "overlap", "mmc_unfinished")
 """Static options of the pool path alone: set on another environment they would change nothing, silently."""
 
 
-def static_with(env: str, overrides: dict[str, Any], style: Style) -> StaticConfig:
+def static_with(env: str, overrides: dict[str, Any]) -> StaticConfig:
     """The environment's paper configuration with ``overrides`` (field names); steps not divisible by the
     environment's chunk get one chunk of all their steps, unless the chunk was chosen too."""
     overrides = dict(overrides)
@@ -333,20 +333,20 @@ def static_with(env: str, overrides: dict[str, Any], style: Style) -> StaticConf
         default_chunk = StaticConfig(**environment_spec(env).defaults).log_every
         overrides["log_every"] = default_chunk if total % default_chunk == 0 else total
     if "chain_length" in overrides and env != "chain":
-        raise UsageError(f"{label('chain_length', style)} applies to the chain only")
+        raise UsageError(f"{label('chain_length')} applies to the chain only")
     if "env_kwargs" in overrides and not env.startswith("gymnax:"):
-        raise UsageError(f"{label(STATIC_OPTIONS['env_kwargs'].public_name, style)} applies to gymnax:NAME "
+        raise UsageError(f"{label(STATIC_OPTIONS['env_kwargs'].public_name)} applies to gymnax:NAME "
                          "environments only")
     pool_only = [name for name in POOL_ONLY if name in overrides and overrides[name] != STATIC_OPTIONS[name].default]
     if pool_only and environment_spec(env).kind != "pool":  # an environment in the program steps one per run
-        raise UsageError(f"{label(STATIC_OPTIONS[pool_only[0]].public_name, style)} applies to environments stepped "
+        raise UsageError(f"{label(STATIC_OPTIONS[pool_only[0]].public_name)} applies to environments stepped "
                          f"through a pool of emulators (montezuma, atari:NAME) only, not to {env} (a folder trained with it "
                          "before resumes with --config FOLDER --out FOLDER)")
     if overrides.get("count_features", "simhash") != "simhash" and environment_spec(env).kind == "pool":
-        raise UsageError(f"{label(STATIC_OPTIONS['count_features'].public_name, style)} applies to the chain, the maze "
+        raise UsageError(f"{label(STATIC_OPTIONS['count_features'].public_name)} applies to the chain, the maze "
                          f"and gymnax environments only: {env} counts its frames' feature, and has no cell ids")
     static = StaticConfig(**{**environment_spec(env).defaults, "env": env, **overrides})
-    message = next(iter(static.problems(style)), None)
+    message = next(iter(static.problems()), None)
     if message:
         raise UsageError(message)
     if env.startswith("gymnax:"):
@@ -406,12 +406,12 @@ def saved_static(static: Mapping[str, Any]) -> StaticConfig:
     for name, value in static.items():
         if name == "parts" or name not in STATIC_OPTIONS:  # the parts come from the methods
             continue
-        values[name] = value if name == "env" else checked_static(STATIC_OPTIONS[name], value, "api",
+        values[name] = value if name == "env" else checked_static(STATIC_OPTIONS[name], value,
                                                                    written=f"static.{name}")
     if not isinstance(values.get("env"), str):
         raise UsageError(f"static.env must be an environment's name, got {values.get('env')!r}")
     static_config = StaticConfig(**values)
-    message = next(iter(static_config.problems("api")), None)
+    message = next(iter(static_config.problems()), None)
     if message:
         raise UsageError(message)
     return static_config
@@ -423,7 +423,7 @@ def saved_hparams(run: Mapping[str, Any]) -> dict[str, float]:
     unknown = sorted(set(run["hparams"]) - set(numbers))
     if unknown:
         raise UsageError(f"run {run['method']!r} has unknown hyperparameter {unknown[0]!r}")
-    return {k: checked_number(numbers[k], v, "api", written=f"hparams.{k}") for k, v in run["hparams"].items()}
+    return {k: checked_number(numbers[k], v, written=f"hparams.{k}") for k, v in run["hparams"].items()}
 
 
 def experiment_from_configs(path: str | Path):
@@ -443,10 +443,10 @@ def experiment_from_configs(path: str | Path):
         static = saved_static(statics[0])
         require_registered(files[0], static.env, [r["method"] for s in saved for r in s["runs"]],
                            saved[0].get("plugins", []))
-        runs = tuple(RunSpec(r["method"], str(r.get("setting", "paper")), check_seed("seed", r.get("seed"), "api"),
+        runs = tuple(RunSpec(r["method"], str(r.get("setting", "paper")), check_seed("seed", r.get("seed")),
                              saved_hparams(r)) for s in saved for r in s["runs"])
-        seed = check_seed("seed", saved[0].get("seed", 0), "api")
-        mask_seed = check_seed("shared_mask_seed", saved[0].get("shared_mask_seed", 12345), "api")
+        seed = check_seed("seed", saved[0].get("seed", 0))
+        mask_seed = check_seed("shared_mask_seed", saved[0].get("shared_mask_seed", 12345))
     except ResultsError:
         raise
     except UsageError as e:

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from ..agent.trainer import METRIC_DOCS
-from ..common.config import RUNNER_SET, STATIC_OPTIONS, SWEEP_DEFAULTS, StaticConfig, Style, static_option
-from ..common.errors import DoesNotFit, ResultsError, UsageError
+from ..common.config import RUNNER_SET, STATIC_OPTIONS, SWEEP_DEFAULTS, StaticConfig, static_option
+from ..common.errors import DoesNotFit, ResultsError, UsageError, message_of, option_name
 from ..parts import get_part
 from ..paths.pool import PoolPath
 from ..pieces.state import DIAGNOSTIC_METRICS
@@ -97,26 +97,26 @@ def shrunk(data: Any, seeds: int | None, steps: int | None) -> Any:
         return data
     data = dict(data)
     if seeds is not None:
-        data["seeds"] = check_count("seeds", seeds, "cli")
+        data["seeds"] = check_count("seeds", seeds)
     if steps is not None:
         static = dict(data.get("static") or {})
-        static["total_steps"] = check_count("steps", steps, "cli")
+        static["total_steps"] = check_count("steps", steps)
         if "log_every" in static and isinstance(static["log_every"], int) and steps % max(static["log_every"], 1):
             static.pop("log_every")
         data["static"] = static
     return data
 
 
-def load_preset(preset: str | Path | Mapping, style: Style = "cli", seeds: int | None = None,
-                steps: int | None = None) -> Preset:
+def load_preset(preset: str | Path | Mapping, seeds: int | None = None, steps: int | None = None) -> Preset:
     """A preset (see :func:`read_preset`), its ``seeds`` and ``steps`` replaced where given (:func:`shrunk`), every
     field checked against the options' declarations: a bad one
     gives a one-line error naming the preset and the field as written in it. Structural options in
     ``static`` are honoured, except ``env`` and ``parts``, which the preset sets otherwise (refused)."""
     name, data = read_preset(preset)
+    data = shrunk(data, seeds, steps)  # the caller's seeds and steps, named as the caller writes them
     try:
-        return checked_preset(name, shrunk(data, seeds, steps))
-    except UsageError as e:
+        return checked_preset(name, data)
+    except UsageError as e:  # the preset's own fields, named as the preset writes them (str: Python's names)
         raise UsageError(f"preset {name}: {e}") from None
 
 
@@ -128,18 +128,18 @@ def checked_preset(name: str, data: dict) -> Preset:
     if unknown or "env" not in data or "grids" not in data:
         raise UsageError(f"unknown field(s) {', '.join(unknown)}; a preset has {', '.join(PRESET_FIELDS)}" if unknown
                          else "a preset needs env and grids")
-    check_environment(data["env"], "api")
-    seeds = check_count("seeds", data.get("seeds", 1), "api")
+    check_environment(data["env"])
+    seeds = check_count("seeds", data.get("seeds", 1))
     static = checked_preset_static(data.get("static", {}))
-    static_with(data["env"], static, "api")  # the relations between options (steps a multiple of log_every, ...)
+    static_with(data["env"], static)  # the relations between options (steps a multiple of log_every, ...)
     grids = data["grids"]
     if not isinstance(grids, list) or not grids:
         raise UsageError("grids must be a non-empty list of {\"method\": ..., \"grid\": {...}}")
     for g in grids:
         if not isinstance(g, dict) or set(g) - {"method", "grid"} or "method" not in g:
             raise UsageError(f"each entry of grids has a method and a grid, got {g!r}")
-        check_methods((g["method"],), "api")
-        grid = checked_grid(g.get("grid", {}), "api", written=f"grids[{g['method']}]")
+        check_methods((g["method"],))
+        grid = checked_grid(g.get("grid", {}), written=f"grids[{g['method']}]")
         options = get_method(g["method"]).options()
         foreign = sorted(set(grid) - set(options))
         if foreign:
@@ -148,7 +148,7 @@ def checked_preset(name: str, data: dict) -> Preset:
     default = "train_return" if environment_spec(data["env"]).kind == "pool" else "test_return"  # pools: no test
     metric = checked_metric(data.get("metric", default), data["env"], [g["method"] for g in grids])
     check_run_count(seeds, grids)
-    seed = check_seed("seed", data.get("seed", 0), "api")
+    seed = check_seed("seed", data.get("seed", 0))
     return Preset(env=data["env"], seeds=seeds, metric=metric, static=static, grids=tuple(grids), seed=seed, name=name)
 
 
@@ -201,8 +201,8 @@ def checked_preset_static(static: Any) -> dict:
                 else "the parts come from the methods of its grids"))
         option = STATIC_OPTIONS.get(key) or static_option(key)
         if option is None:
-            raise unknown_option(key, "api")
-        checked[option.name] = checked_static(option, value, "api", written=f"static.{key}")
+            raise unknown_option(key)
+        checked[option.name] = checked_static(option, value, written=f"static.{key}")
     return checked
 
 
@@ -222,7 +222,7 @@ def expand(preset: Preset) -> list[RunSpec]:
 
 def plan_static(preset: Preset) -> StaticConfig:
     """The sweep's static configuration: the environment's paper settings with the preset's ``static``."""
-    return static_with(preset.env, preset.static, "api")
+    return static_with(preset.env, preset.static)
 
 
 def plan_batches(num_runs: int, per_run_bytes: int, free_bytes: int) -> int:
@@ -339,8 +339,9 @@ def run_sweep(preset: Preset, out: str | Path, progress: bool = SWEEP_DEFAULTS["
         try:
             check_fits(batch.static, len(batch.runs), note=print)
         except DoesNotFit as e:  # a resume on a card with less free memory than the one that planned the batches
-            raise DoesNotFit(f"{e}; this sweep's batches were planned when it started ({PLAN_FILE}): resume it "
-                             "where it fits, or start it again into a new --out with --max-batch-runs") from None
+            raise DoesNotFit(f"{message_of(e)}; this sweep's batches were planned when it started ({PLAN_FILE}): "
+                             f"resume it where it fits, or start it again into a new {option_name('out')} with "
+                             f"{option_name('max_batch_runs')}") from None
         run_experiment(batch, folder, progress=progress, checkpoint_seconds=checkpoint_seconds, track=track)
     ranking = rank_settings(out, preset.metric)
     write_tables(out, ranking, preset.metric)
