@@ -48,7 +48,7 @@ import tyro  # noqa: E402
 
 import opiq_jax  # noqa: E402
 from opiq_jax import train  # noqa: E402
-from opiq_jax.common.config import StaticConfig  # noqa: E402
+from opiq_jax.common.config import STATIC_OPTIONS  # noqa: E402
 from opiq_jax.reporting.plotting import (  # noqa: E402
     check_one_experiment,
     curves,
@@ -104,7 +104,7 @@ def option_fields() -> list[tuple[str, Any, Any]]:
 
 def default_text(option) -> str | None:
     """What leaving ``option`` unset means, for its help: a hyperparameter keeps each method's paper setting."""
-    if option.name not in {f.name for f in dataclasses.fields(StaticConfig)}:
+    if option.name not in STATIC_OPTIONS:
         return "the method's paper setting for the environment"
     return "the environment's paper value" if option.environment_default else None  # None: the declared default
 

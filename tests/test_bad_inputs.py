@@ -80,7 +80,7 @@ def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["train", "--grid", "m=a,b"], "--grid m: values must be numbers, got 'a,b'"),
         (["train", "--grid", "m"], "--grid takes NAME=V1,V2,... pairs, got 'm'"),
         (["train", "--beta-rnd", "1"], "--beta-rnd applies to none of opiq"),
-        (["train", "--env-arg", "size=3"], "--env-arg applies to gymnax:NAME environments only"),
+        (["train", "--env-arg", "size=3"], "--env-arg applies to gymnax:NAME only, not to chain"),
         (["train", "--num-processes", "2"], "--coordinator, --num-processes and --process-id go together"),
         (["train", "--config", existing, "--m", "3"], "--config re-runs the saved experiment as it is: drop --m"),
         (["train", "--config", str(root / "nowhere" / "config.json")], "does not exist"),

@@ -239,7 +239,7 @@ class Distill(Part):
 
 def test_a_part_with_its_own_static_option_networks_and_streams_is_one_module(tmp_path):
     import opiq_jax
-    from opiq_jax.common.config import PART_STATIC_OPTIONS, STATIC_OPTIONS
+    from opiq_jax.common.config import DECLARED_STATIC_OPTIONS, STATIC_OPTIONS
     from opiq_jax.registry.methods import SETTINGS
 
     register_method(Method("dqn_distill", (Distill(),), "DQN + a distilled random network",
@@ -262,7 +262,7 @@ def test_a_part_with_its_own_static_option_networks_and_streams_is_one_module(tm
     finally:
         METHODS.pop("dqn_distill"), ORIGINS.pop("dqn_distill"), PARTS.pop("distill")
         SETTINGS["chain"].pop("dqn_distill")
-        STATIC_OPTIONS.pop("distill_outputs"), PART_STATIC_OPTIONS.pop("distill_outputs")
+        STATIC_OPTIONS.pop("distill_outputs"), DECLARED_STATIC_OPTIONS.pop("distill_outputs")
 
 
 @pytest.mark.parametrize("declared, message", [

@@ -234,3 +234,42 @@ def test_experiments_use_the_public_api_or_say_in_one_line_why_they_reach_inside
         if inside and "Reaches inside: " not in (ast.get_docstring(tree) or ""):
             silent.append(f"{path.name}: {sorted(inside)}")
     assert silent == []
+
+
+ENVIRONMENT_NAMES = ("chain", "maze", "montezuma")
+ENVIRONMENT_PREFIXES = ("atari:", "gymnax:")
+OWN_MODULE = ROOT / "opiq_jax" / "registry" / "environments.py"
+
+
+def environment_name_tests(tree: ast.AST) -> list[int]:
+    """Lines that decide something by an environment's name: a comparison with one (``env == "chain"``,
+    ``env in ("chain", "maze")``) or a test of its prefix (``env.startswith("gymnax:")``)."""
+    def names_one(node: ast.AST) -> bool:
+        values = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return any(isinstance(v, ast.Constant) and v.value in ENVIRONMENT_NAMES for v in values)
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(names_one(n) for n in [node.left, *node.comparators]):
+            lines.append(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith"
+              and any(isinstance(a, ast.Constant) and str(a.value) in ENVIRONMENT_PREFIXES for a in node.args)):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_decides_by_an_environments_name_but_the_registry():
+    """An environment declares its options, label and checks in the registry (``EnvironmentSpec``); the plan, the
+    figures and the bench ask it instead of naming it."""
+    found = [f"{path.relative_to(ROOT)}:{line}" for path in sorted((ROOT / "opiq_jax").rglob("*.py"))
+             if path != OWN_MODULE for line in environment_name_tests(ast.parse(path.read_text()))]
+    assert found == []
+
+
+@pytest.mark.parametrize("source, caught", [
+    ("if env == 'chain':\n    pass\n", True), ("ok = static.env in ('maze', 'x')\n", True),
+    ("ok = name.startswith('gymnax:')\n", True), ("ok = env == 'cartpole'\n", False),
+    ("table = {'chain': 1}\n", False),
+])
+def test_the_name_reader_catches_every_way_of_naming_one(source, caught):
+    assert bool(environment_name_tests(ast.parse(source))) == caught

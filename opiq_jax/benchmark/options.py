@@ -14,6 +14,7 @@ import tyro
 
 from ..common.config import STATIC_OPTIONS, StaticConfig
 from ..common.errors import UsageError, option_name
+from ..registry.environments import environment_spec
 from ..registry.methods import METHODS, program_parts
 from ..running.plan import static_with
 
@@ -114,7 +115,7 @@ class Bench(BenchStatic):
             target_values=self.target_values,
             parts=program_parts([self.method]),
         )
-        if env == "chain":
+        if environment_spec(env).declares("chain_length"):  # the chain: its length, and its MLP's widths
             overrides["chain_length"] = self.chain_length
             if self.hidden is not None:
                 overrides["hidden"] = tuple(self.hidden)

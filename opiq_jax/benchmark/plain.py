@@ -44,11 +44,9 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from opiq_jax.envs import Maze, RandomisedChain
-
 from ..common.config import HParams, StaticConfig, make_hparams, stack_hparams
-from ..registry.methods import method_hparams
-from ..registry.methods import get_method
+from ..registry.environments import environment_spec
+from ..registry.methods import get_method, method_hparams
 from ..runs.memory import tree_bytes
 
 
@@ -155,12 +153,11 @@ class Plain:
 
 
 def make_env(static: StaticConfig):
-    """The environment named by ``static.env`` (chain or maze)."""
-    if static.env == "chain":
-        return RandomisedChain(length=static.chain_length)
-    if static.env == "maze":
-        return Maze()
-    raise ValueError(f"unknown env {static.env!r}: use chain or maze")
+    """The environment named by ``static.env``, built as the registry builds it (one stepped in the program)."""
+    spec = environment_spec(static.env)
+    if spec.kind != "compact":
+        raise ValueError(f"the plain baseline steps environments in the program, not {static.env!r} (a pool)")
+    return spec.make(static)
 
 
 def make_optimiser(static: StaticConfig, lr: jax.Array) -> optax.GradientTransformation:

@@ -554,7 +554,7 @@ def form_note(static: StaticConfig, env: str) -> str:
     (``StaticConfig.maze_torso``)."""
     agent = make_train(static).agent  # the strategies the agent chose (nothing is compiled)
     note = ", targets: " + agent.targets.description + agent.backward.bench_note
-    if env == "maze":
+    if static.network == "maze_conv":
         note += ", convolutions: " + ("Pallas kernels" if uses_pallas_torso(static, "maze_conv") else "XLA patch GEMMs")
     return note
 

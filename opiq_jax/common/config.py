@@ -118,7 +118,7 @@ def option(default: Any, doc: str, **kw: Any) -> Any:
 
 Hidden = tuple[int, ...]
 EnvKwargs = tuple[tuple[str, object], ...]
-PartSettings = tuple[tuple[str, Any], ...]
+DeclaredSettings = tuple[tuple[str, Any], ...]
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -128,9 +128,6 @@ class StaticConfig:
     env: str = option("chain", "Environment: chain, maze, montezuma (EnvPool; pip install -e '.[atari]'), atari:NAME "
                       "for any EnvPool Atari game with the paper's Montezuma settings (atari:Venture), gymnax:NAME "
                       "for any gymnax environment, or a registered name.")
-    env_kwargs: EnvKwargs = option((), "gymnax only: KEY=VALUE constructor arguments (size=20) or EnvParams fields "
-                                   "(max_steps_in_episode=500); values are read as Python literals.", cli="env_arg")
-    chain_length: int = option(100, "Chain states (the chain only; its horizon is chain_length + 9).", minimum=2)
     parts: tuple[str, ...] = option((), "The exploration parts of the program: the union of its methods' parts, set "
                                     "by the runner (choose methods instead).")
     network: str = option("mlp", "Q-network: mlp, maze_conv, nature, or auto (mlp for vectors, maze_conv for images).",
@@ -186,34 +183,37 @@ class StaticConfig:
     mmc_unfinished: str = option("zero", "The mixed Monte Carlo target of a transition whose episode has not ended "
                                  "(pool environments): zero (the paper: its return counts as 0) or n_step (the n-step "
                                  "target alone until the episode ends).", choices=("zero", "n_step"))
-    part_settings: PartSettings = dataclasses.field(default=())
-    """The exploration parts' own static options that differ from their defaults, as sorted ``(name, value)`` pairs:
-    a part declares them (``Part.static_options``) and they read as attributes (``static.rnd_outputs``)."""
+    declared_settings: DeclaredSettings = dataclasses.field(default=())
+    """The static options that exploration parts and environments declare (``Part.static_options``,
+    ``EnvironmentSpec.static_options``) where they differ from their defaults, as sorted ``(name, value)`` pairs;
+    they read as attributes (``static.rnd_outputs``, ``static.chain_length``)."""
 
     def __init__(self, **values: Any):
-        """Takes every option by name, a part's (:data:`PART_STATIC_OPTIONS`) as well as the trainer's own."""
-        given = dict(values.pop("part_settings", ()))
+        """Takes every option by name, a part's or an environment's (:data:`DECLARED_STATIC_OPTIONS`) as well as the
+        trainer's own."""
+        given = dict(values.pop("declared_settings", ()))
         for name in [name for name in values if name not in CORE_FIELDS]:
-            if name not in PART_STATIC_OPTIONS:
-                raise TypeError(f"StaticConfig got an unknown option {name!r} (a part's static option? its part "
-                                "registers it: import opiq_jax.parts, or your part's module, first)")
+            if name not in DECLARED_STATIC_OPTIONS:
+                raise TypeError(f"StaticConfig got an unknown option {name!r} (a part's or an environment's static "
+                                "option? it registers with them: import opiq_jax.registry.environments, or your "
+                                "part's or environment's module, first)")
             given[name] = values.pop(name)
         for field in dataclasses.fields(self):
             object.__setattr__(self, field.name, values.pop(field.name, field.default))
         # Only values that differ from the defaults: equal configurations compare (and hash) equal, however written.
-        settled = tuple(sorted((k, v) for k, v in given.items() if v != PART_STATIC_OPTIONS[k].default))
-        object.__setattr__(self, "part_settings", settled)
+        settled = tuple(sorted((k, v) for k, v in given.items() if v != DECLARED_STATIC_OPTIONS[k].default))
+        object.__setattr__(self, "declared_settings", settled)
 
     def __getattr__(self, name: str) -> Any:
-        """A part's static option: its value here, else its declared default."""
-        if name in PART_STATIC_OPTIONS and name != "part_settings":
-            return dict(self.__dict__.get("part_settings", ())).get(name, PART_STATIC_OPTIONS[name].default)
+        """A part's or an environment's static option: its value here, else its declared default."""
+        if name in DECLARED_STATIC_OPTIONS and name != "declared_settings":
+            return dict(self.__dict__.get("declared_settings", ())).get(name, DECLARED_STATIC_OPTIONS[name].default)
         raise AttributeError(f"{type(self).__name__} has no option {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Every option by name, the parts' included (a results folder's ``config.json``)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "part_settings"}
-        return {**values, **{name: getattr(self, name) for name in PART_STATIC_OPTIONS}}
+        """Every option by name, the parts' and environments' included (a results folder's ``config.json``)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "declared_settings"}
+        return {**values, **{name: getattr(self, name) for name in DECLARED_STATIC_OPTIONS}}
 
     def problems(self) -> list[str]:
         """Every problem of this configuration, one line each, naming options as the user writes them."""
@@ -238,7 +238,7 @@ class StaticConfig:
              f"{name['mlp_backward']} pallas needs {name['weight_storage']} packed (its optimiser takes the clip's "
              f"norm from the kernels), got {self.weight_storage}"),
         ]
-        parts = [problem for check in PART_RELATIONS.values() for problem in check(self, name)]
+        parts = [problem for check in DECLARED_RELATIONS.values() for problem in check(self, name)]
         return found + [message for ok, message in relations if not ok] + parts
 
     def validate(self) -> None:
@@ -260,36 +260,39 @@ STATIC_OPTIONS: dict[str, Option] = _static_options()
 
 CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StaticConfig))
 
-PART_STATIC_OPTIONS: dict[str, Option] = {}
-"""The static options that exploration parts declare (``Part.static_options``), by name."""
+DECLARED_STATIC_OPTIONS: dict[str, Option] = {}
+"""The static options that exploration parts (``Part.static_options``) and environments
+(``EnvironmentSpec.static_options``) declare, by name."""
 
-PART_RELATIONS: dict[str, Callable[[StaticConfig, Mapping[str, str]], list[str]]] = {}
-"""Per part, the check of its static options against the others (``Part.static_problems``): it takes the
+DECLARED_RELATIONS: dict[str, Callable[[StaticConfig, Mapping[str, str]], list[str]]] = {}
+"""Per declaring part, the check of its static options against the others (``Part.static_problems``): it takes the
 configuration and how messages name every option, and returns the problems."""
 
 
 def static_option_problem(owner: str, option_: Option) -> str | None:
-    """Why ``owner`` (a part) cannot declare the static option ``option_``, in one line; None if it can."""
+    """Why ``owner`` (``part 'rnd'``, ``environment 'chain'``) cannot declare the static option ``option_``, in one
+    line; None if it can."""
     held = STATIC_OPTIONS.get(option_.name)
     if not option_.name.isidentifier():
-        return f"part {owner!r}: a static option needs a name that is a Python identifier, got {option_.name!r}"
+        return f"{owner}: a static option needs a name that is a Python identifier, got {option_.name!r}"
     if option_.name in CORE_FIELDS or (held is not None and held != option_):
-        return f"part {owner!r}: static option {option_.name} is already declared elsewhere: choose another name"
+        return f"{owner}: static option {option_.name} is already declared elsewhere: choose another name"
     return None
 
 
 def register_static_options(owner: str, options: Iterable[Option],
                             relation: Callable[[StaticConfig, Mapping[str, str]], list[str]] | None = None) -> None:
-    """Adds a part's static options (and the check of their relations to the others) to :data:`STATIC_OPTIONS`; a
-    name another declaration holds is a one-line ``ValueError``. Registering the same options again changes nothing."""
+    """Adds the static options of ``owner`` (a part's or an environment's, and the check of their relations to the
+    others) to :data:`STATIC_OPTIONS`; a name another declaration holds is a one-line ``ValueError``. Registering the
+    same options again changes nothing."""
     options = tuple(options)
     problem = next((p for o in options if (p := static_option_problem(owner, o))), None)
     if problem:
         raise ValueError(problem)
     for option_ in options:
-        STATIC_OPTIONS[option_.name] = PART_STATIC_OPTIONS[option_.name] = option_
+        STATIC_OPTIONS[option_.name] = DECLARED_STATIC_OPTIONS[option_.name] = option_
     if relation is not None:
-        PART_RELATIONS[owner] = relation
+        DECLARED_RELATIONS[owner] = relation
 
 
 RUNNER_SET = ("env", "parts")

@@ -194,7 +194,7 @@ def check_part(part: Part) -> None:
             raise ValueError(f"part {part.name!r}: random stream {stream!r} is part {holder.name!r}'s: choose another "
                              "name")
     for option_ in part.static_options:
-        problem = static_option_problem(part.name, option_)
+        problem = static_option_problem(f"part {part.name!r}", option_)
         if problem:
             raise ValueError(problem)
         option_.check(option_.default, f"part {part.name!r}: static option {option_.name}")
@@ -220,7 +220,7 @@ def register_part(part: Part) -> Part:
     registered one (a notebook cell run again); a part of another definition under the name is refused."""
     check_part(part)
     overrides = type(part).static_problems is not Part.static_problems
-    register_static_options(part.name, part.static_options, part.static_problems if overrides else None)
+    register_static_options(f"part {part.name!r}", part.static_options, part.static_problems if overrides else None)
     PARTS[part.name] = part
     return part
 

@@ -14,6 +14,12 @@ settings for it (network, steps, buffer, ...), its ``hparams`` the epsilon sched
 epsilon-greedy DQN uses there, and ``settings`` the family whose per-method best settings apply (a gymnax
 environment has none of its own and takes the chain's; an Atari game takes Montezuma's, the paper's only
 Atari setting).
+
+An environment declares what is its own, as a part does: its ``static_options`` (the chain's ``chain_length``,
+a gymnax environment's ``env_kwargs``: options of the command line and the API, refused on another environment),
+its ``label`` (how the plan and the figures name it) and its ``check`` (what the plan verifies before anything
+is built: EnvPool installed, the game known, a gymnax environment built once). No module but this one names an
+environment to decide something.
 """
 
 from __future__ import annotations
@@ -24,10 +30,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .. import parts  # noqa: F401 (registers the parts' static options, which environments may set: RND's outputs)
-from ..common.config import STATIC_OPTIONS, StaticConfig
+from ..common.config import STATIC_OPTIONS, EnvKwargs, Option, StaticConfig, register_static_options
+from ..common.errors import UsageError
 from ..envs import Maze, RandomisedChain
-from ..envs.atari import AtariPool, atari_game
+from ..envs.atari import AtariPool, atari_game, check_game, import_envpool
+from ..envs.maze import MAZE_SIZE
 from ..envs.montezuma import MontezumaPool
+from ..paths.compact import CompactPath
 from ..paths.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures
 
 
@@ -48,6 +57,16 @@ class EnvironmentSpec:
     kind: Literal["compact", "pool"] = "compact"
     frames: FrameFeatures | None = None
     """``pool``: what its frames mean to the agent (default: an Atari game without rooms)."""
+    static_options: tuple[Option, ...] = ()
+    """Options of this environment alone (read as ``static.<name>``); set on another one, they are refused."""
+    label: Callable[[Mapping[str, Any]], str] | None = None
+    """How the plan and the figures name it, from a configuration's ``static`` section (default: its name)."""
+    check: Callable[[StaticConfig], None] | None = None
+    """What the plan verifies before anything is built; raises a one-line ``ValueError`` or ``ImportError``."""
+
+    def declares(self, option_name: str) -> bool:
+        """Whether ``option_name`` is one of this environment's own static options."""
+        return any(o.name == option_name for o in self.static_options)
 
 
 ENVIRONMENTS: dict[str, EnvironmentSpec] = {}
@@ -59,16 +78,29 @@ ENVIRONMENT_ORIGINS: dict[str, str] = {}
 PAPER_ENVIRONMENTS = ("chain", "maze", "montezuma")
 
 
+OPTION_OWNERS: dict[str, tuple[str, ...]] = {}
+"""Each environment's own static option, by name, and the environments that declare it."""
+
+
+def declare_options(spec: EnvironmentSpec) -> None:
+    """Registers ``spec``'s own static options beside the trainer's and the parts' (a one-line ``ValueError`` for a
+    name another declaration holds differently)."""
+    register_static_options(f"environment {spec.name!r}", spec.static_options)
+    for option_ in spec.static_options:
+        OPTION_OWNERS[option_.name] = tuple(dict.fromkeys([*OPTION_OWNERS.get(option_.name, ()), spec.name]))
+
+
 def register_environment(spec: EnvironmentSpec, origin: str | None = None) -> EnvironmentSpec:
     """Adds ``spec`` to :data:`ENVIRONMENTS` (replacing an earlier one of that name, but not the paper's); ``origin``:
     the module registering it (default: the caller's)."""
     if not spec.name or ":" in spec.name:
         raise ValueError(f"an environment's name must be non-empty without ':', got {spec.name!r}")
+    if spec.name in PAPER_ENVIRONMENTS and ENVIRONMENTS.get(spec.name) not in (None, spec):
+        raise ValueError(f"{spec.name} is one of the paper's environments and cannot be replaced: choose another name")
+    declare_options(spec)
     unknown = sorted(set(spec.defaults) - set(STATIC_OPTIONS))
     if unknown:
         raise ValueError(f"environment {spec.name}: unknown static settings {', '.join(unknown)}")
-    if spec.name in PAPER_ENVIRONMENTS and ENVIRONMENTS.get(spec.name) not in (None, spec):
-        raise ValueError(f"{spec.name} is one of the paper's environments and cannot be replaced: choose another name")
     ENVIRONMENTS[spec.name] = spec
     if spec.name not in PAPER_ENVIRONMENTS:
         ENVIRONMENT_ORIGINS[spec.name] = origin or sys._getframe(1).f_globals.get("__name__", "__main__")
@@ -80,15 +112,51 @@ def environment_names() -> str:
     return ", ".join([*ENVIRONMENTS, "gymnax:NAME", "atari:NAME"])
 
 
+class UnknownEnvironment(ValueError):
+    """No environment of that name is registered, nor is it ``gymnax:NAME`` or ``atari:NAME``."""
+
+
 def environment_spec(name: str) -> EnvironmentSpec:
-    """The spec of ``name`` (``gymnax:NAME`` builds one for that gymnax environment), or a one-line error."""
+    """The spec of ``name`` (``gymnax:NAME`` builds one for that gymnax environment), or a one-line error
+    (:class:`UnknownEnvironment`, or an Atari game's own ``ValueError``)."""
     if name in ENVIRONMENTS:
         return ENVIRONMENTS[name]
     if name.startswith("gymnax:") and len(name) > len("gymnax:"):
         return dataclasses.replace(GYMNAX, name=name)
     if name.startswith("atari:") and len(name) > len("atari:"):
         return atari_spec(name)
-    raise ValueError(f"unknown env {name!r}: use {environment_names()}")
+    raise UnknownEnvironment(f"unknown env {name!r}: use {environment_names()}")
+
+
+def owners_of(option_name: str, env: str) -> tuple[str, ...]:
+    """The environments whose own option ``option_name`` is, where ``env`` is not one of them (empty: ``env`` may
+    set it, or it is nobody's own). ``gymnax:NAME`` stands for every gymnax environment."""
+    owners = OPTION_OWNERS.get(option_name, ())
+    spec = environment_spec(env)
+    return () if not owners or spec.declares(option_name) else owners
+
+
+def environment_label(static: Mapping[str, Any]) -> str:
+    """The environment of a configuration's ``static`` section in words (``chain of 100 states``, ``maze 24x24``,
+    ``Montezuma's Revenge``): its spec's label, else its name (an environment no module here registers)."""
+    name = str(static.get("env", "?"))
+    try:
+        spec = environment_spec(name)
+    except ValueError:
+        return name
+    return spec.label(static) if spec.label is not None else name
+
+
+def check_environment_static(static: StaticConfig) -> None:
+    """The environment's own check of ``static`` before anything is built (:attr:`EnvironmentSpec.check`), its
+    failure one :class:`UsageError` line."""
+    spec = environment_spec(static.env)
+    if spec.check is None:
+        return
+    try:
+        spec.check(static)
+    except (ValueError, ImportError, TypeError) as e:
+        raise UsageError((str(e).splitlines() or [type(e).__name__])[0]) from None
 
 
 def static_for_env(env: str, **overrides) -> StaticConfig:
@@ -111,6 +179,24 @@ def _make_gymnax(static: StaticConfig):
     from ..envs.gymnax_adapter import GymnaxAdapter  # imports gymnax's registry only when asked
 
     return GymnaxAdapter(static.env.removeprefix("gymnax:"), **dict(static.env_kwargs))
+
+
+def _check_gymnax(static: StaticConfig) -> None:
+    """Builds the environment and its path once: a missing package or an unknown name fails in the plan."""
+    CompactPath(_make_gymnax(static), static)
+
+
+def _gymnax_label(static: Mapping[str, Any]) -> str:
+    kwargs = ", ".join(f"{k}={v}" for k, v in static.get("env_kwargs") or ())
+    name = str(static["env"]).removeprefix("gymnax:")
+    return f"{name} ({kwargs})" if kwargs else name
+
+
+def _check_pool(static: StaticConfig) -> None:
+    """EnvPool installed, and (``atari:NAME``) the game among its own."""
+    import_envpool(static.env)
+    if static.env.startswith("atari:"):
+        check_game(atari_game(static.env.removeprefix("atari:")), static.env)
 
 
 def _make_montezuma(static: StaticConfig, num_envs: int, seed: int, **overrides):
@@ -136,19 +222,29 @@ GYMNAX = EnvironmentSpec(
     defaults=dict(network="auto", total_steps=100_000, log_every=1_000, buffer_size=10_000, batch_size=64, n_step=1,
                   train_every=1, target_update=200, simhash_bits=32),
     hparams=dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0), settings="chain",
+    static_options=(Option("env_kwargs", (), "gymnax only: KEY=VALUE constructor arguments (size=20) or EnvParams "
+                           "fields (max_steps_in_episode=500); values are read as Python literals.", cli="env_arg",
+                           type=EnvKwargs),),
+    label=_gymnax_label,
+    check=_check_gymnax,
 )
+declare_options(GYMNAX)  # every gymnax:NAME is resolved from this one spec, never registered by name
 
 register_environment(EnvironmentSpec(
     "chain", "the randomised chain (100 states, horizon 109)", _make_chain,
     defaults=dict(network="mlp", total_steps=100_000, log_every=1_000, buffer_size=10_000, batch_size=64, n_step=1,
                   train_every=1, target_update=200, simhash_bits=32),
     hparams=dict(epsilon_start=0.01, epsilon_end=0.01, epsilon_decay_steps=0.0), settings="chain",
+    static_options=(Option("chain_length", 100, "Chain states (the chain only; its horizon is chain_length + 9).",
+                           minimum=2, type=int),),
+    label=lambda static: f"chain of {static.get('chain_length', '?')} states",
 ))
 register_environment(EnvironmentSpec(
     "maze", "the 24x24 maze with randomised actions (horizon 250)", _make_maze,
     defaults=dict(network="maze_conv", total_steps=1_000_000, log_every=10_000, buffer_size=250_000, batch_size=64,
                   n_step=3, train_every=1, target_update=1_000, simhash_bits=128),
     hparams=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=50_000.0), settings="maze",
+    label=lambda static: f"maze {MAZE_SIZE}x{MAZE_SIZE}",
 ))
 # The learning rate is half the paper's 5e-4 there: at 5e-4 the Q-network's |Q| grew past any return the clipped
 # rewards allow (up to 473, against a bound of 110) in OPIQ runs of 1.2M steps, in float32 as in bfloat16; at
@@ -161,13 +257,14 @@ register_environment(EnvironmentSpec(
     hparams=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=1_000_000.0, lr=MONTEZUMA_LR),
     settings="montezuma",
     kind="pool", frames=dataclasses.replace(ATARI_FRAMES, num_rooms=NUM_ROOMS),
+    label=lambda static: "Montezuma's Revenge", check=_check_pool,
 ))
 
 # Any other Atari game: Montezuma's settings (the paper's only Atari ones) around the game's pool.
 ATARI = dataclasses.replace(
-    ENVIRONMENTS["montezuma"], name="atari:NAME", make=_make_atari, frames=ATARI_FRAMES,
+    ENVIRONMENTS["montezuma"], name="atari:NAME", make=_make_atari, frames=ATARI_FRAMES, label=None,
     description="any EnvPool Atari game with the paper's Montezuma settings (pip install -e '.[atari]')")
 
 
-__all__ = ["ATARI", "ENVIRONMENTS", "EnvironmentSpec", "atari_spec", "environment_spec",
+__all__ = ["ATARI", "ENVIRONMENTS", "EnvironmentSpec", "atari_spec", "environment_label", "environment_spec",
            "register_environment", "static_for_env"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..common.config import StaticConfig
 from ..common.errors import UsageError
-from ..envs.maze import MAZE_SIZE
+from ..registry.environments import environment_label
 from ..registry.methods import METHODS, program_name
 from ..runs.results_folder import experiment_folders, read_metrics
 from ..store.files import CONFIG_FILE, atomic_write_bytes, read_json
@@ -301,20 +301,6 @@ def has_diagnostics(rows: list[dict]) -> bool:
 
 
 # ------------------------------------------------------------------------------------ experiments of a folder
-
-
-def environment_label(static: dict) -> str:
-    """The environment and its size in words: ``chain of 100 states``, ``maze 24x24``, ``Montezuma's Revenge``."""
-    env = static.get("env", "?")
-    if env == "chain":
-        return f"chain of {static.get('chain_length', '?')} states"
-    if env == "maze":
-        return f"maze {MAZE_SIZE}x{MAZE_SIZE}"
-    if env == "montezuma":
-        return "Montezuma's Revenge"
-    kwargs = ", ".join(f"{k}={v}" for k, v in static.get("env_kwargs") or ())
-    name = env.removeprefix("gymnax:")
-    return f"{name} ({kwargs})" if kwargs else name
 
 
 def _span(values: set[int], unit: str) -> str:

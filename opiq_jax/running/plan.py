@@ -25,12 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from ..agent.trainer import make_path
 from ..common.config import RUNNER_SET, STATIC_OPTIONS, Option, StaticConfig, hparam_options, static_option
 from ..common.errors import ResultsError, UsageError, message_of, option_name
-from ..envs.atari import atari_game, check_game, import_envpool
 from ..parts import PARTS, get_part
-from ..registry.environments import ENVIRONMENTS, environment_names, environment_spec
+from ..registry.environments import (
+    ENVIRONMENTS, UnknownEnvironment, check_environment_static, environment_label, environment_names,
+    environment_spec, owners_of,
+)
 from ..registry.methods import METHODS, get_method, method_hparams, method_program, program_parts
 from ..runs.experiment import Experiment, RunSpec
 from ..runs.memory import check_fits
@@ -118,21 +119,17 @@ def checked_static(option: Option, value: Any, written: str | None = None) -> An
 
 
 def check_environment(env: str, written: str | None = None) -> None:
-    """A one-line error for an unknown environment, for an Atari game without EnvPool, or one EnvPool lacks."""
+    """A one-line error for an environment nobody registers, or an Atari game's name that is not one (what the
+    environment itself checks, EnvPool installed for instance, :func:`static_with` asks it once its options are
+    known)."""
     if not isinstance(env, str):
         raise UsageError(f"{label('env', written)} must be an environment's name ({environment_names()}), got {env!r}")
     try:
-        spec = environment_spec(env)
-    except ValueError as error:
-        known = f"unknown {label('env', written)} {env!r}: use {environment_names()}"
-        raise UsageError(str(error) if env.startswith("atari:") else known) from None
-    if spec.kind == "pool":
-        try:
-            import_envpool(env)
-            if env.startswith("atari:"):
-                check_game(atari_game(env.removeprefix("atari:")), env)
-        except (ImportError, ValueError) as error:
-            raise UsageError(str(error)) from None
+        environment_spec(env)
+    except UnknownEnvironment:
+        raise UsageError(f"unknown {label('env', written)} {env!r}: use {environment_names()}") from None
+    except ValueError as error:  # atari:NAME with a name that is not a game
+        raise UsageError(str(error)) from None
 
 
 def check_methods(methods: Sequence[str], written: str | None = None) -> tuple[str, ...]:
@@ -332,11 +329,11 @@ def static_with(env: str, overrides: dict[str, Any]) -> StaticConfig:
     if total is not None and "log_every" not in overrides:
         default_chunk = StaticConfig(**environment_spec(env).defaults).log_every
         overrides["log_every"] = default_chunk if total % default_chunk == 0 else total
-    if "chain_length" in overrides and env != "chain":
-        raise UsageError(f"{label('chain_length')} applies to the chain only")
-    if "env_kwargs" in overrides and not env.startswith("gymnax:"):
-        raise UsageError(f"{label(STATIC_OPTIONS['env_kwargs'].public_name)} applies to gymnax:NAME "
-                         "environments only")
+    foreign = next(((name, owners) for name in overrides if (owners := owners_of(name, env))), None)
+    if foreign:  # another environment's own option: it would change nothing here, silently
+        name, owners = foreign
+        raise UsageError(f"{label(STATIC_OPTIONS[name].public_name)} applies to {' and '.join(owners)} only, "
+                         f"not to {env}")
     pool_only = [name for name in POOL_ONLY if name in overrides and overrides[name] != STATIC_OPTIONS[name].default]
     if pool_only and environment_spec(env).kind != "pool":  # an environment in the program steps one per run
         raise UsageError(f"{label(STATIC_OPTIONS[pool_only[0]].public_name)} applies to environments stepped "
@@ -349,17 +346,8 @@ def static_with(env: str, overrides: dict[str, Any]) -> StaticConfig:
     message = next(iter(static.problems()), None)
     if message:
         raise UsageError(message)
-    if env.startswith("gymnax:"):
-        check_gymnax(static)
+    check_environment_static(static)
     return static
-
-
-def check_gymnax(static: StaticConfig) -> None:
-    """Builds a gymnax environment once, so that a missing package or an unknown name fails here, in one line."""
-    try:
-        make_path(static)
-    except (ValueError, ImportError, TypeError) as e:
-        raise UsageError(str(e).splitlines()[0]) from None
 
 
 def default_out(env: str, methods: Sequence[str], seeds: int | Sequence[int], total_steps: int) -> Path:
@@ -489,9 +477,9 @@ def describe(experiment) -> str:
     methods = list(dict.fromkeys(r.method for r in experiment.runs))
     settings = len({(r.method, r.setting) for r in experiment.runs})
     static = experiment.static
-    size = f" (length {static.chain_length})" if static.env == "chain" else ""
     runs = len(experiment.runs)
-    return (f"{plural(runs, 'run')} ({', '.join(methods)}; {plural(settings, 'setting')}) on {static.env}{size}, "
+    return (f"{plural(runs, 'run')} ({', '.join(methods)}; {plural(settings, 'setting')}) on "
+            f"{environment_label(static.to_dict())}, "
             f"{static.total_steps:,} steps each")
 
 
