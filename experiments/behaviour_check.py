@@ -13,7 +13,8 @@ there and in this working tree (each in its own Python process, on the CPU, in f
   optimiser arithmetic all along).
 
 It prints a table (environment, program, rows compared, rows equal, parameter arrays equal) and writes
-it to ``--out``/``behaviour_check.md``; it exits 1 if anything differs. The commands use only
+it to ``--out``/``behaviour_check.md`` (every row also to ``behaviour_check.json``); it exits 1 if anything
+differs. The commands use only
 options that every revision since the first CLI understands.
 
 Reaches inside: opiq_jax.store.files, to read the Q-network's parameters out of each revision's checkpoints.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -160,6 +162,8 @@ def main(args: Args) -> int:
     report = "\n".join(lines) + "\n"
     print(report)
     (args.out / "behaviour_check.md").write_text(report)
+    (args.out / "behaviour_check.json").write_text(json.dumps(dict(against=args.against, seeds=args.seeds,
+                                                                   envs=list(args.envs), rows=table), indent=1) + "\n")
     same = all(r["rows"] == r["equal"] and r["only_old"] == 0 and r["params"] == r["params_equal"] for r in table)
     return 0 if same else 1
 

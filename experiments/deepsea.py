@@ -85,7 +85,7 @@ METHOD_MARKERS = {"opiq": "o", "dqn": "s", "dqn_pc": "^"}
 """A marker per method besides its (colour, line style): at the budget, methods that never succeeded sit on one
 another."""
 RUNS_CSV = "deepsea_runs.csv"
-PRECISION = StaticConfig().precision
+PRECISION = StaticConfig().execution.precision
 """The runs' precision: the script sets none, so every run trains at the default (float32)."""
 
 

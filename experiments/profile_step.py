@@ -171,7 +171,7 @@ def profile_trainer(static: StaticConfig, num_runs: int, chunks: int, method: st
         per_op = op_times(str(traces[-1]), "train_chunk")
     phases, per_phase = phase_totals(per_op, names)
     steps = num_runs * static.log_every * chunks
-    return dict(env=static.env, precision=static.precision, weight_storage=static.weight_storage, runs=num_runs,
+    return dict(env=static.env, precision=static.execution.precision, weight_storage=static.execution.weight_storage, runs=num_runs,
                 chunks=chunks, steps=steps, wall_s=seconds,
                 env_steps_per_s_traced=steps / seconds, device=jax.devices()[0].device_kind, hlo=hlo,
                 command_buffers=command_buffers_enabled() if jax.default_backend() == "gpu" else None,

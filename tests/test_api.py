@@ -143,7 +143,7 @@ def test_a_structural_option_in_a_preset_or_the_api_reaches_every_program(name):
     for static in (plan_static(preset), api.static):
         programs = split_by_program(dataclasses.replace(api, static=static))
         assert len(programs) == len(methods)
-        assert all(getattr(p.static, name) == value for p in programs.values()), name
+        assert all(p.static.value(name) == value for p in programs.values()), name
     if name in POOL_ONLY:  # on an environment stepped in the program it would do nothing: refused
         with pytest.raises(UsageError, match=f"{written} applies to environments stepped through a pool"):
             plan_experiment("chain", ("opiq",), 1, options={written: value})

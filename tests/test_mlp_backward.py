@@ -186,7 +186,7 @@ def test_work_model_drops_the_norms_read_of_the_kernels_it_writes():
 def one_update(static, run):
     agent = compiled_trainer(static)[0].agent
     kernels = "pallas_call" in str(jax.make_jaxpr(lambda r: trainer.update(agent, r))(run))
-    assert agent.lean_backward == kernels == (static.mlp_backward == "pallas")
+    assert agent.lean_backward == kernels == (static.execution.mlp_backward == "pallas")
     return jax.jit(lambda r: trainer.update(agent, r))(run)
 
 

@@ -94,7 +94,7 @@ class TableTargets(TargetValues):
 
 
 def uses_target_table(static: StaticConfig, path: ObservationPath) -> bool:
-    """Whether the targets look the target network's values up per cell (``StaticConfig.target_values``)."""
+    """Whether the targets look the target network's values up per cell (``Execution.target_values``)."""
     return uses_cell_table(static, "target_values", path.has_cell_table)
 
 

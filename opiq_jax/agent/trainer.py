@@ -16,7 +16,7 @@ what the replay stores, what is counted) is the observation path's (:mod:`opiq_j
 
 Order within one environment step: choose the action with the counts as they are, step the
 environment, increment ``N(s_t, a_t)``, store the transition, then train (a pool path may overlap
-training with the emulators' step, see ``StaticConfig.overlap``). What is common to all runs (the step
+training with the emulators' step, see ``Execution.overlap``). What is common to all runs (the step
 counter, "train now", "copy the target now") stays outside the vmap, so it remains a real
 ``lax.cond`` instead of a select that would run both branches for every run.
 """
@@ -112,24 +112,24 @@ def network_name(static: StaticConfig, obs_shape: tuple[int, ...]) -> str:
 
 
 def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:
-    """Whether the maze network's convolutions run as Pallas kernels (``StaticConfig.maze_torso``)."""
-    if net_name != "maze_conv" or static.maze_torso == "xla":
+    """Whether the maze network's convolutions run as Pallas kernels (``Execution.maze_torso``)."""
+    if net_name != "maze_conv" or static.execution.maze_torso == "xla":
         return False
-    return static.maze_torso == "pallas" or (static.precision == "bfloat16" and jax.default_backend() == "gpu")
+    return static.execution.maze_torso == "pallas" or (static.execution.precision == "bfloat16" and jax.default_backend() == "gpu")
 
 
 def uses_lean_backward(static: StaticConfig, net_name: str, parts: tuple, weights: WeightStorage) -> bool:
-    """Whether the Q-network's backward pass is :mod:`mlp_backward`'s (``StaticConfig.mlp_backward``): where the
+    """Whether the Q-network's backward pass is :mod:`mlp_backward`'s (``Execution.mlp_backward``): where the
     weight storage's step takes the kernels' square sums (packed storage), for the one-headed MLP with no part
     rescaling its gradients (the kernels' square sums are of the gradients as the backward pass writes them);
     ``auto`` on GPUs only. Other programs keep XLA's, as ``maze_torso`` leaves networks without the maze's
     convolutions alone."""
-    if static.mlp_backward == "xla" or not weights.takes_square_sums:
+    if static.execution.mlp_backward == "xla" or not weights.takes_square_sums:
         return False
     rescaled = any(type(p).scale_gradients is not Part.scale_gradients for p in parts)
     applies = (net_name == "mlp" and len(static.hidden) > 0 and not rescaled  # no hidden layer: nothing to probe
                and all(p.heads(static) <= 1 for p in parts))
-    return applies and (static.mlp_backward == "pallas" or jax.default_backend() == "gpu")
+    return applies and (static.execution.mlp_backward == "pallas" or jax.default_backend() == "gpu")
 
 
 def square_sum_probes(network, obs_shape: tuple[int, ...]) -> chex.ArrayTree:
@@ -165,7 +165,7 @@ class Agent:
             raise ValueError(f"two parts of {static.parts} both set the number of Q-heads")
         self.num_heads = heads[0] if heads else 1
         self.network_name = network_name(static, path.obs_shape)
-        self.compute_dtype = jnp.dtype(static.precision)
+        self.compute_dtype = jnp.dtype(static.execution.precision)
         self.optimiser = make_optimiser(static)
         self.weights = weight_storage(static, self.optimiser)
         self.lean_backward = uses_lean_backward(static, self.network_name, self.parts, self.weights)
@@ -189,7 +189,7 @@ class Agent:
         torso = ("pallas" if uses_pallas_torso(self.static, self.network_name) else "xla") if maze else "-"
         parts = {key: value for part in self.parts for key, value in part.resolved(self).items()}
         return {"network": self.network_name + (f" with {self.num_heads} heads" if self.num_heads > 1 else ""),
-                "precision": self.static.precision, "maze_torso": torso, "weight_storage": self.weights.name,
+                "precision": self.static.execution.precision, "maze_torso": torso, "weight_storage": self.weights.name,
                 "target_values": self.targets.name, "backward": self.backward.name,
                 "counted": self.path.counted if self.uses_counts else "nothing (no part of the program counts)",
                 **parts}

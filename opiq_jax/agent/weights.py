@@ -44,7 +44,7 @@ class WeightStorage(abc.ABC):
 
     def __init__(self, static: StaticConfig, optimiser: optax.GradientTransformation | None = None):
         self.static, self.optimiser = static, optimiser
-        self.compute_dtype = jnp.dtype(static.precision)
+        self.compute_dtype = jnp.dtype(static.execution.precision)
 
     @abc.abstractmethod
     def initial(self, run: RunState, params: Any, key: jax.Array) -> RunState:
@@ -141,9 +141,9 @@ class PackedWeights(WeightStorage):
 
 def weight_storage(static: StaticConfig, optimiser: optax.GradientTransformation | None = None) -> WeightStorage:
     """The storage ``static`` asks for (``weight_storage``, ``precision``), built once with the agent."""
-    if static.weight_storage == "packed":
+    if static.execution.weight_storage == "packed":
         return PackedWeights(static, optimiser)
-    if jnp.dtype(static.precision) != jnp.float32:
+    if jnp.dtype(static.execution.precision) != jnp.float32:
         return ComputeCopyWeights(static, optimiser)
     return Float32Weights(static, optimiser)
 

@@ -136,12 +136,12 @@ def work_model(static: StaticConfig) -> WorkModel:
       precision writes their bfloat16 copy; with ``weight_storage="packed"`` it reads and writes the
       bfloat16 copy and the low bytes instead (3 bytes a weight), and the copy needs no write of its own;
     * ``gradients``: written by the backward pass, read by the clip's norm and by the optimiser
-      (in the forward passes' precision); with the lean backward pass (``StaticConfig.mlp_backward``) the
+      (in the forward passes' precision); with the lean backward pass (``Execution.mlp_backward``) the
       kernels its Pallas kernel writes are not read for the norm;
     * ``optimiser``: the RMSProp state read and written (float32, or bfloat16 when packed);
     * ``target``: the target network (in the forward passes' precision) read once for the
       bootstrap forward, plus its copy (read + write) every ``target_update`` steps; with the target
-      table (``StaticConfig.target_values``, the chain and the maze) the network is read once per copy
+      table (``Execution.target_values``, the chain and the maze) the network is read once per copy
       to fill the table, the table written then, and ``batch x actions`` of its values read per update;
     * ``replay``: ``batch x n`` stored items gathered, plus one item written per step;
     * ``counts``: sketch cells read to act (``rows x actions``), updated (read + write of ``rows``),
@@ -166,7 +166,7 @@ def work_model(static: StaticConfig) -> WorkModel:
 
     num_params = count_params(params)
     param_bytes = float(tree_bytes(params))
-    compute_bytes = param_bytes * jnp.dtype(static.precision).itemsize / 4  # what the forward passes read
+    compute_bytes = param_bytes * jnp.dtype(static.execution.precision).itemsize / 4  # what the forward passes read
     weight_bytes = trainer.agent.weights.update_bytes(param_bytes, shapes.runs)  # the storage's own count
     opt_bytes = float(tree_bytes(shapes.runs.opt_state))  # one run's (the shapes have one run)
     obs_bytes = float(example_obs.size * example_obs.dtype.itemsize)
@@ -549,9 +549,9 @@ TABLE_COLUMNS = (
 
 
 def form_note(static: StaticConfig, env: str) -> str:
-    """How the targets were computed (``StaticConfig.target_values``), whether the MLP's backward pass was
-    the lean one (``StaticConfig.mlp_backward``) and, for the maze, which form its network's convolutions took
-    (``StaticConfig.maze_torso``)."""
+    """How the targets were computed (``Execution.target_values``), whether the MLP's backward pass was
+    the lean one (``Execution.mlp_backward``) and, for the maze, which form its network's convolutions took
+    (``Execution.maze_torso``)."""
     agent = make_train(static).agent  # the strategies the agent chose (nothing is compiled)
     note = ", targets: " + agent.targets.description + agent.backward.bench_note
     if static.network == "maze_conv":
@@ -566,7 +566,7 @@ def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any],
         f"### {env} on {device['device_kind']} ({device['platform']}, JAX {device['jax']})",
         "",
         f"Paper settings: batch {static.batch_size}, n-step {static.n_step}, replay {static.buffer_size:,}, "
-        f"target update {static.target_update}, counts: {static.count_features}, precision: {static.precision} "
+        f"target update {static.target_update}, counts: {static.count_features}, precision: {static.execution.precision} "
         f"(the plain baseline: float32){form_note(static, env)}; one update per environment step.",
         f"Work per step per run: {model.params:,} parameters, {model.total_bytes / 1e6:.3f} MB, "
         f"{model.total_flops / 1e6:.3f} MFLOP.",
@@ -640,7 +640,7 @@ def run_bench(options: Bench) -> dict[str, Any]:
     }
     tables = []
     for env, (static, model, trainer_rows, plain_rows) in measured.items():
-        rows = [row_summary(t, p, model, peaks, static.precision) for t, p in pair_rows(trainer_rows, plain_rows)]
+        rows = [row_summary(t, p, model, peaks, static.execution.precision) for t, p in pair_rows(trainer_rows, plain_rows)]
         report["envs"][env] = {
             "static": static.to_dict(), "work_model": model.to_json(),
             "plain_replay_item_bytes": plain_replay_item_bytes(static), "rows": rows,

@@ -121,6 +121,36 @@ EnvKwargs = tuple[tuple[str, object], ...]
 DeclaredSettings = tuple[tuple[str, Any], ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """How a program is executed, apart from what the agent computes: its precision, how the Q-network's weights
+    are stored, the MLP's backward pass, the maze torso's implementation, where the targets' bootstrap values come
+    from, and whether a pool's emulators step while the agent learns. Each mode is a speed choice with its cost
+    measured in docs/performance.md; the defaults in float32 are the paper's arithmetic. The options keep their
+    own names on the command line, in the API and in ``config.json`` (``precision``, not ``execution.precision``)."""
+
+    precision: str = option("float32", "The Q-network's precision: float32 (the paper) or bfloat16 (float32 weights "
+                            "and optimiser, bfloat16 forward and backward passes and target network).",
+                            choices=("float32", "bfloat16"))
+    weight_storage: str = option("float32", "What an update of the bfloat16 Q-network reads and writes: float32 "
+                                 "weights and RMSProp accumulator, or packed (each weight as its bfloat16 copy plus 8 "
+                                 "bits, a bfloat16 accumulator, both rounded stochastically: an update reads and "
+                                 "writes 10 bytes of state per weight instead of 18). precision=bfloat16 only.",
+                                 choices=("float32", "packed"))
+    mlp_backward: str = option("auto", "The MLP's backward pass under packed storage: XLA's, or pallas (each hidden "
+                               "weight gradient written by a Pallas kernel with its sum of squares, so the clip's "
+                               "norm does not read it again; the output layer's input gradient as outer products), "
+                               "or auto (pallas on GPUs). The one-headed MLP only: BSP and the conv nets keep XLA's.",
+                               choices=("auto", "xla", "pallas"))
+    maze_torso: str = option("auto", "The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto "
+                             "(Pallas on GPUs in bfloat16).", choices=("auto", "xla", "pallas"))
+    target_values: str = option("auto", "The target network's values for bootstrapping: a table of every cell filled "
+                                "at each copy (chain, maze), the network on every batch, or auto (the table in "
+                                "bfloat16).", choices=("auto", "table", "network"))
+    overlap: bool = option(True, "Pool environments (Montezuma): learn while the emulators step (the update sees the "
+                           "replay one step late); off: step, store, then train.")
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class StaticConfig:
     """Shapes and structure of one compiled experiment (everything that is not a traced number)."""
@@ -158,28 +188,11 @@ class StaticConfig:
     rms_decay: float = option(0.99, "RMSProp decay (PyTorch's alpha).", minimum=0.0, maximum=1.0)
     rms_eps: float = option(1e-8, "RMSProp epsilon, added outside the square root as PyTorch does.", minimum=0.0,
                             open_minimum=True)
-    precision: str = option("float32", "The Q-network's precision: float32 (the paper) or bfloat16 (float32 weights "
-                            "and optimiser, bfloat16 forward and backward passes and target network).",
-                            choices=("float32", "bfloat16"))
-    weight_storage: str = option("float32", "What an update of the bfloat16 Q-network reads and writes: float32 "
-                                 "weights and RMSProp accumulator, or packed (each weight as its bfloat16 copy plus 8 "
-                                 "bits, a bfloat16 accumulator, both rounded stochastically: an update reads and "
-                                 "writes 10 bytes of state per weight instead of 18). precision=bfloat16 only.",
-                                 choices=("float32", "packed"))
-    mlp_backward: str = option("auto", "The MLP's backward pass under packed storage: XLA's, or pallas (each hidden "
-                               "weight gradient written by a Pallas kernel with its sum of squares, so the clip's "
-                               "norm does not read it again; the output layer's input gradient as outer products), "
-                               "or auto (pallas on GPUs). The one-headed MLP only: BSP and the conv nets keep XLA's.",
-                               choices=("auto", "xla", "pallas"))
-    maze_torso: str = option("auto", "The maze network's convolutions: XLA's patch GEMMs, the Pallas kernels, or auto "
-                             "(Pallas on GPUs in bfloat16).", choices=("auto", "xla", "pallas"))
-    target_values: str = option("auto", "The target network's values for bootstrapping: a table of every cell filled "
-                                "at each copy (chain, maze), the network on every batch, or auto (the table in "
-                                "bfloat16).", choices=("auto", "table", "network"))
+    execution: Execution = dataclasses.field(default_factory=lambda: Execution())
+    """How the program is executed (precision, weight storage, backward pass, torso, targets' values, overlap):
+    :class:`Execution`, apart from what the agent computes. Its options are set and saved by their own names."""
     envs_per_run: int = option(1, "Environments each run steps at once (Montezuma: of the pool); step counts stay per "
                                "run.", minimum=1)
-    overlap: bool = option(True, "Pool environments (Montezuma): learn while the emulators step (the update sees the "
-                           "replay one step late); off: step, store, then train.")
     mmc_unfinished: str = option("zero", "The mixed Monte Carlo target of a transition whose episode has not ended "
                                  "(pool environments): zero (the paper: its return counts as 0) or n_step (the n-step "
                                  "target alone until the episode ends).", choices=("zero", "n_step"))
@@ -191,6 +204,9 @@ class StaticConfig:
     def __init__(self, **values: Any):
         """Takes every option by name, a part's or an environment's (:data:`DECLARED_STATIC_OPTIONS`) as well as the
         trainer's own."""
+        execution = values.pop("execution", None) or Execution()
+        chosen = {name: values.pop(name) for name in EXECUTION_FIELDS if name in values}
+        values["execution"] = dataclasses.replace(execution, **chosen) if chosen else execution
         given = dict(values.pop("declared_settings", ()))
         for name in [name for name in values if name not in CORE_FIELDS]:
             if name not in DECLARED_STATIC_OPTIONS:
@@ -210,14 +226,26 @@ class StaticConfig:
             return dict(self.__dict__.get("declared_settings", ())).get(name, DECLARED_STATIC_OPTIONS[name].default)
         raise AttributeError(f"{type(self).__name__} has no option {name!r}")
 
+    def value(self, name: str) -> Any:
+        """The option ``name``'s value, whichever part of the configuration holds it (its own fields, the
+        execution's, or a part's or an environment's declared ones)."""
+        return getattr(self.execution if name in EXECUTION_FIELDS else self, name)
+
     def to_dict(self) -> dict[str, Any]:
-        """Every option by name, the parts' and environments' included (a results folder's ``config.json``)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "declared_settings"}
+        """Every option by name, flat, the execution's, parts' and environments' included (a results folder's
+        ``config.json``, as before the execution became a configuration of its own)."""
+        values = {}
+        for f in dataclasses.fields(self):
+            if f.name == "execution":
+                values.update(dataclasses.asdict(self.execution))
+            elif f.name != "declared_settings":
+                values[f.name] = getattr(self, f.name)
         return {**values, **{name: getattr(self, name) for name in DECLARED_STATIC_OPTIONS}}
 
     def problems(self) -> list[str]:
         """Every problem of this configuration, one line each, naming options as the user writes them."""
-        found = [p for o in STATIC_OPTIONS.values() if (p := o.problem(getattr(self, o.name)))]
+        found = [p for o in STATIC_OPTIONS.values() if (p := o.problem(self.value(o.name)))]
+        x = self.execution
         name = {o.name: o.label() for o in STATIC_OPTIONS.values()}
         e = self.envs_per_run
         relations = [
@@ -231,12 +259,12 @@ class StaticConfig:
             (self.train_every % e == 0 or e % self.train_every == 0,
              f"{name['train_every']} ({self.train_every}) and {name['envs_per_run']} ({e}) must divide one another"),
             (all(w >= 1 for w in self.hidden), f"{name['hidden']} widths must be >= 1, got {self.hidden}"),
-            (self.weight_storage == "float32" or self.precision == "bfloat16",
+            (x.weight_storage == "float32" or x.precision == "bfloat16",
              f"{name['weight_storage']} packed needs {name['precision']} bfloat16 (float32 networks keep float32 "
-             f"weights), got {self.precision}"),
-            (self.mlp_backward != "pallas" or self.weight_storage == "packed",
+             f"weights), got {x.precision}"),
+            (x.mlp_backward != "pallas" or x.weight_storage == "packed",
              f"{name['mlp_backward']} pallas needs {name['weight_storage']} packed (its optimiser takes the clip's "
-             f"norm from the kernels), got {self.weight_storage}"),
+             f"norm from the kernels), got {x.weight_storage}"),
         ]
         parts = [problem for check in DECLARED_RELATIONS.values() for problem in check(self, name)]
         return found + [message for ok, message in relations if not ok] + parts
@@ -248,17 +276,27 @@ class StaticConfig:
             raise UsageError(found[0])
 
 
+def _declared_fields(config: type) -> dict[str, Option]:
+    """The options a configuration's fields declare, in order, :class:`Execution`'s where it stands."""
+    types, options = typing.get_type_hints(config), {}
+    for f in dataclasses.fields(config):
+        if f.name == "execution":
+            options.update(_declared_fields(Execution))
+        elif "option" in f.metadata:
+            options[f.name] = dataclasses.replace(f.metadata["option"], name=f.name, type=types[f.name])
+    return options
+
+
 def _static_options() -> dict[str, Option]:
-    types = typing.get_type_hints(StaticConfig)
-    return {f.name: dataclasses.replace(f.metadata["option"], name=f.name, type=types[f.name])
-            for f in dataclasses.fields(StaticConfig) if "option" in f.metadata}
+    return _declared_fields(StaticConfig)
 
 
 STATIC_OPTIONS: dict[str, Option] = _static_options()
 """Every static option by name: :class:`StaticConfig`'s fields, then the registered parts' own (which
 :func:`register_static_options` adds), so the command line, the API and the checks take them alike."""
 
-CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StaticConfig))
+EXECUTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Execution))
+CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StaticConfig)) | EXECUTION_FIELDS
 
 DECLARED_STATIC_OPTIONS: dict[str, Option] = {}
 """The static options that exploration parts (``Part.static_options``) and environments
@@ -308,11 +346,11 @@ def uses_cell_table(static: StaticConfig, name: str, has_cell_table: bool) -> bo
     """Whether the option ``name`` (``target_values``, BSP's ``prior_values``: ``auto``, ``table`` or ``network``)
     chooses a table of a fixed network's values per cell. ``auto``: in bfloat16 where the environment lists its
     cells, so that float32 keeps the network's passes and its results bit for bit; ``table`` needs such a list."""
-    choice = getattr(static, name)
+    choice = static.value(name)
     if choice == "table" and not has_cell_table:
         raise ValueError(f"{name}='table' needs an environment with a cell table (chain, maze), not {static.env!r}")
     if choice == "auto":
-        return has_cell_table and static.precision == "bfloat16"
+        return has_cell_table and static.execution.precision == "bfloat16"
     return choice == "table"
 
 

@@ -110,7 +110,7 @@ class PoolPath(ObservationPath):
         self.visit_sizes = {"rooms_visited": frames.num_rooms} if frames.num_rooms else {}
         self.counted = frames.counted
         self.envs_per_run = static.envs_per_run
-        self.overlaps = static.overlap
+        self.overlaps = static.execution.overlap
         self.num_actions = int(pool.num_actions)
         stack, height, width = pool.obs_shape
         self.obs_shape = (height, width, stack)

@@ -12,7 +12,7 @@ Every network names its output layer ``head`` so that the optimistic-initialisat
 
 ``dtype`` is the precision of the hidden layers' computation and activations. With ``bfloat16``
 the trainer passes bfloat16 copies of the hidden layers' weights (mixed precision,
-``StaticConfig.precision``); the output layer keeps float32 weights and computes in float32, so
+``Execution.precision``); the output layer keeps float32 weights and computes in float32, so
 Q-values and the TD loss keep float32 precision.
 Parameters are always created in float32.
 """

@@ -345,8 +345,8 @@ def precision_text(configs: list[dict] | list[list[dict]]) -> str:
     default = StaticConfig()
     names = set()
     for static in (c.get("static", {}) for c in _flat(configs)):
-        precision = static.get("precision", default.precision)
-        packed = static.get("weight_storage", default.weight_storage) == "packed"
+        precision = static.get("precision", default.execution.precision)
+        packed = static.get("weight_storage", default.execution.weight_storage) == "packed"
         names.add(f"{precision} with packed weights" if packed else precision)
     return " + ".join(sorted(names))
 

@@ -104,7 +104,7 @@ def smallest_buffer(static: StaticConfig) -> int:
     envs = static.envs_per_run
     # A bound on the replay is another option's value (the batch, RND's batch): the least allowed size is one of
     # them, or one above, rounded up to the environments per run.
-    values = [v for name in STATIC_OPTIONS if isinstance(v := getattr(static, name), int) and not isinstance(v, bool)]
+    values = [v for name in STATIC_OPTIONS if isinstance(v := static.value(name), int) and not isinstance(v, bool)]
     candidates = sorted({-(-(v + k) // envs) * envs for v in values for k in (0, 1)} | {static.buffer_size})
     return next(b for b in candidates if b == static.buffer_size or (
         0 < b < static.buffer_size and not dataclasses.replace(static, buffer_size=b).problems()))
