@@ -188,7 +188,7 @@ class StaticConfig:
     rms_decay: float = option(0.99, "RMSProp decay (PyTorch's alpha).", minimum=0.0, maximum=1.0)
     rms_eps: float = option(1e-8, "RMSProp epsilon, added outside the square root as PyTorch does.", minimum=0.0,
                             open_minimum=True)
-    execution: Execution = dataclasses.field(default_factory=lambda: Execution())
+    execution: Execution = dataclasses.field(default_factory=Execution)
     """How the program is executed (precision, weight storage, backward pass, torso, targets' values, overlap):
     :class:`Execution`, apart from what the agent computes. Its options are set and saved by their own names."""
     envs_per_run: int = option(1, "Environments each run steps at once (Montezuma: of the pool); step counts stay per "
@@ -287,11 +287,7 @@ def _declared_fields(config: type) -> dict[str, Option]:
     return options
 
 
-def _static_options() -> dict[str, Option]:
-    return _declared_fields(StaticConfig)
-
-
-STATIC_OPTIONS: dict[str, Option] = _static_options()
+STATIC_OPTIONS: dict[str, Option] = _declared_fields(StaticConfig)
 """Every static option by name: :class:`StaticConfig`'s fields, then the registered parts' own (which
 :func:`register_static_options` adds), so the command line, the API and the checks take them alike."""
 

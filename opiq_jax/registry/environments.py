@@ -78,16 +78,10 @@ ENVIRONMENT_ORIGINS: dict[str, str] = {}
 PAPER_ENVIRONMENTS = ("chain", "maze", "montezuma")
 
 
-OPTION_OWNERS: dict[str, tuple[str, ...]] = {}
-"""Each environment's own static option, by name, and the environments that declare it."""
-
-
 def declare_options(spec: EnvironmentSpec) -> None:
     """Registers ``spec``'s own static options beside the trainer's and the parts' (a one-line ``ValueError`` for a
     name another declaration holds differently)."""
     register_static_options(f"environment {spec.name!r}", spec.static_options)
-    for option_ in spec.static_options:
-        OPTION_OWNERS[option_.name] = tuple(dict.fromkeys([*OPTION_OWNERS.get(option_.name, ()), spec.name]))
 
 
 def register_environment(spec: EnvironmentSpec, origin: str | None = None) -> EnvironmentSpec:
@@ -130,10 +124,11 @@ def environment_spec(name: str) -> EnvironmentSpec:
 
 def owners_of(option_name: str, env: str) -> tuple[str, ...]:
     """The environments whose own option ``option_name`` is, where ``env`` is not one of them (empty: ``env`` may
-    set it, or it is nobody's own). ``gymnax:NAME`` stands for every gymnax environment."""
-    owners = OPTION_OWNERS.get(option_name, ())
-    spec = environment_spec(env)
-    return () if not owners or spec.declares(option_name) else owners
+    set it, or it is nobody's own), read from the registered specs. ``gymnax:NAME`` stands for every gymnax
+    environment."""
+    if environment_spec(env).declares(option_name):
+        return ()
+    return tuple(spec.name for spec in (*ENVIRONMENTS.values(), GYMNAX) if spec.declares(option_name))
 
 
 def environment_label(static: Mapping[str, Any]) -> str:

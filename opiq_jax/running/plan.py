@@ -332,15 +332,15 @@ def static_with(env: str, overrides: dict[str, Any]) -> StaticConfig:
     foreign = next(((name, owners) for name in overrides if (owners := owners_of(name, env))), None)
     if foreign:  # another environment's own option: it would change nothing here, silently
         name, owners = foreign
-        raise UsageError(f"{label(STATIC_OPTIONS[name].public_name)} applies to {' and '.join(owners)} only, "
+        raise UsageError(f"{STATIC_OPTIONS[name].label()} applies to {' and '.join(owners)} only, "
                          f"not to {env}")
     pool_only = [name for name in POOL_ONLY if name in overrides and overrides[name] != STATIC_OPTIONS[name].default]
     if pool_only and environment_spec(env).kind != "pool":  # an environment in the program steps one per run
-        raise UsageError(f"{label(STATIC_OPTIONS[pool_only[0]].public_name)} applies to environments stepped "
+        raise UsageError(f"{STATIC_OPTIONS[pool_only[0]].label()} applies to environments stepped "
                          f"through a pool of emulators (montezuma, atari:NAME) only, not to {env} (a folder trained with it "
                          "before resumes with --config FOLDER --out FOLDER)")
     if overrides.get("count_features", "simhash") != "simhash" and environment_spec(env).kind == "pool":
-        raise UsageError(f"{label(STATIC_OPTIONS['count_features'].public_name)} applies to the chain, the maze "
+        raise UsageError(f"{STATIC_OPTIONS['count_features'].label()} applies to the chain, the maze "
                          f"and gymnax environments only: {env} counts its frames' feature, and has no cell ids")
     static = StaticConfig(**{**environment_spec(env).defaults, "env": env, **overrides})
     message = next(iter(static.problems()), None)
