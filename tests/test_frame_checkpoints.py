@@ -6,12 +6,14 @@ checkpoint that kept its rings inline (older versions) still loads. The pool is 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import signal
 import struct
 import subprocess
 import sys
+import threading
 import zlib
 from pathlib import Path
 
@@ -97,8 +99,9 @@ run_experiment(experiment(), sys.argv[1], progress=False, checkpoint_seconds=0)
 
 @pytest.mark.parametrize("fault", ["seg-:4", "checkpoint.msgpack:4"])
 def test_a_sigkill_in_a_segment_or_in_the_checkpoint_listing_it_loses_nothing(tmp_path, fault):
-    """Killed in the middle of the 4th segment, or of the 4th checkpoint after its segment was written: the
-    checkpoint before stays whole (its segments too), and the resume from it finishes."""
+    """Killed in the middle of the 4th segment, or of the 4th checkpoint after its segment was written (both
+    written from the background thread while the 5th chunk runs): the checkpoint before stays whole (its segments
+    too), and the resume from it finishes."""
     out = tmp_path / "run, \"odd\" ✓"
     child = subprocess.run([sys.executable, "-c", CHILD, str(out)], cwd=ROOT, capture_output=True, text=True,
                            env={**os.environ, "JAX_PLATFORMS": "cpu", "OPIQ_FAULT": fault}, timeout=600)
@@ -173,3 +176,68 @@ def test_the_frames_a_chunk_writes_are_bounded_by_its_steps():
     assert counts.tolist() == [48]  # a whole ring (or more) since: the positions cannot tell, all is written
     segments = [Segment(str(i), [0], [c], "") for i, c in enumerate([30, 20, 20, 10])]
     assert [s.name for s in still_needed(segments, 48)] == ["1", "2", "3"]  # 50 written after "0"
+
+
+def checkpoint_files(folder: Path) -> dict[str, dict[str, np.ndarray]]:
+    """The newest two checkpoints' arrays (the frames rebuilt from their segments), by file name."""
+    return {name: read_checkpoint_arrays(folder / name)[1] for name in (CHECKPOINT_FILE, PREVIOUS_CHECKPOINT_FILE)}
+
+
+def test_a_checkpoint_written_while_training_goes_on_is_the_one_written_at_once(tmp_path, monkeypatch):
+    """The interval's checkpoints are written from a thread of their own while the next chunks run, their state
+    donated to them: what they hold is the state at their chunk, as a checkpoint written at once holds it."""
+    writers, write = [], results.write_all
+
+    def noting_thread(f, data):
+        writers.append((os.path.basename(f.name), threading.current_thread() is threading.main_thread()))
+        write(f, data)
+
+    monkeypatch.setattr(results, "write_all", noting_thread)
+    run_experiment(experiment(), tmp_path / "background", progress=False, checkpoint_seconds=0, stop_after_chunks=5)
+    assert any(name.startswith(".seg-") and not main for name, main in writers)  # segments off the main thread
+    assert any(CHECKPOINT_FILE in name and not main for name, main in writers)
+    run_experiment(experiment(), tmp_path / "at-once", progress=False, checkpoint_seconds=0, stop_after_chunks=5,
+                   background_checkpoints=False)
+    background, at_once = checkpoint_files(tmp_path / "background"), checkpoint_files(tmp_path / "at-once")
+    for name, arrays in at_once.items():
+        assert set(background[name]) == set(arrays)
+        for key, value in arrays.items():
+            np.testing.assert_array_equal(background[name][key], value, err_msg=f"{name} {key}")
+    assert read_checkpoint_arrays(tmp_path / "background" / CHECKPOINT_FILE)[0] == 5
+
+
+def test_the_last_checkpoint_is_written_at_once_after_the_one_in_the_background(tmp_path, monkeypatch):
+    """The last chunk's checkpoint waits for the one still being written, then is written by the loop itself."""
+    writers, write = [], results.write_all
+
+    def noting_thread(f, data):
+        if CHECKPOINT_FILE in os.path.basename(f.name) and f.tell() == 0:
+            writers.append(threading.current_thread() is threading.main_thread())
+        write(f, data)
+
+    monkeypatch.setattr(results, "write_all", noting_thread)
+    run_experiment(experiment(), tmp_path, progress=False, checkpoint_seconds=0)
+    assert writers == [False] * (CHUNKS - 1) + [True]
+    assert read_checkpoint_arrays(tmp_path / CHECKPOINT_FILE)[0] == CHUNKS
+    assert read_checkpoint_arrays(tmp_path / PREVIOUS_CHECKPOINT_FILE)[0] == CHUNKS - 1
+
+
+def test_a_background_write_that_fails_stops_the_run_and_keeps_the_checkpoint_before(tmp_path, monkeypatch):
+    """A full disk in the middle of the 3rd segment: the run stops with that error, raised in the loop, and the
+    2nd checkpoint is what a resume starts from."""
+    segments, write = [0], results.write_all
+
+    def full_disk(f, data):
+        if os.path.basename(f.name).startswith(".seg-") and f.tell() == 0:
+            segments[0] += 1
+            if segments[0] == 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        write(f, data)
+
+    monkeypatch.setattr(results, "write_all", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        run_experiment(experiment(), tmp_path, progress=False, checkpoint_seconds=0)
+    monkeypatch.setattr(results, "write_all", write)
+    chunk, _ = restored_arrays(tmp_path)
+    assert chunk == 2
+    assert not [p for p in (tmp_path / SEGMENTS_FOLDER).iterdir() if p.name.startswith(".")]  # no temporary left

@@ -52,8 +52,8 @@ from ..runs.experiment import Experiment, keys_from_data, keys_to_data, run_keys
 from ..runs.memory import state_bytes_per_run
 from ..runs.results_folder import DIGEST_KEY, experiment_digest, require_same_experiment
 from ..store.files import (
-    CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, FolderLock, Restored, atomic_write_bytes, newest_checkpoint,
-    prepare_folder, read_json, write_checkpoint,
+    CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE, BackgroundCheckpoints, FolderLock, Restored, atomic_write_bytes,
+    newest_checkpoint, prepare_checkpoint, prepare_folder, read_json, write_checkpoint,
 )
 from ..store.frames import FrameRings
 from ..store.metrics import (
@@ -86,6 +86,7 @@ class Loop:
     verbose: bool = True
     should_stop: Callable[[], str | None] | None = None
     track: str = LOOP_DEFAULTS["track"]
+    background_checkpoints: bool = True
 
     def say(self, message: str) -> None:
         """One line for the user (above the progress bar), unless quiet."""
@@ -208,7 +209,7 @@ def run_experiment(experiment: Experiment, out: str | Path, progress: bool = LOO
                    stop_after_chunks: int | None = None, max_seconds: float | None = None,
                    stop_on_nonfinite: bool = LOOP_DEFAULTS["stop_on_nonfinite"], verbose: bool = True,
                    should_stop: Callable[[], str | None] | None = None, track: str = LOOP_DEFAULTS["track"],
-                   **pool_overrides) -> object:
+                   background_checkpoints: bool = True, **pool_overrides) -> object:
     """Trains every run of ``experiment`` to ``static.total_steps``, resuming from ``out`` if possible.
 
     Args:
@@ -226,6 +227,8 @@ def run_experiment(experiment: Experiment, out: str | Path, progress: bool = LOO
       should_stop: called after every chunk; a reason (one line) stops the run at once with a checkpoint
         (:class:`PeerFailed`: another process of a run over several hosts failed).
       track: ``none``, or ``tensorboard`` to stream each method's aggregates per chunk (the ``tracking`` extra).
+      background_checkpoints: write the interval's checkpoints of a state with frame rings (a pool environment's)
+        while training goes on, one at a time (the last, a stop's and ``max_seconds``' are written at once).
       pool_overrides: options of a pool environment's emulators (EnvPool's, e.g. ``max_episode_steps``).
     Its device memory is checked by the caller, once, before anything is written (:func:`opiq_jax.running.train_programs.run_methods`,
     a sweep's batches, the parent of programs in processes of their own: :func:`opiq_jax.runs.memory.check_fits`).
@@ -233,7 +236,7 @@ def run_experiment(experiment: Experiment, out: str | Path, progress: bool = LOO
     checkpoint: nothing was trained). Raises :class:`Stopped` after SIGINT or SIGTERM (progress checkpointed).
     """
     loop = Loop(progress, checkpoint_seconds, stop_after_chunks, max_seconds, stop_on_nonfinite, verbose, should_stop,
-                track)
+                track, background_checkpoints)
     out = prepare_folder(Path(out))
     with FolderLock(out, warn=loop.say), StopSignals(loop.say) as signals:
         return _train(experiment, out, signals, loop, pool_overrides)
@@ -337,41 +340,65 @@ def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop,
     bar = tqdm(total=static.total_steps, initial=chunk * static.log_every, unit="step", disable=not loop.progress,
                desc=f"{static.env} x{num_runs} runs", dynamic_ncols=True)
     started, last_checkpoint, chunk_seconds, done_here, flagged = time.monotonic(), time.monotonic(), 0.0, 0, set()
-    checkpointed_chunk = chunk
-    while chunk < num_chunks:
-        dispatched = time.monotonic()
-        state, metrics = step_chunk(state)
-        metrics = wait_for(metrics)
-        chunk, done_here, chunk_seconds = chunk + 1, done_here + 1, chunk_seconds + time.monotonic() - dispatched
-        repaired = append_metric_rows(out / METRICS_FILE, metric_rows(experiment, chunk * static.log_every, metrics,
-                                                                      trainer.metric_names), progress.ledger)
-        if repaired:
-            loop.say(repaired)
-        peer = loop.should_stop() if loop.should_stop else None
-        stop = signals.signum is not None
-        out_of_time = loop.max_seconds is not None and time.monotonic() - started >= loop.max_seconds
-        due = time.monotonic() - last_checkpoint >= loop.checkpoint_seconds
-        nonfinite = bool(np.any(np.asarray(metrics["nonfinite"]) > 0)) and loop.stop_on_nonfinite
-        if chunk == num_chunks or out_of_time or stop or due or nonfinite or peer:
-            write_checkpoint(out, keys_to_data(state.replace(env=None)), chunk, progress.ledger.checkpoint_part(),
-                             progress.rings, frames_bound(static, chunk - checkpointed_chunk))
-            last_checkpoint, signals.checkpointed = time.monotonic(), chunk * static.log_every
-            checkpointed_chunk = chunk
-            info.write(out, chunk, started, chunk_seconds, done_here)
-        if done_here == 1 and (note := long_run_note(chunk_seconds, num_chunks - chunk, static, num_runs)):
-            loop.say(note)
-        if tracker is not None:
-            tracker.log_chunk(chunk * static.log_every, metrics)
-        report_nonfinite(metrics, experiment, chunk * static.log_every, flagged, loop)
-        bar.set_postfix_str(progress_fields(metrics, done_here, static, num_runs, started))
-        bar.update(static.log_every)
-        if stop or peer:
-            bar.close()
-            raise Stopped(chunk * static.log_every, static.total_steps, signals.signum) if stop else PeerFailed(peer)
-        if out_of_time or (loop.stop_after_chunks is not None and done_here >= loop.stop_after_chunks):
-            break
+    checkpointed_chunk, writer = chunk, BackgroundCheckpoints()
+    try:
+        while chunk < num_chunks:
+            dispatched = time.monotonic()
+            state, metrics = step_chunk(state)
+            metrics = wait_for(metrics)
+            chunk, done_here, chunk_seconds = chunk + 1, done_here + 1, chunk_seconds + time.monotonic() - dispatched
+            repaired = append_metric_rows(out / METRICS_FILE, metric_rows(experiment, chunk * static.log_every, metrics,
+                                                                          trainer.metric_names), progress.ledger)
+            if repaired:
+                loop.say(repaired)
+            peer = loop.should_stop() if loop.should_stop else None
+            stop = signals.signum is not None
+            out_of_time = loop.max_seconds is not None and time.monotonic() - started >= loop.max_seconds
+            due = time.monotonic() - last_checkpoint >= loop.checkpoint_seconds
+            nonfinite = bool(np.any(np.asarray(metrics["nonfinite"]) > 0)) and loop.stop_on_nonfinite
+            if chunk == num_chunks or out_of_time or stop or due or nonfinite or peer:
+                ending = chunk == num_chunks or out_of_time or stop or nonfinite or peer
+                checkpoint(out, state, chunk * static.log_every, chunk, progress,
+                           frames_bound(static, chunk - checkpointed_chunk), signals, writer,
+                           loop.background_checkpoints and not ending)
+                last_checkpoint, checkpointed_chunk = time.monotonic(), chunk
+                info.write(out, chunk, started, chunk_seconds, done_here)
+            if done_here == 1 and (note := long_run_note(chunk_seconds, num_chunks - chunk, static, num_runs)):
+                loop.say(note)
+            if tracker is not None:
+                tracker.log_chunk(chunk * static.log_every, metrics)
+            report_nonfinite(metrics, experiment, chunk * static.log_every, flagged, loop)
+            bar.set_postfix_str(progress_fields(metrics, done_here, static, num_runs, started))
+            bar.update(static.log_every)
+            if stop or peer:
+                bar.close()
+                raise Stopped(chunk * static.log_every, static.total_steps, signals.signum) if stop else PeerFailed(peer)
+            if out_of_time or (loop.stop_after_chunks is not None and done_here >= loop.stop_after_chunks):
+                break
+    finally:
+        writer.wait()  # a checkpoint still being written is finished first, also when the loop stops early
     bar.close()
     return state
+
+
+def checkpoint(out: Path, state, step: int, chunk: int, progress: Progress, bound: int, signals: StopSignals,
+               writer: BackgroundCheckpoints, background: bool) -> None:
+    """Writes the checkpoint after ``chunk`` (``bound``: frames per ring written since the last one). With
+    ``background`` and frame rings (a pool's state, whose rings are saved apart and whose other leaves are small
+    beside them), what it needs is taken now and it is written by ``writer`` while training goes on; else at once,
+    after any still being written. ``signals.checkpointed`` moves on once it is on disk."""
+
+    def written():
+        signals.checkpointed = step
+
+    state = keys_to_data(state.replace(env=None))
+    writer.wait()  # one at a time, and the device holds one interval's frame copies at most
+    if background and progress.rings is not None:
+        writer.start(prepare_checkpoint(out, state, chunk, progress.ledger.checkpoint_part(), progress.rings, bound,
+                                        taken_now=True), written)
+        return
+    write_checkpoint(out, state, chunk, progress.ledger.checkpoint_part(), progress.rings, bound)
+    written()
 
 
 LONG_RUN_SECONDS = 86_400.0

@@ -7,8 +7,12 @@
   the file's previous length (:mod:`opiq_jax.store.metrics` keeps it in step with the checkpoints).
 * Checkpoints are checksummed and the last two are kept: a truncated or corrupt newest checkpoint is
   reported by name, moved aside, and the run resumes from the one before. A checkpoint streams one array at
-  a time (a Montezuma replay holds gigabytes), so it never needs a second copy of the state in memory. It also
-  records how much of ``metrics.csv`` it covers and keeps a compressed copy of those rows.
+  a time (a Montezuma replay holds gigabytes), so it never needs a second copy of the state in memory; a pool's
+  frame rings go apart, as segments of what changed (:mod:`opiq_jax.store.frames`). It also records how much of
+  ``metrics.csv`` it covers and keeps a compressed copy of those rows.
+* A checkpoint of a state with frame rings can be written while training goes on
+  (:class:`BackgroundCheckpoints`): the new frames are copied on the device and the other leaves to the host
+  first, since the next chunk updates the state in place.
 * A folder is written only when it is new, empty or already an opiq-jax experiment of the same kind: a
   user's own files are never overwritten (:func:`prepare_folder`).
 * A lock file: two processes cannot write one folder; a lock left by a killed process is detected (the
@@ -24,8 +28,9 @@ import json
 import os
 import socket
 import struct
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..common.errors import ResultsError
-from .frames import SEGMENTS_FOLDER, DamagedSegment, FrameRings, Segment, assemble
+from .frames import SEGMENTS_FOLDER, DamagedSegment, FrameRings, PendingSegment, Segment, assemble
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.csv"
@@ -164,26 +169,90 @@ def checkpoint_chunks(state: Any, chunk: int, metrics: tuple[dict, bytes] | None
     yield digest.digest()
 
 
-def write_checkpoint(folder: Path, state: Any, chunk: int, metrics: tuple[dict, bytes] | None = None,
-                     rings: FrameRings | None = None, frames_bound: int = 0) -> None:
-    """Writes the checkpoint atomically, keeping the one before it as ``checkpoint.previous.msgpack``. ``rings``:
-    the state's frame rings, saved apart as what changed (at most ``frames_bound`` frames per ring since the last
-    checkpoint; :mod:`opiq_jax.store.frames`) before the checkpoint that lists them; segments that neither
-    checkpoint lists any more are deleted after."""
-    folder = Path(folder)
-    apart = {}
+@dataclass
+class PreparedCheckpoint:
+    """A checkpoint ready to write: its folder, chunk and state (device arrays, or host copies when taken), the
+    metrics record, and the frame segment it lists (:class:`opiq_jax.store.frames.PendingSegment`)."""
+
+    folder: Path
+    state: Any
+    chunk: int
+    metrics: tuple[dict, bytes] | None
+    rings: FrameRings | None
+    segment: PendingSegment | None
+
+    def write(self) -> None:
+        """The segment, then the checkpoint that lists it, atomically (the one before it kept as
+        ``checkpoint.previous.msgpack``); then the segments neither checkpoint lists any more are deleted."""
+        apart = {}
+        if self.segment is not None:
+            apart[self.rings.frames_path] = self.rings.write(self.folder, self.segment, atomic_write_chunks)
+        tmp = self.folder / f".{CHECKPOINT_FILE}.new"
+        atomic_write_chunks(tmp, checkpoint_chunks(self.state, self.chunk, self.metrics, apart))
+        if (self.folder / CHECKPOINT_FILE).exists():
+            os.replace(self.folder / CHECKPOINT_FILE, self.folder / PREVIOUS_CHECKPOINT_FILE)
+        os.replace(tmp, self.folder / CHECKPOINT_FILE)
+        fsync_folder(self.folder)
+        if (self.folder / SEGMENTS_FOLDER).is_dir():
+            delete_unlisted_segments(self.folder)
+
+
+def prepare_checkpoint(folder: Path, state: Any, chunk: int, metrics: tuple[dict, bytes] | None = None,
+                       rings: FrameRings | None = None, frames_bound: int = 0,
+                       taken_now: bool = False) -> PreparedCheckpoint:
+    """The checkpoint of ``state`` after ``chunk`` chunks, ready to write. ``rings``: the state's frame rings, saved
+    apart as what changed (at most ``frames_bound`` frames per ring since the last checkpoint;
+    :mod:`opiq_jax.store.frames`). ``taken_now``: everything the write reads is copied now (the new frames on the
+    device, the other leaves to the host), so that it may be written while the state is donated to the next chunk;
+    else the arrays are read as they are written, one at a time."""
+    folder, segment = Path(folder), None
     if rings is not None:
         leaves = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(state)[0]}
-        name = f"seg-{chunk:09d}-{time.time_ns()}.bin"
-        apart[rings.frames_path] = rings.save(folder, leaves, frames_bound, name, atomic_write_chunks)
-    tmp = folder / f".{CHECKPOINT_FILE}.new"
-    atomic_write_chunks(tmp, checkpoint_chunks(state, chunk, metrics, apart))
-    if (folder / CHECKPOINT_FILE).exists():
-        os.replace(folder / CHECKPOINT_FILE, folder / PREVIOUS_CHECKPOINT_FILE)
-    os.replace(tmp, folder / CHECKPOINT_FILE)
-    fsync_folder(folder)
-    if (folder / SEGMENTS_FOLDER).is_dir():
-        delete_unlisted_segments(folder)
+        segment = rings.prepare(leaves, frames_bound, f"seg-{chunk:09d}-{time.time_ns()}.bin", taken_now)
+    if taken_now:
+        apart = rings.frames_path if rings is not None else None
+        state = jax.tree_util.tree_map_with_path(
+            lambda p, x: jax.ShapeDtypeStruct(x.shape, x.dtype) if jax.tree_util.keystr(p) == apart
+            else np.array(x, copy=True), state)
+    return PreparedCheckpoint(folder, state, chunk, metrics, rings, segment)
+
+
+def write_checkpoint(folder: Path, state: Any, chunk: int, metrics: tuple[dict, bytes] | None = None,
+                     rings: FrameRings | None = None, frames_bound: int = 0) -> None:
+    """Writes the checkpoint now (:func:`prepare_checkpoint`, then :meth:`PreparedCheckpoint.write`)."""
+    prepare_checkpoint(folder, state, chunk, metrics, rings, frames_bound).write()
+
+
+class BackgroundCheckpoints:
+    """Writes prepared checkpoints from a thread of their own while training goes on, one at a time: starting
+    one waits for the one before, and :meth:`wait` returns once the last is on disk, raising what its write
+    raised. The thread is a daemon: a process that ends at once (a second signal, a kill) leaves a write cut off,
+    which a resume handles as it handles a SIGKILL mid-write (the checkpoint before it is used)."""
+
+    def __init__(self):
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self, prepared: PreparedCheckpoint, on_written: Callable[[], None]) -> None:
+        self.wait()
+
+        def write():
+            try:
+                prepared.write()
+                on_written()
+            except BaseException as e:  # handed to the main thread by wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=write, name=f"checkpoint {prepared.chunk}", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 def checkpoint_header(path: Path) -> dict | None:
@@ -474,8 +543,9 @@ class FolderLock:
 
 
 __all__ = [
-    "CHECKPOINT_FILE", "CONFIG_FILE", "CheckpointFile", "CorruptCheckpoint", "FolderLock", "IncompatibleCheckpoint",
-    "METRICS_FILE", "PREVIOUS_CHECKPOINT_FILE", "RUN_INFO_FILE", "ResultsError", "atomic_write_bytes",
-    "atomic_write_text", "folder_kind", "newest_checkpoint", "prepare_folder", "read_checkpoint",
-    "read_checkpoint_arrays", "read_checkpoint_file", "read_json", "write_checkpoint",
+    "BackgroundCheckpoints", "CHECKPOINT_FILE", "CONFIG_FILE", "CheckpointFile", "CorruptCheckpoint", "FolderLock",
+    "IncompatibleCheckpoint", "METRICS_FILE", "PREVIOUS_CHECKPOINT_FILE", "PreparedCheckpoint", "RUN_INFO_FILE",
+    "ResultsError", "atomic_write_bytes", "atomic_write_text", "folder_kind", "newest_checkpoint",
+    "prepare_checkpoint", "prepare_folder", "read_checkpoint", "read_checkpoint_arrays", "read_checkpoint_file",
+    "read_json", "write_checkpoint",
 ]

@@ -19,16 +19,23 @@ A whole host writes new frames faster than one thread can store them (8 runs at 
 segment is written in blocks of :data:`BLOCK_FRAMES` frames, each fetched from the device and zlib-compressed by a
 pool of threads (zlib releases the GIL; Atari frames are mostly flat colour and compress many times over), and
 appended in order as they come. Segments written before compression (``OPIQSEG1``, the frames raw) still load.
+
+Compressing still takes the host's cores a while, and the emulators need them too. So a checkpoint that the loop
+writes while training goes on (:meth:`FrameRings.prepare` with ``taken_now``) first copies the new frames on the
+device, block by block (the next chunk updates the rings in place, so they cannot be read later), and the copies
+are then fetched, compressed and written from a thread of their own; the device holds those copies, the frames of
+one checkpoint interval, until they are written.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,39 +116,66 @@ def segment_blocks(frames: jax.Array, starts: np.ndarray, counts: np.ndarray) ->
     return blocks
 
 
-def compressed_block(frames: jax.Array, block: tuple[tuple[int, ...], np.ndarray]) -> bytes:
-    """One block fetched from the device and compressed, with its sizes in front."""
+def block_fetchers(frames: jax.Array, starts: np.ndarray, counts: np.ndarray,
+                   taken_now: bool = False) -> list[Callable[[], np.ndarray]]:
+    """One function per block of the segment (in file order) that returns the block's frames on the host.
+
+    ``taken_now``: every block is copied on the device now, and the functions fetch the copies, which the state's
+    next update (donated, in place) cannot touch: the segment can then be written while training goes on. Else each
+    block is read from the rings when its turn comes, with no copy (the rings must not change until it is written)."""
+    blocks = segment_blocks(frames, starts, counts)
+    if not taken_now:
+        return [functools.partial(fetched_block, frames, block) for block in blocks]
+    copies = [frames[(*where, indices)] for where, indices in blocks]
+    jax.block_until_ready(copies)  # taken before the next chunk is dispatched with the rings donated
+    return [functools.partial(jax.device_get, copy) for copy in copies]
+
+
+def fetched_block(frames: jax.Array, block: tuple[tuple[int, ...], np.ndarray]) -> np.ndarray:
+    """A block's frames, read from the rings on the device."""
     where, indices = block
-    raw = np.ascontiguousarray(jax.device_get(frames[(*where, indices)])).tobytes()
+    return jax.device_get(frames[(*where, indices)])
+
+
+def compressed_block(fetch: Callable[[], np.ndarray]) -> bytes:
+    """One block fetched to the host and compressed, with its sizes in front."""
+    raw = np.ascontiguousarray(fetch()).tobytes()
     packed = zlib.compress(raw, COMPRESSION_LEVEL)
     return struct.pack("<QQ", len(raw), len(packed)) + packed
+
+
+def segment_head(frames: jax.Array, starts: np.ndarray, counts: np.ndarray) -> bytes:
+    """A compressed segment's magic and header: the ranges, the frames' shape and dtype, the compression."""
+    header = json.dumps({"starts": starts.tolist(), "counts": counts.tolist(), "frame_shape": list(frames.shape[-2:]),
+                         "dtype": np.dtype(frames.dtype).name, "compression": "zlib",
+                         "block_frames": BLOCK_FRAMES}).encode()
+    return COMPRESSED_MAGIC + struct.pack("<Q", len(header)) + header
+
+
+def segment_stream(head: bytes, fetchers: list[Callable[[], np.ndarray]], threads: int | None = None) -> Iterator[bytes]:
+    """A segment file as a stream: its head, each block compressed (``threads`` fetch and compress them,
+    :func:`writer_threads` by default, at most that many blocks ahead of the one written), then the SHA-256 of
+    all that comes before."""
+    digest = hashlib.sha256(head)
+    yield head
+    threads = threads or writer_threads()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        pending = [pool.submit(compressed_block, fetch) for fetch in fetchers[:threads]]
+        for following in range(threads, len(fetchers) + threads):
+            data = pending.pop(0).result()
+            if following < len(fetchers):  # keep ``threads`` blocks in flight, no more (the host's memory)
+                pending.append(pool.submit(compressed_block, fetchers[following]))
+            digest.update(data)
+            yield data
+    yield digest.digest()
 
 
 def segment_chunks(frames: jax.Array, starts: np.ndarray, counts: np.ndarray,
                    threads: int | None = None) -> Iterator[bytes]:
     """The segment file of ``frames`` (``[..., capacity, *frame]``, the rings in the leading axes, read in place:
-    a reshape could copy the whole replay on the device) at the given ranges, as a stream: magic, header, each
-    block compressed (``threads`` fetch and compress them, :func:`writer_threads` by default, at most that many
-    blocks ahead of the one written), SHA-256 of all that comes before."""
-    frame_shape = frames.shape[-2:]
-    header = json.dumps({"starts": starts.tolist(), "counts": counts.tolist(), "frame_shape": list(frame_shape),
-                         "dtype": np.dtype(frames.dtype).name, "compression": "zlib",
-                         "block_frames": BLOCK_FRAMES}).encode()
-    digest = hashlib.sha256()
-    head = COMPRESSED_MAGIC + struct.pack("<Q", len(header)) + header
-    digest.update(head)
-    yield head
-    blocks = segment_blocks(frames, starts, counts)
-    threads = threads or writer_threads()
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        pending = [pool.submit(compressed_block, frames, b) for b in blocks[:threads]]
-        for following in range(threads, len(blocks) + threads):
-            data = pending.pop(0).result()
-            if following < len(blocks):  # keep ``threads`` blocks in flight, no more (the host's memory)
-                pending.append(pool.submit(compressed_block, frames, blocks[following]))
-            digest.update(data)
-            yield data
-    yield digest.digest()
+    a reshape could copy the whole replay on the device) at the given ranges, as a stream (:func:`segment_stream`),
+    each block read from the rings when its turn comes."""
+    return segment_stream(segment_head(frames, starts, counts), block_fetchers(frames, starts, counts), threads)
 
 
 def decompressed(data: bytes, offset: int, end: int) -> bytes:
@@ -212,6 +246,19 @@ def still_needed(segments: list[Segment], capacity: int) -> list[Segment]:
     return kept[::-1]
 
 
+@dataclass(frozen=True)
+class PendingSegment:
+    """A segment prepared by a checkpoint, not yet written: its file name, per ring the range it holds, the rings'
+    capacity, its head and the functions that fetch its blocks."""
+
+    name: str
+    starts: np.ndarray
+    counts: np.ndarray
+    capacity: int
+    head: bytes
+    fetchers: list[Callable[[], np.ndarray]]
+
+
 @dataclass
 class FrameRings:
     """What a program's checkpoints know of its frame rings: the state's leaves that hold them (key paths), the
@@ -224,13 +271,20 @@ class FrameRings:
     whole_next: bool = False
     """The next checkpoint writes whole rings: the rings were restored from a checkpoint that kept them inline."""
 
-    def save(self, folder: Path, leaves: dict[str, jax.Array], bound: int, name: str, write_chunks) -> dict:
-        """Writes the segment of what changed since the last checkpoint (``bound``: at most that many frames per
-        ring were written since); returns the frames leaf's entry for the checkpoint's header. ``write_chunks``
-        writes a file atomically from a stream of bytes."""
+    def prepare(self, leaves: dict[str, jax.Array], bound: int, name: str, taken_now: bool = False) -> PendingSegment:
+        """The segment of what changed since the last checkpoint (``bound``: at most that many frames per ring were
+        written since), ready to write (``taken_now``: its frames copied now, :func:`block_fetchers`). The rings'
+        positions move on at once: the next checkpoint's segment starts where this one ends."""
         frames, position = leaves[self.frames_path], np.asarray(jax.device_get(leaves[self.position_path]))
         now, capacity = position.reshape(-1).astype(np.int64), frames.shape[-3]
         starts, counts = written_ranges(self.positions, now, capacity, capacity if self.whole_next else bound)
+        self.positions, self.whole_next = now, False
+        return PendingSegment(name, starts, counts, capacity, segment_head(frames, starts, counts),
+                              block_fetchers(frames, starts, counts, taken_now))
+
+    def write(self, folder: Path, pending: PendingSegment, write_chunks) -> dict:
+        """Writes a prepared segment (``write_chunks`` writes a file atomically from a stream of bytes); returns
+        the frames leaf's entry for the checkpoint's header: the segments that now make up the rings."""
         last = {}
 
         def remembering(stream):  # the file ends with its own SHA-256: keep it for the header
@@ -239,10 +293,9 @@ class FrameRings:
                 yield piece
 
         (folder / SEGMENTS_FOLDER).mkdir(exist_ok=True)
-        write_chunks(folder / SEGMENTS_FOLDER / name, remembering(segment_chunks(frames, starts, counts)))
-        segment = Segment(name, starts.tolist(), counts.tolist(), last["piece"].hex())
-        self.segments = still_needed([*self.segments, segment], capacity)
-        self.positions, self.whole_next = now, False
+        write_chunks(folder / SEGMENTS_FOLDER / pending.name, remembering(segment_stream(pending.head, pending.fetchers)))
+        segment = Segment(pending.name, pending.starts.tolist(), pending.counts.tolist(), last["piece"].hex())
+        self.segments = still_needed([*self.segments, segment], pending.capacity)
         return {"segments": [s.to_json() for s in self.segments]}
 
     def restored(self, segments: list[dict] | None, arrays: dict[str, np.ndarray]) -> None:
