@@ -16,6 +16,7 @@ Reaches inside: opiq_jax.runs.results_folder, for the metrics, and opiq_jax.repo
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from opiq_jax.reporting.stats import permutation_p
 from opiq_jax.runs.results_folder import read_metrics
 
 BOUND = 110.0
+METHOD_NAMES = {"opiq": "OPIQ", "dqn_pc": "DQN + PC", "opiq_no_ob": "OPIQ w/o OB"}
 PANELS = {"q_abs_max": "largest |Q|", "td_error_max": "largest |TD error|", "loss": "mean TD loss"}
 
 
@@ -33,6 +35,9 @@ PANELS = {"q_abs_max": "largest |Q|", "td_error_max": "largest |TD error|", "los
 class Args:
     folder: tyro.conf.Positional[Path]
     """A folder of timeboxed_run results, one subfolder per cell."""
+    reference: tuple[Path, ...] = ()
+    """Cells of another results folder to compare with, listed first (the p-values are against the first
+    setting), named by their path from ``folder``."""
 
 
 def cell_series(folder: Path) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
@@ -54,8 +59,10 @@ def cell_setting(folder: Path) -> str:
     """What sets the cell apart, from its config: precision, learning rate, beta, environments per run (not the
     base seed, so that cells run under different base seeds share a setting)."""
     config = json.loads((folder / "config.json").read_text())
-    static, hp = config["static"], config["runs"][0]["hparams"]
-    return f"{static['precision']}, lr {hp['lr']:g}, β {hp['beta']:g}, {static['envs_per_run']} environments per run"
+    static, run = config["static"], config["runs"][0]
+    hp = run["hparams"]
+    return (f"{METHOD_NAMES.get(run['method'], run['method'])}, {static['precision']}, lr {hp['lr']:g}, "
+            f"β {hp['beta']:g}, {static['envs_per_run']} environments per run")
 
 
 def base_seed(folder: Path) -> int:
@@ -139,7 +146,7 @@ def draw(cells: dict[str, Path], path: Path) -> None:
             ax.axhline(BOUND, color="0.3", ls=(0, (1, 3)), lw=1, label=f"largest possible return ({BOUND:g})")
     handles, labels = axes[0].get_legend_handles_labels()  # the first panel's: every line and the bound
     axes[-1].legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.suptitle("OPIQ on Montezuma's Revenge, one NVIDIA H200: the learner's diagnostics per cell", fontsize=10)
+    fig.suptitle("Montezuma's Revenge, one NVIDIA H200: the learner's diagnostics per cell", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -147,8 +154,11 @@ def draw(cells: dict[str, Path], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
-    cells = {p.name: p for p in sorted(args.folder.iterdir()) if (p / "metrics.csv").exists()}
-    if not cells:
+    if missing := [str(p) for p in (args.folder, *args.reference) if not p.is_dir()]:
+        raise SystemExit(f"no such folder: {', '.join(missing)}")
+    cells = {os.path.relpath(p, args.folder): p for p in args.reference}
+    cells |= {p.name: p for p in sorted(args.folder.iterdir()) if (p / "metrics.csv").exists()}
+    if len(cells) == len(args.reference):
         raise SystemExit(f"{args.folder} holds no cell (a subfolder with metrics.csv)")
     text = [f"# {args.folder.name}: the learner's diagnostics per cell", "", *summary_rows(cells), "",
             *setting_rows(cells), ""]
