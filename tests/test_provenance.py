@@ -355,3 +355,28 @@ def test_no_results_folder_holds_code():
     code = sorted(str(p.relative_to(RESULTS)) for p in RESULTS.rglob("*")
                   if p.suffix in (".py", ".sh", ".patch", ".ipynb") and p.is_file())
     assert code == []
+
+
+SCRIPT = re.compile(r"python -m experiments\.(\w+)")
+
+
+def scripts_named(text: str) -> set[str]:
+    return set(SCRIPT.findall(text))
+
+
+def test_every_script_a_page_runs_is_in_experiments():
+    """The docs' pages name only scripts that HEAD holds (a reader can run what a page tells them to)."""
+    missing = sorted(f"{page.name}: {name}" for page in PAGES for name in scripts_named(page.read_text())
+                     if not (ROOT / "experiments" / f"{name}.py").exists())
+    assert missing == []
+
+
+def test_a_results_folder_names_where_a_script_out_of_head_is_kept():
+    """A folder whose command names a script that left HEAD says how to read it: ``git show REV:experiments/X.py``."""
+    missing = []
+    for readme in sorted(RESULTS.rglob("README.md")):
+        text = readme.read_text()
+        for name in scripts_named(text):
+            if not (ROOT / "experiments" / f"{name}.py").exists() and f":experiments/{name}.py" not in text:
+                missing.append(f"{readme.relative_to(RESULTS)}: {name}")
+    assert missing == []

@@ -145,20 +145,3 @@ def test_a_finished_batch_of_another_precision_is_not_reused(tmp_path):
     main(["sweep", str(preset), "--out", str(tmp_path / "sweep"), "--no-progress"])
     with pytest.raises(SystemExit):
         main(["sweep", str(preset), "--out", str(tmp_path / "sweep"), "--precision", "bfloat16", "--no-progress"])
-
-
-def test_the_batching_experiment_compares_every_number_and_both_selections(tmp_path):
-    from experiments import sweep_batching
-    from opiq_jax.running.sweeping import sweep_rows
-
-    small = {"chain_length": 8, "log_every": 200, "buffer_size": 400, "hidden": [16]}
-    report = sweep_batching.main(["--out", str(tmp_path), "--seeds", "2", "--steps", "400",
-                                  "--static", json.dumps(small)])
-    found = report["differences"]
-    assert found["runs"] == 6 and found["values"] == len(sweep_rows(tmp_path / "three")) > 0
-    assert found["differ"] == sum(found["per_metric"].values()) and found["runs_differing"] <= 6
-    assert (found["first_step"] is None) == (found["differ"] == 0)
-    assert [s[0]["method"] for s in report["selections"]] == ["dqn_pc", "dqn_pc"]
-    assert json.loads((tmp_path / "three" / "plan.json").read_text()) == {"batches": {"plain": 3}}
-    assert not list(tmp_path.rglob("checkpoint*")) and len(list(tmp_path.rglob("metrics.csv.gz"))) == 4
-    assert "| one batch | dqn_pc |" in (tmp_path / "comparison.md").read_text()

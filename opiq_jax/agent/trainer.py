@@ -608,7 +608,7 @@ def act_and_record(agent: Agent, state: TrainState) -> tuple[Any, RunState]:
 
 def env_step(agent: Agent, state: TrainState, _) -> tuple[TrainState, None]:
     """One environment step of every run in the strict order: act, step, count and store, train, copy the target."""
-    # the named scopes label the compiled ops for experiments/profile_step.py (no effect on the results)
+    # the named scopes label the compiled ops in a device profile (docs/performance.md; no effect on the results)
     with jax.named_scope("act"):
         shared, runs = act_and_record(agent, state)
     stored = state.step + 1

@@ -56,7 +56,7 @@ class Launch(NamedTuple):
     num_warps: int
 
 
-# Tuned on one H200 (experiments/maze_network_variants.py, 512 runs, batch 64): four programs per run,
+# Tuned on one H200 (docs/results/profile: maze_network_variants*.json, 512 runs, batch 64): four programs per run,
 # four samples per loop step; the backward kernel with two warps (1.27 ms for the network's forward
 # and backward pass against 1.41 with four, 1.60 with one, 1.80 with eight); no software pipelining
 # (two or more stages ask for more shared memory than the card has at larger tiles, and were slower
