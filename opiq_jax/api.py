@@ -261,7 +261,7 @@ def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool =
     """Trains the experiment a saved ``config.json`` (or a results folder) describes, exactly, into ``out``
     (default: ``<folder>-rerun`` beside the original). Same inputs on a CPU: the same numbers. On a GPU some
     programs are not bit-reproducible run to run (the maze's bfloat16 ones differed from the first chunk on,
-    ``docs/results/figure-programs``): compare their reruns statistically (``experiments/before_after.py``)."""
+    ``docs/results/figure-programs``): compare their reruns statistically (``experiments/tools/before_after.py``)."""
     source = check_path("config", config)
     experiment = plan_rerun(source)
     folder = source.parent if source.is_file() else source

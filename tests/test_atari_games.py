@@ -1,4 +1,4 @@
-"""experiments.atari_games: every game's training in a process of its own, then figures and one summary."""
+"""experiments.studies.atari_games: every game's training in a process of its own, then figures and one summary."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments import atari_games
+from experiments.studies import atari_games
 
 
 def test_two_games_train_side_by_side_and_are_summarised(tmp_path):

@@ -1,4 +1,4 @@
-"""experiments/authors_code_rate.py: the command it gives the authors' code, how it reads their log into a rate, and
+"""experiments/bench/authors_code_rate.py: the command it gives the authors' code, how it reads their log into a rate, and
 its settings against this project's record of the paper's. Neither their code nor torch is needed: the run end to end
 uses a stand-in main.py that prints the lines their training loop prints."""
 
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from experiments.authors_code_rate import (
+from experiments.bench.authors_code_rate import (
     PAPER_SETTINGS, build_command, cpu_model, loop_seconds, main, markdown, progress, steady_rate, summary,
     thread_env,
 )

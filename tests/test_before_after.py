@@ -1,9 +1,9 @@
-"""experiments/before_after.py: the same experiment from two revisions, compared curve by curve."""
+"""experiments/tools/before_after.py: the same experiment from two revisions, compared curve by curve."""
 
 import numpy as np
 import pytest
 
-from experiments.before_after import (
+from experiments.tools.before_after import (
     AFTER_STYLE,
     BEFORE_STYLE,
     comparison_rows,

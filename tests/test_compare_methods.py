@@ -1,8 +1,8 @@
-"""experiments/compare_methods.py: a small end-to-end run, and its record of invocations."""
+"""experiments/paper/compare_methods.py: a small end-to-end run, and its record of invocations."""
 
 import json
 
-from experiments import compare_methods
+from experiments.paper import compare_methods
 
 
 def test_small_chain_comparison_writes_figures_tables_and_record(tmp_path):

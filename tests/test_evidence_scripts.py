@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from experiments.chain_far_end import far_end_counts, per_seed_maxima
-from experiments.install_size import closure, requirement_names
-from experiments.simhash_aliasing import chain_observations, codes, distinct, same_as_previous
+from experiments.paper.chain_far_end import far_end_counts, per_seed_maxima
+from experiments.bench.install_size import closure, requirement_names
+from experiments.studies.simhash_aliasing import chain_observations, codes, distinct, same_as_previous
 
 
 def _row(method, seed, metric, value):

@@ -11,7 +11,7 @@ import pytest
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
-@pytest.mark.parametrize("script", ["compare_methods.py", "tabular_counterexamples.py"])
+@pytest.mark.parametrize("script", ["paper/compare_methods.py", "paper/tabular_counterexamples.py"])
 def test_help_by_path_from_another_folder(script, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["JAX_PLATFORMS"] = "cpu"

@@ -1,4 +1,4 @@
-"""experiments.fig5_analysis on a tiny synthetic metrics table whose answers are worked out by hand."""
+"""experiments.paper.fig5_analysis on a tiny synthetic metrics table whose answers are worked out by hand."""
 
 import json
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments import fig5_analysis as fa
+from experiments.paper import fig5_analysis as fa
 
 NAN = float("nan")
 STEPS = (10, 20, 30, 40)

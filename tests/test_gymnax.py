@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from gymnax import registration
 
-from experiments import deepsea
+from experiments.studies import deepsea
 from opiq_jax.cli import main
 from opiq_jax.envs.gymnax_adapter import GymnaxAdapter
 from opiq_jax.registry.environments import static_for_env

@@ -227,13 +227,26 @@ def test_the_trainer_and_the_parts_read_the_path_through_its_declared_contract()
 def test_experiments_use_the_public_api_or_say_in_one_line_why_they_reach_inside():
     """An experiment that imports a module of the package (not ``opiq_jax`` itself) says why in its docstring."""
     silent = []
-    for path in sorted((ROOT / "experiments").glob("*.py")):
+    for path in sorted((ROOT / "experiments").rglob("*.py")):
         tree = ast.parse(path.read_text())
         inside = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                   and (node.module or "").startswith("opiq_jax.")}
         if inside and "Reaches inside: " not in (ast.get_docstring(tree) or ""):
-            silent.append(f"{path.name}: {sorted(inside)}")
+            silent.append(f"{path.relative_to(ROOT)}: {sorted(inside)}")
     assert silent == []
+
+
+EXPERIMENT_FOLDERS = {"paper", "studies", "bench", "tools"}
+
+
+def test_experiments_sit_in_the_folder_of_their_kind():
+    """experiments/ holds no script of its own: each sits in paper/ (the paper's figures and tables), studies/
+    (beyond the paper), bench/ (speed and size) or tools/ (checks of the project itself), and each folder says so."""
+    loose = sorted(p.name for p in (ROOT / "experiments").glob("*.py") if p.name != "__init__.py")
+    folders = {p.name for p in (ROOT / "experiments").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert loose == [] and folders == EXPERIMENT_FOLDERS
+    for folder in folders:
+        assert ast.get_docstring(ast.parse((ROOT / "experiments" / folder / "__init__.py").read_text()))
 
 
 ENVIRONMENT_NAMES = ("chain", "maze", "montezuma")

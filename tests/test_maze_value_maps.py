@@ -7,7 +7,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from experiments import maze_value_maps as mv
+from experiments.paper import maze_value_maps as mv
 from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START, Maze
 from opiq_jax.runs.results_folder import read_metrics
 

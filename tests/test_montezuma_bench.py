@@ -1,4 +1,4 @@
-"""The Montezuma timers (``experiments/montezuma_bench.py``) time no compile: each reports the XLA compiles made in
+"""The Montezuma timers (``experiments/bench/montezuma_bench.py``) time no compile: each reports the XLA compiles made in
 its timed window (``compiles_timed``), and on EnvPool's Montezuma every one of them makes none.
 
 The agent's chunk, jitted and called, compiled again on its second call (the timed one) when it ran on one device:
@@ -22,7 +22,7 @@ from tests.conftest import xla_flags_with_host_devices
 
 pytest.importorskip("envpool")
 
-from experiments import montezuma_bench  # noqa: E402  (after the skip: it times EnvPool's pools)
+from experiments.bench import montezuma_bench  # noqa: E402  (after the skip: it times EnvPool's pools)
 
 POOL, STEPS = 2, 40  # 40 steps per environment: more than a batch of 32, so the timed chunk learns
 
@@ -60,7 +60,7 @@ def test_the_table_names_a_rate_whose_window_held_a_compile():
 
 TWO_DEVICES = """
 import json
-from experiments import montezuma_bench
+from experiments.bench import montezuma_bench
 row = montezuma_bench.time_agent(4, 40, buffer_size=200, devices=2)
 print(json.dumps(dict(devices=row["devices"], compiles_timed=row["compiles_timed"])))
 """

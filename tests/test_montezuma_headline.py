@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments.montezuma_headline import PAPER_STEPS, comparison_table, verdict
+from experiments.paper.montezuma_headline import PAPER_STEPS, comparison_table, verdict
 
 
 def test_no_claim_is_tested_short_of_the_papers_length():

@@ -1,4 +1,4 @@
-"""experiments/multi_gpu_scaling.py on two forced host devices (a subprocess: the device count is fixed at start-up)."""
+"""experiments/bench/multi_gpu_scaling.py on two forced host devices (a subprocess: the device count is fixed at start-up)."""
 
 import json
 import os
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from experiments.multi_gpu_scaling import count_collectives, rate, scaling_row
+from experiments.bench.multi_gpu_scaling import count_collectives, rate, scaling_row
 from tests.conftest import xla_flags_with_host_devices
 
 SCRIPT = """
 import sys
-from experiments.multi_gpu_scaling import main
+from experiments.bench.multi_gpu_scaling import main
 try:
     main(["--runs", "3", "--out", sys.argv[1]])
 except SystemExit as error:

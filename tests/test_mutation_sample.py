@@ -1,4 +1,4 @@
-"""The mutation harness (``experiments/mutation_testing.py``): a random sample of cheap mutants is killed in a copy of
+"""The mutation harness (``experiments/tools/mutation_testing.py``): a random sample of cheap mutants is killed in a copy of
 the project, a mutant whose snippet is gone is reported stale, and pytest's output is read right."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from experiments.mutants import CHEAP, MUTANTS, Mutant
-from experiments.mutation_testing import (
+from experiments.tools.mutants import CHEAP, MUTANTS, Mutant
+from experiments.tools.mutation_testing import (
     classify,
     first_failure,
     markdown,
@@ -38,7 +38,7 @@ def test_a_mutant_whose_snippet_is_gone_or_repeated_is_reported_stale():
 
 
 def test_every_declared_mutant_still_applies_and_names_its_tests():
-    from experiments.mutation_testing import ROOT
+    from experiments.tools.mutation_testing import ROOT
 
     assert len(MUTANTS) >= 60 and len({m.id for m in MUTANTS}) == len(MUTANTS)
     assert set(CHEAP) <= {m.id for m in MUTANTS}
@@ -67,7 +67,7 @@ def test_selection_and_report():
     assert select(MUTANTS, sample=3, seed=1) == select(MUTANTS, sample=3, seed=1)
     with pytest.raises(ValueError, match="unknown mutant"):
         select(MUTANTS, only=["no-such-mutant"])
-    from experiments.mutation_testing import Outcome
+    from experiments.tools.mutation_testing import Outcome
 
     text = markdown([Outcome(MUTANTS[0], "killed", "tests/test_x.py::test_y", 12.0), Outcome(MUTANTS[1], "survived")],
                     "abc1234", "2026-01-01 00:00", 90.0, 1)

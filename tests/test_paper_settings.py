@@ -100,7 +100,7 @@ def test_opiq_on_montezuma_is_the_authors_corrected_command():
 
 
 def test_the_authors_code_runs_the_corrected_command():
-    from experiments.authors_code_rate import PAPER_SETTINGS
+    from experiments.bench.authors_code_rate import PAPER_SETTINGS
 
     theirs = PAPER_SETTINGS["montezuma"]
     for flag, value in AUTHORS_COMMAND.items():

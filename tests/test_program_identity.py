@@ -1,8 +1,8 @@
-"""experiments/program_identity.py: lowered programs of two revisions, hashed and compared."""
+"""experiments/tools/program_identity.py: lowered programs of two revisions, hashed and compared."""
 
 import pytest
 
-from experiments.program_identity import compare, main
+from experiments.tools.program_identity import compare, main
 
 
 def test_rows_say_which_programs_are_the_same_changed_or_absent():

@@ -203,7 +203,7 @@ def test_a_resumed_pool_is_not_seeded_as_at_step_zero():
 
 
 def test_the_tabular_log_term_counts_steps_not_episodes():
-    from experiments import tabular as T
+    from experiments.paper import tabular as T
 
     P = np.zeros((3, 2, 2, 2), np.float32)
     P[..., 0] = 1.0

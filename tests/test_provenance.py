@@ -21,7 +21,7 @@ subfolders, and a derived subfolder inherits its parent's run.
 4. **Run info**: a ``run_info.json`` with a ``device`` and a wall-clock, meaning a key whose name
    contains ``seconds`` and whose value is a number, or a list or mapping of numbers.
 
-A comparison folder holds a ``before_after.md`` (written by ``python -m experiments.before_after``),
+A comparison folder holds a ``before_after.md`` (written by ``python -m experiments.tools.before_after``),
 whose first lines name its two input folders. It needs a command (1). Each of its input folders must
 itself be complete by this rule, and must be under ``docs/results/``.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.results_index import INDEX, LINK, cited_folders, index_text, top_folders
+from experiments.tools.results_index import INDEX, LINK, cited_folders, index_text, top_folders
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -177,7 +177,7 @@ def test_the_rule_catches_incomplete_folders(tmp_path, monkeypatch):
     assert len(found) == 3 and any("configuration" in p for p in found), found
     compare = tmp_path / "compare"
     compare.mkdir()
-    (compare / "README.md").write_text("python -m experiments.before_after --before A --after B\n")
+    (compare / "README.md").write_text("python -m experiments.tools.before_after --before A --after B\n")
     (compare / "before_after.md").write_text(
         f"before: {tmp_path.name}/good\n\nafter: {tmp_path.name}/bad\n\n| table |\n")
     found = problems(compare)
@@ -340,7 +340,7 @@ def test_an_experiments_row_with_another_verdict_or_a_number_its_page_lacks_is_c
 
 
 def test_the_results_index_lists_every_folder_with_its_claim_and_pages():
-    """docs/results/README.md is what the folders give now (rerun ``python -m experiments.results_index``)."""
+    """docs/results/README.md is what the folders give now (rerun ``python -m experiments.tools.results_index``)."""
     assert INDEX.read_text(encoding="utf-8") == index_text()
 
 
@@ -357,11 +357,12 @@ def test_no_results_folder_holds_code():
     assert code == []
 
 
-SCRIPT = re.compile(r"python -m experiments\.(\w+)")
+SCRIPT = re.compile(r"python -m experiments\.([\w.]+\w)")
 
 
 def scripts_named(text: str) -> set[str]:
-    return set(SCRIPT.findall(text))
+    """The scripts a text runs, as paths below experiments/ (``paper/compare_methods``)."""
+    return {name.replace(".", "/") for name in SCRIPT.findall(text)}
 
 
 def test_every_script_a_page_runs_is_in_experiments():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tyro
 
-from experiments import regression_illustration as ri
+from experiments.paper import regression_illustration as ri
 
 
 def test_histogram_counts_by_hand():

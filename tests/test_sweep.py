@@ -99,7 +99,7 @@ def test_sweep_runs_in_batches_resumes_and_ranks(tmp_path, capsys):
         for name, value in label_values(run["setting"]).items():
             assert run["hparams"][name] == pytest.approx(value), run
     # the appendix's M figure reads the finished sweep
-    from experiments import chain_m_comparison
+    from experiments.paper import chain_m_comparison
 
     chain_m_comparison.main(["--sweep", str(out)])
     assert (out / "m_comparison_test_return.png").exists()

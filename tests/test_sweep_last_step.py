@@ -1,11 +1,11 @@
-"""experiments.sweep_last_step: each setting's seeds at the last step all of them logged, read from batch folders."""
+"""experiments.tools.sweep_last_step: each setting's seeds at the last step all of them logged, read from batch folders."""
 
 import csv
 import json
 
 import pytest
 
-from experiments import sweep_last_step as sls
+from experiments.tools import sweep_last_step as sls
 
 FIELDS = ["run", "method", "setting", "seed", "step", "metric", "value"]
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import tabular as T
+from experiments.paper import tabular as T
 
 # ------------------------------------------------------------------------------------------------
 # Exact dynamic programming

@@ -1,8 +1,8 @@
-"""experiments/tabular_regret.py's figure: what its title states and how its lines are told apart."""
+"""experiments/paper/tabular_regret.py's figure: what its title states and how its lines are told apart."""
 
 import numpy as np
 
-from experiments import tabular_regret as tr
+from experiments.paper import tabular_regret as tr
 
 
 def test_regret_figure_states_runs_episodes_statistic_and_precision(tmp_path, drawn):

@@ -1,4 +1,4 @@
-"""``experiments.throughput_table`` in its tiny mode on the CPU writes a complete folder with the README's table,
+"""``experiments.bench.throughput_table`` in its tiny mode on the CPU writes a complete folder with the README's table,
 its Montezuma row times the plain baseline's Atari form on EnvPool's pool (where EnvPool is installed), and the
 PyTorch loop's NumPy pieces (replay windows, SimHash counts) do what its docstring says.
 
@@ -11,8 +11,8 @@ import json
 import numpy as np
 import pytest
 
-from experiments import throughput_table as tt
-from experiments.torch_loop import FrameCounts, Replay, SimHashCounts
+from experiments.bench import throughput_table as tt
+from experiments.bench.torch_loop import FrameCounts, Replay, SimHashCounts
 
 
 def test_quick_run_writes_the_folder_and_the_table(tmp_path):
@@ -39,7 +39,7 @@ def test_quick_run_writes_the_folder_and_the_table(tmp_path):
     assert report["options"]["quick"] is True
 
     info = json.loads((out / "run_info.json").read_text())
-    assert info["device"] and info["jax"] and info["command"].startswith("python -m experiments.throughput_table")
+    assert info["device"] and info["jax"] and info["command"].startswith("python -m experiments.bench.throughput_table")
     assert {"chain: this project, 4 runs", "chain: plain baseline, 4 runs"} <= set(info["seconds_per_measurement"])
 
 
@@ -61,7 +61,7 @@ def test_montezuma_row_times_the_plain_baseline_on_the_pool(tmp_path, monkeypatc
     """The plain baseline's Atari form really runs on EnvPool's Montezuma (two environments, a few steps); this
     project's agent and the emulators alone are stand-ins here (tests/test_montezuma.py trains the agent)."""
     pytest.importorskip("envpool")
-    from experiments import montezuma_bench
+    from experiments.bench import montezuma_bench
 
     monkeypatch.setattr(montezuma_bench, "time_agent", lambda pool, steps, buffer_size: dict(
         env_steps_per_second=30.0, first_call_seconds=1.0, buffer_size=buffer_size, compiles_timed=1))

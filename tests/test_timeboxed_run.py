@@ -1,11 +1,11 @@
-"""The lease-bound driver of long runs (experiments/timeboxed_run.py): what it reads from the metrics, and that it
+"""The lease-bound driver of long runs (experiments/tools/timeboxed_run.py): what it reads from the metrics, and that it
 stops the trainer when the last chunk is in or when asked, recording what ran."""
 
 from __future__ import annotations
 
 import json
 
-from experiments import timeboxed_run
+from experiments.tools import timeboxed_run
 from opiq_jax.store.metrics import METRICS_HEADER
 
 TINY_CHAIN = ("--env", "chain", "--chain-length", "5", "--method", "dqn", "--seeds", "1", "--hidden", "8",

@@ -1,7 +1,7 @@
 """Values the algorithm must produce, checked against numbers worked out by hand (or by a plain Python
 recount), so that a plausible slip in the code (a max for a min, one constant for another, a clip left
 out, a stale metrics row kept) fails a test. Each test names the fact it pins down; the mutation harness
-(``experiments/mutation_testing.py``) lists which slips each one catches."""
+(``experiments/tools/mutation_testing.py``) lists which slips each one catches."""
 
 from __future__ import annotations
 

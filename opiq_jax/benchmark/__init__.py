@@ -5,7 +5,7 @@
   It is the yardstick, kept apart from the trainer and written for clarity rather than speed.
 * :mod:`opiq_jax.benchmark.plain_atari`: its form on Montezuma's Revenge (one EnvPool pool, the Nature network,
   a hashed count table of the paper's frame feature, a replay of whole transitions), which
-  ``experiments/throughput_table.py`` times.
+  ``experiments/bench/throughput_table.py`` times.
 * :mod:`opiq_jax.benchmark.throughput`: measures both side by side (environment steps per second,
   compile time, memory, a work model of bytes and FLOPs per step, the fractions of the card's
   measured bandwidth and compute) and writes a JSON file and a Markdown table.

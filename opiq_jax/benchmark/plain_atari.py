@@ -38,7 +38,7 @@ where the window stops at its episode's end (``L <= n``), counts are read at tra
 episode bootstraps from its last frame, and ``r`` is the game's reward clipped to [-1, 1] less
 ``reward_subtract``. Settings come from the trainer's :class:`~opiq_jax.common.config.StaticConfig` for Montezuma and
 OPIQ's hyperparameters; not here: the mixed Monte Carlo return of the paper's Montezuma runs (``beta_mmc`` is
-ignored, as in ``experiments/torch_loop.py``), ``envs_per_run`` (one environment per run), ``overlap``,
+ignored, as in ``experiments/bench/torch_loop.py``), ``envs_per_run`` (one environment per run), ``overlap``,
 ``precision`` (always float32) and the sketch's settings (``count_slots`` instead).
 """
 

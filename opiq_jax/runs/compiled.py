@@ -95,7 +95,7 @@ def chunk_program(train_chunk: Callable, state) -> Callable:
 
     With the runs split over several devices, each device runs the chunk on its own runs (``shard_map``):
     runs never communicate, so the program needs no collective. Leaving the split to XLA's partitioner
-    (experiments/multi_gpu_scaling.py measures it) gathers the inputs of every custom call, which it cannot
+    (experiments/bench/multi_gpu_scaling.py measures it) gathers the inputs of every custom call, which it cannot
     partition: the maze's Pallas convolutions then ran on all runs on every device, and two H100s gave 1.31x one
     instead of about 1.9x.
     """

@@ -52,7 +52,7 @@ BLOCK_FRAMES = 4_096
 """Frames of one block (about 28 MiB of 84x84 frames), fetched and compressed by one thread: the host holds
 ``writer threads`` blocks at a time, never a segment."""
 COMPRESSION_LEVEL = 1
-"""zlib's fastest level: on Atari frames it already shrinks them many times over (``experiments.segment_writer``)."""
+"""zlib's fastest level: on Atari frames it already shrinks them many times over (``experiments.bench.segment_writer``)."""
 
 
 def writer_threads() -> int:

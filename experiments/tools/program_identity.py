@@ -1,0 +1,212 @@
+"""Does a change leave the compiled programs as they were? Lowers every program of two revisions and compares.
+
+    python -m experiments.tools.program_identity --against acf5d2b
+
+checks out ``--against`` into a temporary git worktree and, there and in this working tree (each in its
+own Python process, on the CPU), lowers ``train_chunk`` of every program of the chain and the maze figures
+(the methods that differ only in numbers, DORA, DQN + RND, BSP; with ``--envs ... montezuma`` also
+Montezuma's, each around a small pool of its emulators, which needs EnvPool; the text names the emulators
+by their addresses, which are replaced before hashing) in float32 and bfloat16 to StableHLO
+without source locations, and hashes the text. Equal hashes mean the same program: a refactor that keeps
+them equal cannot change a single-device result or its speed. (On the CPU ``auto`` picks XLA's form of the
+maze's convolutions, so the GPU-only Pallas kernels are not compared.) It prints a table and writes it to
+``--out``/``program_identity.md`` (and every row, the revisions and the wall-clock to ``program_identity.json``);
+it exits 1 if any program differs.
+
+Both revisions must have ``plan_experiment`` (every revision since the Python API), in ``opiq_jax.running.plan``
+or, before the layers became folders, ``opiq_jax.plan``.
+
+Reaches inside: the compiled trainers (in a script run in each revision), to lower every program and compare
+revisions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tyro
+
+from experiments.tools.source_tree import importable
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Run inside a revision's tree: one line of JSON, {"env precision program": sha256 of the lowered text}.
+LOWER_PROGRAMS = """
+import hashlib, json, re, sys
+import jax
+import os, opiq_jax
+# The tree's own layout, read from its files: an import that fails here would be found in the editable install's
+# checkout instead (its finder serves every child of opiq_jax), so trying the new names first proves nothing.
+if os.path.isdir(os.path.join(os.path.dirname(opiq_jax.__file__), "running")):  # the layers as folders
+    from opiq_jax.common.config import stack_hparams
+    from opiq_jax.running.host_loop import start_pool
+    from opiq_jax.running.plan import plan_experiment
+    from opiq_jax.runs.compiled import compiled_trainer, is_pool, start_shapes, trainer_for
+    from opiq_jax.runs.experiment import run_keys_for, split_by_program
+else:  # the flat layout: the host layer in modules of its own, or all in runner (revisions before it)
+    from opiq_jax.config import stack_hparams
+    from opiq_jax.plan import plan_experiment
+    try:
+        from opiq_jax.compiled import compiled_trainer, is_pool, start_shapes, trainer_for
+        from opiq_jax.experiment import run_keys_for, split_by_program
+        from opiq_jax.runner import start_pool
+    except ImportError:
+        from opiq_jax.runner import compiled_trainer, is_pool, run_keys_for, split_by_program, start_pool, trainer_for
+        from opiq_jax.runner import _start_shapes
+
+        def start_shapes(static, num_envs):
+            return _start_shapes(type("Shaped", (), dict(static=static, runs=(None,) * (num_envs // static.envs_per_run)))())
+
+
+def lowerable(program):
+    # (init, train_chunk, init's arguments after the hyperparameters): a pool's trainer is built around a
+    # small pool of its emulators, as the runner builds it
+    if not is_pool(program.static):
+        return (*compiled_trainer(program.static)[1:], ())
+    num_envs = len(program.runs) * program.static.envs_per_run
+    return (*trainer_for(program.static, start_pool(program, 0))[1:], start_shapes(program.static, num_envs))
+
+
+envs, precisions, methods = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3].split(",")
+storage = dict(weight_storage=sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] != "default" else {}
+hashes = {}
+for env in envs:
+    for precision in precisions:
+        if env == "montezuma":  # 16 emulators a run, a small replay; DORA works on in-program environments only
+            options = dict(steps=1024, log_every=512, buffer_size=8192)
+            chosen = [m for m in methods if m != "dqn_dora"]
+        else:
+            options, chosen = dict(steps=200, log_every=100), methods
+        experiment = plan_experiment(env, chosen, 2, options=dict(options, precision=precision, **storage))
+        for name, program in split_by_program(experiment).items():
+            init, train_chunk, start = lowerable(program)
+            state = jax.eval_shape(init, *run_keys_for(program), stack_hparams(program.hparams()), *start)
+            # a pool's emulators are named by their addresses in this process: the same program in another
+            text = re.sub(r"EnvPool_[0-9]+_", "EnvPool_", train_chunk.lower(state).as_text())
+            text = re.sub(r"handle = [0-9]+ : i64", "handle", text)
+            hashes[f"{env} {precision} {name}"] = hashlib.sha256(text.encode()).hexdigest()
+print(json.dumps(hashes))
+"""
+
+
+@dataclass
+class Args:
+    against: str = "HEAD"
+    """The revision before (a commit, a tag, a branch)."""
+    after: str | None = None
+    """The revision after (default: this working tree, uncommitted changes included)."""
+    envs: tuple[str, ...] = ("chain", "maze")
+    """Environments whose programs are lowered."""
+    precisions: tuple[str, ...] = ("float32", "bfloat16")
+    """Precisions whose programs are lowered."""
+    weight_storage: str = "default"
+    """``packed`` lowers the programs with bfloat16 weights packed into float32 (give ``--precisions bfloat16``);
+    ``default``: the configuration's own."""
+    methods: tuple[str, ...] = ("opiq", "dqn_pc", "dqn_dora", "dqn_rnd", "bsp")
+    """Methods whose programs are lowered (the default: one of each structure, with two in the plain program)."""
+    out: Path = Path("results/program_identity")
+    """Folder for ``program_identity.md``."""
+    platform: str = "cpu"
+    """Where the programs are lowered (``gpu``: the GPU-only kernels, the maze's Pallas convolutions and the lean
+    backward pass, are then what ``auto`` picks and are compared too)."""
+    same_path: Path | None = None
+    """Lower both revisions from this one folder, each copied there in turn (its ``opiq_jax/`` and ``envs/``): a GPU
+    kernel's compiled payload names its source files by their absolute paths, so the same program from two folders
+    hashes differently (on a GPU, give this)."""
+    before_tree: Path | None = None
+    """A folder holding the files of ``--against`` (its ``opiq_jax/`` and ``envs/``), used instead of a git worktree
+    on a machine without the repository's history."""
+
+
+def program_hashes(tree: Path, args: Args) -> dict[str, str]:
+    """The hash of every program's lowered text in the revision checked out at ``tree`` (a process of its own)."""
+    path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)  # the tree's modules first
+    env = {**os.environ, "JAX_PLATFORMS": args.platform, "PYTHONPATH": path}
+    argv = [",".join(args.envs), ",".join(args.precisions), ",".join(args.methods), args.weight_storage]
+    result = subprocess.run([sys.executable, "-c", LOWER_PROGRAMS, *argv], cwd=tree, env=env, capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"program_identity: error: lowering in {tree} failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def device_name(args: Args) -> str:
+    """The first device of ``args.platform``, as JAX names it (a process of its own)."""
+    found = subprocess.run([sys.executable, "-c", "import jax; print(jax.devices()[0].device_kind)"], capture_output=True,
+                           text=True, env={**os.environ, "JAX_PLATFORMS": args.platform})
+    return found.stdout.strip() or "unknown device"
+
+
+def hashes_from(tree: Path, args: Args) -> dict[str, str]:
+    """:func:`program_hashes` of the revision in ``tree``, lowered from ``args.same_path`` when given."""
+    if args.same_path is None:
+        return program_hashes(tree, args)
+    staging = args.same_path.resolve()
+    shutil.rmtree(staging, ignore_errors=True)
+    for part in ("opiq_jax", "envs"):
+        shutil.copytree(tree / part, staging / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    return program_hashes(importable(staging), args)
+
+
+def compare(old: dict[str, str], new: dict[str, str]) -> list[dict]:
+    """One row per program of either revision: whether both have it and lower it to the same text."""
+    return [dict(program=name, before=old.get(name, "absent")[:12], after=new.get(name, "absent")[:12],
+                 same=name in old and name in new and old[name] == new[name])
+            for name in dict.fromkeys([*old, *new])]
+
+
+def worktree_at(revision: str, folder: Path) -> Path:
+    tree = folder / "tree"
+    added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
+                           capture_output=True, text=True)
+    if added.returncode != 0:
+        raise SystemExit(f"program_identity: error: cannot check out {revision!r}: {added.stderr.strip()[-300:]}")
+    return importable(tree)
+
+
+def hashes_at(revision: str | None, args: Args) -> dict[str, str]:
+    """The programs' hashes of ``revision`` (a temporary worktree), or of this working tree for None."""
+    if revision is None:
+        return hashes_from(ROOT, args)
+    with tempfile.TemporaryDirectory() as folder:
+        tree = worktree_at(revision, Path(folder))
+        try:
+            return hashes_from(tree, args)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = tyro.cli(Args, args=argv)
+    started = time.monotonic()
+    old = hashes_from(args.before_tree.resolve(), args) if args.before_tree else hashes_at(args.against, args)
+    new = hashes_at(args.after, args)
+    rows = compare(old, new)
+    after = args.after or "this working tree"
+    storage = "" if args.weight_storage == "default" else f", weight storage {args.weight_storage}"
+    where = "CPU" if args.platform == "cpu" else f"{args.platform.upper()} ({device_name(args)})"
+    lines = [f"Lowered programs of {args.against} (before) and {after} (after), {where}{storage}.", "",
+             "| program | before | after | same |", "|---|---|---|---|"]
+    lines += [f"| {r['program']} | {r['before']} | {r['after']} | {'yes' if r['same'] else '**no**'} |" for r in rows]
+    differ = sum(not r["same"] for r in rows)
+    lines += ["", f"{len(rows) - differ} of {len(rows)} programs the same."]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "program_identity.md").write_text("\n".join(lines) + "\n")
+    record = dict(against=args.against, after=after, platform=args.platform, device=where, envs=list(args.envs),
+                  precisions=list(args.precisions), weight_storage=args.weight_storage, methods=list(args.methods),
+                  seconds=round(time.monotonic() - started, 1), rows=rows)
+    (args.out / "program_identity.json").write_text(json.dumps(record, indent=1) + "\n")
+    print("\n".join(lines))
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
