@@ -11,8 +11,8 @@
   frame rings go apart, as segments of what changed (:mod:`opiq_jax.store.frames`). It also records how much of
   ``metrics.csv`` it covers and keeps a compressed copy of those rows.
 * A checkpoint of a state with frame rings can be written while training goes on
-  (:class:`BackgroundCheckpoints`): the new frames are copied on the device and the other leaves to the host
-  first, since the next chunk updates the state in place.
+  (:class:`BackgroundCheckpoints`): the new frames and the other leaves are copied to the host first, since the
+  next chunk updates the state in place.
 * A folder is written only when it is new, empty or already an opiq-jax experiment of the same kind: a
   user's own files are never overwritten (:func:`prepare_folder`).
 * A lock file: two processes cannot write one folder; a lock left by a killed process is detected (the
@@ -202,9 +202,9 @@ def prepare_checkpoint(folder: Path, state: Any, chunk: int, metrics: tuple[dict
                        taken_now: bool = False) -> PreparedCheckpoint:
     """The checkpoint of ``state`` after ``chunk`` chunks, ready to write. ``rings``: the state's frame rings, saved
     apart as what changed (at most ``frames_bound`` frames per ring since the last checkpoint;
-    :mod:`opiq_jax.store.frames`). ``taken_now``: everything the write reads is copied now (the new frames on the
-    device, the other leaves to the host), so that it may be written while the state is donated to the next chunk;
-    else the arrays are read as they are written, one at a time."""
+    :mod:`opiq_jax.store.frames`). ``taken_now``: everything the write reads is copied to the host now (the new
+    frames and the other leaves), so that it may be written while the state is donated to the next chunk; else the
+    arrays are read as they are written, one at a time."""
     folder, segment = Path(folder), None
     if rings is not None:
         leaves = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(state)[0]}

@@ -21,10 +21,11 @@ pool of threads (zlib releases the GIL; Atari frames are mostly flat colour and 
 appended in order as they come. Segments written before compression (``OPIQSEG1``, the frames raw) still load.
 
 Compressing still takes the host's cores a while, and the emulators need them too. So a checkpoint that the loop
-writes while training goes on (:meth:`FrameRings.prepare` with ``taken_now``) first copies the new frames on the
-device, block by block (the next chunk updates the rings in place, so they cannot be read later), and the copies
-are then fetched, compressed and written from a thread of their own; the device holds those copies, the frames of
-one checkpoint interval, until they are written.
+writes while training goes on (:meth:`FrameRings.prepare` with ``taken_now``) first fetches the new frames to the
+host, block by block (the next chunk updates the rings in place, so they cannot be read later; fetching is fast
+beside compressing), and a thread of its own then compresses and writes them. The host holds the frames of one
+checkpoint interval until they are written (about 2.5 GB per run for 60 s at 6,000 env steps/s); the device holds
+no more than one block beyond its state, so the plan's memory check stays as it was.
 """
 
 from __future__ import annotations
@@ -120,15 +121,15 @@ def block_fetchers(frames: jax.Array, starts: np.ndarray, counts: np.ndarray,
                    taken_now: bool = False) -> list[Callable[[], np.ndarray]]:
     """One function per block of the segment (in file order) that returns the block's frames on the host.
 
-    ``taken_now``: every block is copied on the device now, and the functions fetch the copies, which the state's
-    next update (donated, in place) cannot touch: the segment can then be written while training goes on. Else each
-    block is read from the rings when its turn comes, with no copy (the rings must not change until it is written)."""
+    ``taken_now``: every block is fetched to the host now, so that the state's next update (donated, in place)
+    cannot touch them and the device holds no copy beyond one block: the segment can then be compressed and written
+    while training goes on. Else each block is read from the rings when its turn comes, with no copy (the rings
+    must not change until it is written)."""
     blocks = segment_blocks(frames, starts, counts)
     if not taken_now:
         return [functools.partial(fetched_block, frames, block) for block in blocks]
-    copies = [frames[(*where, indices)] for where, indices in blocks]
-    jax.block_until_ready(copies)  # taken before the next chunk is dispatched with the rings donated
-    return [functools.partial(jax.device_get, copy) for copy in copies]
+    taken = [fetched_block(frames, block) for block in blocks]  # before the next chunk gets the rings
+    return [functools.partial(np.asarray, block) for block in taken]
 
 
 def fetched_block(frames: jax.Array, block: tuple[tuple[int, ...], np.ndarray]) -> np.ndarray:
