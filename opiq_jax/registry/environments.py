@@ -63,6 +63,13 @@ class EnvironmentSpec:
     """How the plan and the figures name it, from a configuration's ``static`` section (default: its name)."""
     check: Callable[[StaticConfig], None] | None = None
     """What the plan verifies before anything is built; raises a one-line ``ValueError`` or ``ImportError``."""
+    memory_headroom: float = 3.0
+    """Device memory a run needs, as a multiple of its state's bytes: the donated state, the chunk's temporaries
+    and a checkpoint's copy (the plan checks every program against it before anything starts)."""
+    figures: tuple[str, ...] = ("train_return", "test_return", "states_visited", "max_return")
+    """The metrics ``plot`` draws for this environment by default, a figure each (those its runs recorded)."""
+    headline_metric: str = "test_return"
+    """The metric a sweep ranks its settings by unless its preset names one."""
 
     def declares(self, option_name: str) -> bool:
         """Whether ``option_name`` is one of this environment's own static options."""
@@ -253,6 +260,10 @@ register_environment(EnvironmentSpec(
     settings="montezuma",
     kind="pool", frames=dataclasses.replace(ATARI_FRAMES, num_rooms=NUM_ROOMS),
     label=lambda static: "Montezuma's Revenge", check=_check_pool,
+    # the 1M-frame replay is most of a run's state, and a pool's chunks make few temporaries beside it
+    memory_headroom=1.2,
+    # no greedy test episodes on a pool (every step is the emulators'), so the training return is the headline
+    figures=("train_return", "max_return", "rooms_visited"), headline_metric="train_return",
 ))
 
 # Any other Atari game: Montezuma's settings (the paper's only Atari ones) around the game's pool.

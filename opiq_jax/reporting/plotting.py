@@ -30,7 +30,7 @@ import numpy as np
 
 from ..common.config import StaticConfig
 from ..common.errors import UsageError
-from ..registry.environments import environment_label
+from ..registry.environments import environment_label, environment_spec
 from ..registry.methods import METHODS, program_name
 from ..runs.results_folder import experiment_folders, read_metrics
 from ..store.files import CONFIG_FILE, atomic_write_bytes, read_json
@@ -458,11 +458,25 @@ def save_atomically(fig, path: Path, dpi: int) -> None:
     atomic_write_bytes(Path(path), image.getvalue())
 
 
-def choose_metrics(rows: list[dict], metrics: tuple[str, ...] | None, out: Path) -> list[str]:
-    """The metrics to draw. The default set draws those the folder has; a named metric it lacks is an error."""
+def default_figures(configs: list[list[dict]]) -> tuple[str, ...]:
+    """The metrics drawn by default: those the folder's environments declare (``EnvironmentSpec.figures``, in the
+    first's order), or :data:`DEFAULT_METRICS` for an environment no module here registers."""
+    figures: list[str] = []
+    for config in (c for group in configs for c in group):
+        try:
+            figures += environment_spec(str(config.get("static", {}).get("env", ""))).figures
+        except ValueError:
+            figures += DEFAULT_METRICS
+    return tuple(dict.fromkeys(figures)) or DEFAULT_METRICS
+
+
+def choose_metrics(rows: list[dict], metrics: tuple[str, ...] | None, out: Path,
+                   defaults: tuple[str, ...] = DEFAULT_METRICS) -> list[str]:
+    """The metrics to draw. The default set draws ``defaults`` that the folder has; a named metric it lacks is an
+    error."""
     present = sorted({r["metric"] for r in rows})
     if metrics is None or tuple(metrics) == DEFAULT_METRICS:
-        chosen = [m for m in DEFAULT_METRICS if m in present]
+        chosen = [m for m in defaults if m in present]
         if chosen:
             return chosen
         raise UsageError(f"{out} holds none of the default metrics; its metrics: {', '.join(present) or 'none'}")
@@ -492,7 +506,7 @@ def plot_folder(out: str | Path, metrics: tuple[str, ...] | None = DEFAULT_METRI
     title = rows_title(out.name, configs, rows, statistic)
     suffix = "_iqm" if statistic == "iqm" else ""
     written = []
-    for metric in choose_metrics(rows, metrics, out):
+    for metric in choose_metrics(rows, metrics, out, default_figures(configs)):
         metric_curves = curves(rows, metric)
         if all(has_no_value(c) for c in metric_curves.values()):  # empty axes would look like a broken figure
             print(f"plot: {metric} has no value in {out} (no episode ended in {steps_reached(rows)[1]:,} steps): "

@@ -44,7 +44,7 @@ from ..registry.methods import method_hparams
 from ..registry.methods import get_method, program_name
 from ..reporting.plotting import area_under_median, area_under_median_ci, curves
 from ..runs.experiment import Experiment, RunSpec, split_by_program
-from ..runs.memory import available_device_bytes, check_fits, runs_that_fit, state_bytes_per_run
+from ..runs.memory import MEMORY_HEADROOM, available_device_bytes, check_fits, runs_that_fit, state_bytes_per_run
 from ..runs.results_folder import is_finished, read_metrics, require_same_experiment
 from ..store.files import atomic_write_bytes, prepare_folder, read_json
 from .host_loop import run_experiment
@@ -145,7 +145,7 @@ def checked_preset(name: str, data: dict) -> Preset:
         if foreign:
             raise UsageError(f"the grid for {g['method']} has hyperparameters its parts do not declare: "
                              f"{', '.join(foreign)} (it has {', '.join(options)})")
-    default = "train_return" if environment_spec(data["env"]).kind == "pool" else "test_return"  # pools: no test
+    default = environment_spec(data["env"]).headline_metric
     metric = checked_metric(data.get("metric", default), data["env"], [g["method"] for g in grids])
     check_run_count(seeds, grids)
     seed = check_seed("seed", data.get("seed", 0))
@@ -225,9 +225,10 @@ def plan_static(preset: Preset) -> StaticConfig:
     return static_with(preset.env, preset.static)
 
 
-def plan_batches(num_runs: int, per_run_bytes: int, free_bytes: int) -> int:
-    """The fewest equal batches whose runs fit in ``free_bytes`` with the runner's headroom."""
-    most = max(1, runs_that_fit(per_run_bytes, free_bytes))
+def plan_batches(num_runs: int, per_run_bytes: int, free_bytes: int, headroom: float = MEMORY_HEADROOM) -> int:
+    """The fewest equal batches whose runs fit in ``free_bytes`` with ``headroom`` (the environment's,
+    :attr:`~opiq_jax.registry.environments.EnvironmentSpec.memory_headroom`)."""
+    most = max(1, runs_that_fit(per_run_bytes, free_bytes, headroom))
     return math.ceil(num_runs / most)
 
 
@@ -250,7 +251,8 @@ def planned_batches(preset: Preset, groups: dict[str, Experiment], max_batch_run
     free, counts = available_device_bytes(), {}
     for name, group in groups.items():
         per_run = state_bytes_per_run(group.static)
-        counts[name] = plan_batches(len(group.runs), per_run, free)
+        headroom = environment_spec(group.static.env).memory_headroom
+        counts[name] = plan_batches(len(group.runs), per_run, free, headroom)
         if max_batch_runs is not None:
             counts[name] = max(counts[name], math.ceil(len(group.runs) / max_batch_runs))
         print(f"sweep: {name}: {len(group.runs)} runs, {per_run / 2**20:.1f} MiB per run, {free / 2**30:.1f} GiB "

@@ -14,6 +14,7 @@ import jax
 
 from ..common.config import LOOP_DEFAULTS, LOOP_OPTIONS
 from ..common.errors import UsageError
+from ..registry.environments import environment_spec
 from ..runs.compiled import is_pool
 from ..runs.experiment import Experiment
 from ..runs.memory import require_fits, state_bytes_per_run
@@ -66,7 +67,8 @@ def check_parallel(groups: dict[str, Experiment]) -> None:
     sum), or a one-line :class:`~opiq_jax.common.errors.DoesNotFit`."""
     num_runs = sum(len(g.runs) for g in groups.values())
     total = sum(state_bytes_per_run(g.static) * len(g.runs) for g in groups.values())
-    require_fits(-(-total // num_runs), num_runs)
+    headroom = environment_spec(next(iter(groups.values())).static.env).memory_headroom
+    require_fits(-(-total // num_runs), num_runs, headroom)
 
 
 def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) -> dict[str, object]:

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..common.config import STATIC_OPTIONS, StaticConfig, make_hparams, stack_hparams
 from ..common.errors import DoesNotFit
-from .compiled import is_pool, registered_parts, shape_trainer, start_shapes
+from ..registry.environments import environment_spec
+from .compiled import registered_parts, shape_trainer, start_shapes
 from .experiment import make_train_options
 
 
@@ -52,7 +53,8 @@ def available_device_bytes() -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
-# The donated state, the chunk's temporaries and a checkpoint copy on the host.
+# The donated state, the chunk's temporaries and a checkpoint copy on the host (an environment declares its own,
+# EnvironmentSpec.memory_headroom; this is the default of the helpers below).
 MEMORY_HEADROOM = 3.0
 
 
@@ -137,7 +139,7 @@ def check_fits(static: StaticConfig, num_runs: int, note: Callable[[str], None] 
     """Stops with a one-line message when ``num_runs`` runs cannot fit in device memory; ``note`` is told before
     training how much memory a large state takes and how to make it smaller."""
     per_run = state_bytes_per_run(static)
-    headroom = 1.2 if is_pool(static) else MEMORY_HEADROOM  # a pool's replay dominates; its chunks make few temporaries
+    headroom = environment_spec(static.env).memory_headroom
     require_fits(per_run, num_runs, headroom, ways_to_fit(static, num_runs, headroom))
     total, free = per_run * num_runs, available_device_bytes()
     if note and total > LARGE_STATE_FRACTION * free:
