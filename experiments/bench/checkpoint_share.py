@@ -15,8 +15,9 @@ The rate of a mode is the environment steps of the chunks after the first over t
 chunk's end and the last's (compiling and the last checkpoint, the same in every mode, are left out; the
 checkpoints between are in). The share of the wall-clock that checkpoints cost is ``1 - rate / rate without``. Also
 recorded: the seconds the loop itself spent in each checkpoint (waiting for the one before, copying, or writing),
-and the bytes of frame segments written. Writes ``checkpoint_share.json``, ``checkpoint_share.md``,
-``settings.json`` and ``run_info.json`` into ``--out``; the runs' folders go to a scratch folder and are deleted.
+and the bytes of frame segments the run's folder keeps at its end. Writes ``checkpoint_share.json``,
+``checkpoint_share.md``, ``settings.json`` and ``run_info.json`` into ``--out``; the runs' folders go to a scratch
+folder and are deleted.
 
 Reaches inside: opiq_jax.running.host_loop (``run_experiment``'s ``background_checkpoints``, which no command line
 offers, and its ``checkpoint``, wrapped to time it) and opiq_jax.running.plan.plan_experiment, to build the run as
@@ -75,7 +76,7 @@ print("RESULT " + json.dumps(dict(chunk_ends=[e - ends[0] for e in ends], checkp
 @dataclass
 class Args:
     out: Path
-    """Where checkpoint_share.json, checkpoint_share.md and run_info.json go."""
+    """Where checkpoint_share.json, checkpoint_share.md, settings.json and run_info.json go."""
     seeds: int = 2
     envs_per_run: int = 32
     buffer_size: int = 1_000_000

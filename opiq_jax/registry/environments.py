@@ -40,6 +40,11 @@ from ..paths.compact import CompactPath
 from ..paths.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures
 
 
+DEFAULT_MEMORY_HEADROOM = 3.0
+"""A run's device memory as a multiple of its state's bytes, unless its environment declares its own: the
+donated state, the chunk's temporaries and a checkpoint copy on the host."""
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvironmentSpec:
     """One registered environment (module docstring)."""
@@ -63,7 +68,7 @@ class EnvironmentSpec:
     """How the plan and the figures name it, from a configuration's ``static`` section (default: its name)."""
     check: Callable[[StaticConfig], None] | None = None
     """What the plan verifies before anything is built; raises a one-line ``ValueError`` or ``ImportError``."""
-    memory_headroom: float = 3.0
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM
     """Device memory a run needs, as a multiple of its state's bytes: the donated state, the chunk's temporaries
     and a checkpoint's copy (the plan checks every program against it before anything starts)."""
     figures: tuple[str, ...] = ("train_return", "test_return", "states_visited", "max_return")

@@ -356,8 +356,8 @@ def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop,
             out_of_time = loop.max_seconds is not None and time.monotonic() - started >= loop.max_seconds
             due = time.monotonic() - last_checkpoint >= loop.checkpoint_seconds
             nonfinite = bool(np.any(np.asarray(metrics["nonfinite"]) > 0)) and loop.stop_on_nonfinite
-            if chunk == num_chunks or out_of_time or stop or due or nonfinite or peer:
-                ending = chunk == num_chunks or out_of_time or stop or nonfinite or peer
+            ending = chunk == num_chunks or out_of_time or stop or nonfinite or peer  # its checkpoint is the last
+            if ending or due:
                 checkpoint(out, state, chunk * static.log_every, chunk, progress,
                            frames_bound(static, chunk - checkpointed_chunk), signals, writer,
                            loop.background_checkpoints and not ending)
@@ -392,7 +392,7 @@ def checkpoint(out: Path, state, step: int, chunk: int, progress: Progress, boun
         signals.checkpointed = step
 
     state = keys_to_data(state.replace(env=None))
-    writer.wait()  # one at a time, and the device holds one interval's frame copies at most
+    writer.wait()  # one at a time: the host holds one interval's frames at most
     if background and progress.rings is not None:
         writer.start(prepare_checkpoint(out, state, chunk, progress.ledger.checkpoint_part(), progress.rings, bound,
                                         taken_now=True), written)

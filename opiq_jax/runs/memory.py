@@ -18,7 +18,7 @@ import numpy as np
 
 from ..common.config import STATIC_OPTIONS, StaticConfig, make_hparams, stack_hparams
 from ..common.errors import DoesNotFit
-from ..registry.environments import environment_spec
+from ..registry.environments import DEFAULT_MEMORY_HEADROOM, environment_spec
 from .compiled import registered_parts, shape_trainer, start_shapes
 from .experiment import make_train_options
 
@@ -53,9 +53,7 @@ def available_device_bytes() -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
-# The donated state, the chunk's temporaries and a checkpoint copy on the host (an environment declares its own,
-# EnvironmentSpec.memory_headroom; this is the default of the helpers below).
-MEMORY_HEADROOM = 3.0
+MEMORY_HEADROOM = DEFAULT_MEMORY_HEADROOM  # the helpers' default; an environment declares its own (memory_headroom)
 
 
 def runs_that_fit(per_run: int, free_bytes: int, headroom: float = MEMORY_HEADROOM) -> int:
