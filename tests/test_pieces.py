@@ -170,6 +170,19 @@ def test_bias_sets_only_the_final_layer():
     assert changed == ["['params']['head']['bias']"]
 
 
+@pytest.mark.parametrize("bootstrapped", [False, True])
+def test_head_scale_multiplies_only_the_output_weights(bootstrapped):
+    net = (networks.make_bootstrapped_network("mlp", 3, 2) if bootstrapped else networks.make_network("mlp", 3))
+    plain = networks.init_params(net, jax.random.key(0), jnp.zeros(10), 0.5)
+    scaled = networks.init_params(net, jax.random.key(0), jnp.zeros(10), 0.5, head_scale=0.1)
+    head = (lambda p: p["params"]["heads"]["head"]) if bootstrapped else (lambda p: p["params"]["head"])
+    np.testing.assert_allclose(head(scaled)["kernel"], 0.1 * head(plain)["kernel"], rtol=1e-6)
+    np.testing.assert_array_equal(head(scaled)["bias"], jnp.full_like(head(plain)["bias"], 0.5))
+    diff = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), plain, scaled)
+    changed = [jax.tree_util.keystr(path) for path, d in jax.tree_util.tree_leaves_with_path(diff) if d]
+    assert changed == [("['params']['heads']['head']['kernel']" if bootstrapped else "['params']['head']['kernel']")]
+
+
 # ---------------------------------------------------------------------------------- optimiser
 
 

@@ -107,6 +107,21 @@ def test_shared_action_mask_option():
     assert not np.allclose(matrices[0], matrices[1])
 
 
+def test_head_init_scale_reaches_the_initial_networks():
+    """``--head-init-scale``: the online and target networks start with the output weights scaled, nothing else."""
+    def initial(**option):
+        static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200,
+                                hidden=(8,), parts=program_parts(["dqn"]), **option)
+        experiment = Experiment(static, (RunSpec("dqn", "paper", 0, method_hparams("chain", "dqn")),))
+        return compiled_trainer(static)[1](*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs
+
+    plain, scaled = initial(), initial(head_init_scale=0.25)
+    for params in ("params", "target_params"):
+        a, b = getattr(plain, params)["params"], getattr(scaled, params)["params"]
+        np.testing.assert_allclose(b["head"]["kernel"], 0.25 * a["head"]["kernel"], rtol=1e-6)
+        np.testing.assert_array_equal(b["Dense_0"]["kernel"], a["Dense_0"]["kernel"])
+        np.testing.assert_array_equal(b["head"]["bias"], a["head"]["bias"])
+
 def test_n_step_q_plus_target_by_hand():
     """A 3-step window through the trainer's own target function, with counts read from the sketch
     at training time, against the formula worked out by hand."""

@@ -303,7 +303,7 @@ def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, 
     k_net, k_hash, k_reset, k_loop = jax.random.split(run_key, 4)
     env = path.init_env(k_reset, env_key, start)
     obs = path.observations(env)[0]
-    params = init_params(agent.q_network, k_net, obs, hp["final_bias"])
+    params = init_params(agent.q_network, k_net, obs, hp["final_bias"], static.head_init_scale)
     run_counts = None
     if agent.uses_counts:
         sketch = counts.init_sketch(agent.num_actions, static.sketch_rows, static.sketch_width)

@@ -292,8 +292,22 @@ def set_final_bias(params: chex.ArrayTree, bias: jax.Array) -> chex.ArrayTree:
     return {**params, "params": {**inner, HEAD: new_head}}
 
 
-def init_params(network: nn.Module, key: chex.PRNGKey, example_obs: jax.Array, final_bias: jax.Array) -> chex.ArrayTree:
-    """Initialises ``network`` on one example observation and sets its output bias (the parameters only: the
-    lean backward pass's probes are not state)."""
+def scale_output_weights(params: chex.ArrayTree, factor: float) -> chex.ArrayTree:
+    """The output layer's weights (for BSP, every head's) times ``factor``; the bias as it is."""
+    inner = params["params"]
+    if HEAD not in inner:  # BootstrappedQ: the heads' output layers
+        heads = inner["heads"]
+        new_heads = {**heads, HEAD: {**heads[HEAD], "kernel": heads[HEAD]["kernel"] * factor}}
+        return {**params, "params": {**inner, "heads": new_heads}}
+    head = inner[HEAD]
+    return {**params, "params": {**inner, HEAD: {**head, "kernel": head["kernel"] * factor}}}
+
+
+def init_params(network: nn.Module, key: chex.PRNGKey, example_obs: jax.Array, final_bias: jax.Array,
+                head_scale: float = 1.0) -> chex.ArrayTree:
+    """Initialises ``network`` on one example observation, scales its output weights by ``head_scale`` and sets
+    its output bias (the parameters only: the lean backward pass's probes are not state)."""
     params = {"params": network.init(key, example_obs[None])["params"]}
+    if head_scale != 1.0:  # a static choice: the default program stays as it was
+        params = scale_output_weights(params, head_scale)
     return set_final_bias(params, final_bias)
