@@ -122,6 +122,7 @@ def test_head_init_scale_reaches_the_initial_networks():
         np.testing.assert_array_equal(b["Dense_0"]["kernel"], a["Dense_0"]["kernel"])
         np.testing.assert_array_equal(b["head"]["bias"], a["head"]["bias"])
 
+
 def test_n_step_q_plus_target_by_hand():
     """A 3-step window through the trainer's own target function, with counts read from the sketch
     at training time, against the formula worked out by hand."""

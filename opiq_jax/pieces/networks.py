@@ -280,27 +280,23 @@ def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256)
     raise ValueError(f"unknown network {name!r}; choose mlp, maze_conv or nature")
 
 
-def set_final_bias(params: chex.ArrayTree, bias: jax.Array) -> chex.ArrayTree:
-    """Sets every entry of the output layer's bias to ``bias`` (the DQN Bias baseline); for BSP, every head's."""
+def map_output_layer(params: chex.ArrayTree, change) -> chex.ArrayTree:
+    """``params`` with the output layer ``head`` (for BSP, the heads' stacked one) replaced by ``change(head)``."""
     inner = params["params"]
     if HEAD not in inner:  # BootstrappedQ: the heads' output layers
         heads = inner["heads"]
-        new_heads = {**heads, HEAD: {**heads[HEAD], "bias": jnp.full_like(heads[HEAD]["bias"], bias)}}
-        return {**params, "params": {**inner, "heads": new_heads}}
-    head = inner[HEAD]
-    new_head = {**head, "bias": jnp.full_like(head["bias"], bias)}
-    return {**params, "params": {**inner, HEAD: new_head}}
+        return {**params, "params": {**inner, "heads": {**heads, HEAD: change(heads[HEAD])}}}
+    return {**params, "params": {**inner, HEAD: change(inner[HEAD])}}
+
+
+def set_final_bias(params: chex.ArrayTree, bias: jax.Array) -> chex.ArrayTree:
+    """Sets every entry of the output layer's bias to ``bias`` (the DQN Bias baseline); for BSP, every head's."""
+    return map_output_layer(params, lambda head: {**head, "bias": jnp.full_like(head["bias"], bias)})
 
 
 def scale_output_weights(params: chex.ArrayTree, factor: float) -> chex.ArrayTree:
     """The output layer's weights (for BSP, every head's) times ``factor``; the bias as it is."""
-    inner = params["params"]
-    if HEAD not in inner:  # BootstrappedQ: the heads' output layers
-        heads = inner["heads"]
-        new_heads = {**heads, HEAD: {**heads[HEAD], "kernel": heads[HEAD]["kernel"] * factor}}
-        return {**params, "params": {**inner, "heads": new_heads}}
-    head = inner[HEAD]
-    return {**params, "params": {**inner, HEAD: {**head, "kernel": head["kernel"] * factor}}}
+    return map_output_layer(params, lambda head: {**head, "kernel": head["kernel"] * factor})
 
 
 def init_params(network: nn.Module, key: chex.PRNGKey, example_obs: jax.Array, final_bias: jax.Array,
