@@ -11,11 +11,12 @@ _old_names.install()  # the flat layout's module paths keep working, with a Depr
 # backend, and a run over several hosts must call jax.distributed.initialize before that.
 _API = ("train", "sweep", "load", "rerun", "bench", "methods", "environments", "options", "Results", "FinalState")
 _ERRORS = ("UsageError", "ResultsError", "DoesNotFit", "PartError", "Stopped", "NonFiniteRuns", "PeerFailed", "ProgramFailed")
-# The extension points (docs/design.md): a part, a method made of parts, an environment, an option.
+# The extension points (docs/design.md): a part, a method made of parts, an environment, an option; and the
+# pieces a part or a script reuses: a metrics table read back, OPIQ's bonus C / (N + 1)^M.
 _EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "registry.methods",
               "register_method": "registry.methods", "EnvironmentSpec": "registry.environments",
               "register_environment": "registry.environments", "Option": "common.config",
-              "read_metrics": "runs.results_folder"}
+              "read_metrics": "runs.results_folder", "optimism_bonus": "parts.optimism"}
 __all__ = [*_API, *_ERRORS, *_EXTENSION]
 
 

@@ -24,6 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
+
+from .agent.cell_values import cell_values
 from .agent.weights import master_params
 from .benchmark.options import Bench
 from .benchmark.throughput import run_bench
@@ -39,6 +43,7 @@ from .running.plan import (
 )
 from .running.sweeping import load_preset, plan_static, run_sweep, sweep_rows
 from .running.train_programs import run_methods
+from .runs.compiled import compiled_trainer, is_pool
 from .runs.experiment import run_keys_for
 from .runs.results_folder import experiment_folders, is_finished, read_metrics
 from .store.files import read_json
@@ -121,6 +126,27 @@ class Results:
         if name not in names:
             raise UsageError(f"{self.folder} has no program {name!r}: use one of {', '.join(names)}")
         return read_final_state(self.folder / name, name)
+
+    def cell_values(self, program: str | None = None) -> dict[str, np.ndarray]:
+        """What every run of ``program`` believes at every cell, for an environment whose states can be listed (the
+        chain, the maze), from its newest sound checkpoint: arrays ``[runs, cells, actions]`` in cell-id order,
+        runs as in ``state(program).runs``.
+
+        ``q`` and ``q_target`` (the online and target networks), ``counts`` (the visit counts as the agent reads
+        them when acting; absent where no part counts), ``acting`` (``Q + C_action / (N + 1)^M``, what the run acts
+        on) and ``bootstrap`` (``Q_target + C_bootstrap / (N + 1)^M``, what its targets bootstrap from); without the
+        optimism bonus these two are ``q`` and ``q_target``. Walls are cells too: mask them with the environment's
+        own layout (``opiq_jax.envs.maze.Maze().walls``)."""
+        final = self.state(program)
+        static = experiment_from_configs(self.folder / final.program).static
+        if is_pool(static):
+            raise UsageError(f"{self.folder}: {static.env}'s states cannot be listed, so it has no cell values")
+        trainer = compiled_trainer(static)[0]
+        try:
+            values = jax.jit(lambda runs: cell_values(trainer, runs))(final.state)
+        except TypeError as err:
+            raise UsageError(f"{self.folder}: {err}") from None
+        return {name: np.asarray(v) for name, v in jax.device_get(values).items()}
 
     def summary(self, metric: str = "test_return") -> str:
         """A markdown table per method (and setting): the final median with quartiles and the IQM of the area
@@ -320,10 +346,17 @@ def environments() -> dict[str, str]:
     return {**{name: e.description for name, e in ENVIRONMENTS.items()}, GYMNAX.name: GYMNAX.description}
 
 
-def options() -> dict[str, Option]:
-    """Every option :func:`train` takes by name (static ones and hyperparameters), with its documentation,
-    range and default."""
-    return {**settable_static(), **every_hparam()}
+OPTION_KINDS = ("all", "static", "hyperparameters")
+
+
+def options(kind: str = "all") -> dict[str, Option]:
+    """Every option :func:`train` takes by name, with its documentation, range and default: ``kind="static"``
+    only the static ones (what the program is), ``"hyperparameters"`` only the numbers that may differ between
+    runs of one program (each method's paper setting unless given)."""
+    if kind not in OPTION_KINDS:
+        raise UsageError(f"kind must be one of {', '.join(OPTION_KINDS)}, not {kind!r}")
+    static, hparams = settable_static(), every_hparam()
+    return {"all": {**static, **hparams}, "static": static, "hyperparameters": hparams}[kind]
 
 
 __all__ = ["FinalState", "Results", "bench", "environments", "load", "methods", "options", "rerun", "sweep", "train"]

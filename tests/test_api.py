@@ -239,3 +239,11 @@ def test_the_loop_options_check_finds_a_literal_default():
         "checkpoint_every (line 1)", "track (line 1)"]
     assert literal_defaults("class C:\n    programs: str = 'sequential'\n    other: int = 3\n") == ["programs (line 2)"]
     assert literal_defaults("def f(track=DEFAULTS['track']):\n    pass\n") == []
+
+
+def test_options_of_one_kind_split_every_option_in_two():
+    static, hparams = opiq_jax.options("static"), opiq_jax.options("hyperparameters")
+    assert not set(static) & set(hparams) and {**static, **hparams} == opiq_jax.options()
+    assert "steps" in static and "c_action" in hparams and "beta" in hparams
+    with pytest.raises(UsageError, match="kind must be one of all, static, hyperparameters, not 'hparams'"):
+        opiq_jax.options("hparams")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import os
-from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -225,15 +224,56 @@ def test_the_trainer_and_the_parts_read_the_path_through_its_declared_contract()
 
 
 def test_experiments_use_the_public_api_or_say_in_one_line_why_they_reach_inside():
-    """An experiment that imports a module of the package (not ``opiq_jax`` itself) says why in its docstring."""
+    """An experiment that imports a module of the package beyond the public ones (``opiq_jax``, ``opiq_jax.reporting``,
+    the environments) says why in its docstring."""
     silent = []
     for path in sorted((ROOT / "experiments").rglob("*.py")):
         tree = ast.parse(path.read_text())
         inside = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                  and (node.module or "").startswith("opiq_jax.")}
+                  and (node.module or "").startswith("opiq_jax.") and node.module not in PUBLIC_MODULES
+                  and not node.module.startswith("opiq_jax.envs")}
         if inside and "Reaches inside: " not in (ast.get_docstring(tree) or ""):
             silent.append(f"{path.relative_to(ROOT)}: {sorted(inside)}")
     assert silent == []
+
+
+PUBLIC_MODULES = ("opiq_jax", "opiq_jax.reporting")  # and the environments, opiq_jax.envs.*, which know nothing of it
+
+
+def package_names_used(tree: ast.AST) -> set[str]:
+    """``module:name`` for every name a script takes from the package: ``from opiq_jax.X import name``, ``import
+    opiq_jax.X`` (``opiq_jax.X:*``) and ``opiq_jax.name`` read as an attribute."""
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "opiq_jax":
+            used |= {f"{node.module}:{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            used |= {f"{a.name}:*" for a in node.names if a.name.startswith("opiq_jax.")}
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "opiq_jax":
+            used.add(f"opiq_jax:{node.attr}")
+    return used
+
+
+def test_the_papers_scripts_use_only_the_public_api():
+    """experiments/paper reproduces the paper's figures as a user would: with the names ``opiq_jax`` and
+    ``opiq_jax.reporting`` export (their ``__all__``) and the environments, nothing else of the package."""
+    import importlib
+
+    public = {f"{m}:{name}" for m in PUBLIC_MODULES for name in importlib.import_module(m).__all__}
+    reached = {}
+    for path in sorted((ROOT / "experiments" / "paper").glob("*.py")):
+        used = package_names_used(ast.parse(path.read_text()))
+        inside = sorted(u for u in used if u not in public and not u.startswith("opiq_jax.envs"))
+        if inside:
+            reached[path.name] = inside
+    assert reached == {}
+
+
+def test_the_public_name_reader_catches_every_way_of_taking_one():
+    source = ("import opiq_jax\nimport opiq_jax.runs.compiled\nfrom opiq_jax.pieces import counts\n"
+              "x = opiq_jax.train\n")
+    assert package_names_used(ast.parse(source)) == {"opiq_jax.runs.compiled:*", "opiq_jax.pieces:counts",
+                                                     "opiq_jax:train"}
 
 
 EXPERIMENT_FOLDERS = {"paper", "studies", "bench", "tools"}

@@ -1,5 +1,6 @@
-"""Maze value maps (paper Figure 6 and the appendix bootstrap figure): the pure pieces by hand, then
-one tiny end-to-end run of the script (compiled once) checked against the run's own metrics."""
+"""Maze value maps (paper Figure 6 and the appendix bootstrap figure): how cells become maps, then one tiny
+end-to-end run of the script (compiled once) checked against the run's own metrics. The bonus itself is checked by
+hand in tests/test_cell_values.py."""
 
 import json
 
@@ -21,34 +22,6 @@ def open_cell(r, c):
 
 
 # ------------------------------------------------------------------------------------ pure pieces
-
-
-def test_used_values_by_hand():
-    q = np.zeros((2, 576, 4), np.float32)
-    q_target = np.zeros((2, 576, 4), np.float32)
-    n = np.zeros((2, 576, 4), np.int32)
-    a, b = open_cell(1, 1), open_cell(16, 5)
-    q[:, a] = [1.0, 2.0, 3.0, 4.0]
-    q[:, b] = [-1.0, 0.0, 0.5, 9.0]
-    q_target[:, a] = 0.5
-    n[:, a] = [0, 1, 4, 9]
-    n[:, b] = [2, 3, 99, 1]
-    # run 0: DQN + PC (no optimism), run 1: OPIQ's maze setting
-    acting, bootstrap = mv.used_values(q, q_target, n, np.array([0.0, 100.0]), np.array([0.0, 0.01]), np.array([2.0, 2.0]))
-    acting, bootstrap = np.asarray(acting), np.asarray(bootstrap)
-    np.testing.assert_array_equal(acting[0], q[0])
-    np.testing.assert_array_equal(bootstrap[0], q_target[0])
-    np.testing.assert_allclose(acting[1, a], [1 + 100, 2 + 25, 3 + 4, 4 + 1], rtol=1e-6)
-    np.testing.assert_allclose(acting[1, b], [-1 + 100 / 9, 0 + 100 / 16, 0.5 + 100 / 10_000, 9 + 25], rtol=1e-6)
-    np.testing.assert_allclose(bootstrap[1, a], [0.51, 0.5025, 0.5004, 0.5001], rtol=1e-6)
-    # every other cell has N = 0: the full bonus on top of Q (= 0 there)
-    others = np.ones(576, bool)
-    others[[a, b]] = False
-    np.testing.assert_allclose(acting[1, others], 100.0)
-    np.testing.assert_allclose(bootstrap[1, others], 0.01)
-    # scalar settings and M other than 2
-    acting_m, _ = mv.used_values(q[1], q_target[1], n[1], 10.0, 0.0, 0.5)
-    np.testing.assert_allclose(np.asarray(acting_m)[a], [11, 2 + 10 / np.sqrt(2), 3 + 10 / np.sqrt(5), 4 + 10 / np.sqrt(10)], rtol=1e-6)
 
 
 def test_cell_ids_are_placed_at_their_row_and_column_and_walls_masked():

@@ -7,7 +7,7 @@ episode return and the greedy test return, plus ``m_comparison.md`` with the cho
 
 Run: ``python -m experiments.paper.chain_m_comparison --sweep results/sweep-chain_opiq``
 
-Reaches inside: opiq_jax.reporting.plotting, to draw the comparison with the figures' own curve helper.
+Uses only the public API: ``opiq_jax.train`` and ``opiq_jax.reporting``, the figures' own curve helpers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ if not __package__:  # run by path (python experiments/paper/chain_m_comparison.
 import tyro
 
 import opiq_jax
-from opiq_jax.reporting.plotting import area_under_median, curves, folder_title, paper_name, save_curve_figure
+from opiq_jax.reporting import area_under_median, curves, folder_title, paper_name, save_curve_figure
 
 
 @dataclass

@@ -22,8 +22,8 @@ and the same command resumes; the figures and tables are drawn after every invoc
 has run (the tables' ``last step`` column says how far each method got). ``--redraw --out <folder>`` only
 draws the figures of a folder again (on any machine, from its metrics).
 
-Reaches inside: opiq_jax.launch, whose share_device_memory must run before JAX starts (as the opiq-jax command's
-does), and opiq_jax.reporting.plotting for the figures' tables.
+Uses only the public API: ``opiq_jax.train``, ``opiq_jax.options`` and ``opiq_jax.reporting``, for the figures'
+tables.
 """
 
 from __future__ import annotations
@@ -39,17 +39,24 @@ from typing import Annotated, Any, Literal
 if not __package__:  # run by path (python experiments/paper/compare_methods.py): import as python -m does, from the root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from opiq_jax.launch import share_device_memory
 
-share_device_memory(sys.argv[1:])  # before JAX starts: with --programs parallel the programs' processes need the GPU
+
+def programs_in_parallel(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--programs parallel`` (in either spelling)."""
+    return "--programs=parallel" in argv or any(a == "--programs" and b == "parallel" for a, b in zip(argv, argv[1:]))
+
+
+# Before JAX starts, as opiq_jax.train(programs="parallel") asks: this process must not take 75 % of the GPU's
+# memory, which the programs' own processes need.
+if programs_in_parallel(sys.argv[1:]):
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402
 import tyro  # noqa: E402
 
 import opiq_jax  # noqa: E402
 from opiq_jax import train  # noqa: E402
-from opiq_jax.common.config import STATIC_OPTIONS  # noqa: E402
-from opiq_jax.reporting.plotting import (  # noqa: E402
+from opiq_jax.reporting import (  # noqa: E402
     check_one_experiment,
     curves,
     folder_title,
@@ -104,11 +111,12 @@ def option_fields() -> list[tuple[str, Any, Any]]:
 
 def default_text(option) -> str | None:
     """What leaving ``option`` unset means, for its help: a hyperparameter keeps each method's paper setting."""
-    if option.name not in STATIC_OPTIONS:
+    if option.name in HYPERPARAMETERS:
         return "the method's paper setting for the environment"
     return "the environment's paper value" if option.environment_default else None  # None: the declared default
 
 
+HYPERPARAMETERS = frozenset(opiq_jax.options("hyperparameters"))
 OPTION_FIELDS = option_fields()
 OPTION_NAMES = tuple(name for name, *_ in OPTION_FIELDS)
 Args = dataclasses.make_dataclass(

@@ -11,7 +11,7 @@ per method:
   reached it counts as infinitely late, so the median is infinite once half the seeds never get there;
 * ``area``: each seed's area under its own training-return curve (the mean over logged points, a point
   with no finished episode counting 0, as the project's area under the median does), then the IQM over
-  seeds with its 95 % stratified-bootstrap interval (:mod:`opiq_jax.reporting.stats`);
+  seeds with its 95 % stratified-bootstrap interval (``opiq_jax.reporting``);
 * ``stability``: the spread across seeds, the interquartile range (q75 - q25) of the seeds' areas, and
   within seeds the ``dips``: after the first logged point at which every finished training episode
   reached the goal, the share of later points whose training return is below the goal's reward (episodes
@@ -21,7 +21,8 @@ per method:
 ``python -m experiments.paper.fig5_analysis docs/results/fig5-24seeds`` writes ``summary.md``,
 ``summary.json`` and ``fig5_analysis.png`` into the folder (``--out`` elsewhere). CPU only, seconds.
 
-Reaches inside: opiq_jax.reporting.plotting, so that the figure names, styles and titles its methods as the project's others do.
+Uses only the public API: ``opiq_jax.load`` and ``opiq_jax.reporting``, so that the figure names, styles and titles its
+methods as the project's others do.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ if not __package__:  # run by path (python experiments/paper/fig5_analysis.py): 
 import numpy as np
 
 import opiq_jax
-from opiq_jax.reporting import stats
-from opiq_jax.reporting.plotting import check_one_experiment, group_styles, line_zorder, paper_name, setting_text
+from opiq_jax.reporting import (
+    check_one_experiment, group_styles, line_zorder, paper_name, probability_of_improvement_ci, setting_text,
+    stratified_bootstrap_ci, summarise,
+)
 
 GOAL_REWARD = 10.0
 PAPER_ORDER = ("opiq", "opiq_no_ob", "opiq_no_pc")
@@ -100,8 +103,8 @@ def method_summary(seeds: list[dict], reps: int = 2000, seed: int = 0) -> dict[s
         firsts = np.array([s["first_goal"] if s["reached"] else math.inf for s in runs], dtype=float)
         areas = np.array([s["area"] for s in runs], dtype=float)
         with np.errstate(invalid="ignore"):  # a median between a step and "never" (inf - inf inside numpy)
-            med, low, high = stats.stratified_bootstrap_ci(firsts, np.median, reps=reps, seed=seed)
-        area = stats.summarise(areas, reps=reps, seed=seed)
+            med, low, high = stratified_bootstrap_ci(firsts, np.median, reps=reps, seed=seed)
+        area = summarise(areas, reps=reps, seed=seed)
         reached = [s for s in runs if s["reached"]]
         dips = [s["dips"] for s in reached if not math.isnan(s["dips"])]
         out[method] = dict(
@@ -122,7 +125,7 @@ def improvements(seeds: list[dict], reps: int = 2000, seed: int = 0) -> list[dic
         areas[s["method"]].append(s["area"])
     pairs = []
     for a, b in itertools.combinations(_order(areas), 2):
-        p, low, high = stats.probability_of_improvement_ci(areas[a], areas[b], reps=reps, seed=seed)
+        p, low, high = probability_of_improvement_ci(areas[a], areas[b], reps=reps, seed=seed)
         pairs.append(dict(better=a, worse=b, p=p, low=low, high=high))
     return pairs
 

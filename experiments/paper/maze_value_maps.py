@@ -36,8 +36,9 @@ With the paper's opaque blue, OPIQ's maps show little more than white (Q+ >= 100
 never-tried pair) around the visited region, and once OPIQ has visited all 340 cells (about 200k
 steps in our maze runs) they are all blue: ``--visited-alpha 0.35`` shows the values underneath.
 
-Reaches inside: the compiled trainer, the maze's layout and the optimism bonus, to evaluate a trained Q-network (and
-Q+) at every cell; and opiq_jax.reporting.plotting, for the paper's method names and the precision's name.
+Uses only the public API: ``opiq_jax.train``, ``Results.cell_values`` (each run's Q-network, target network and
+counts at every cell, as the agent reads them, and the values it acts on and bootstraps from), ``Results.state``
+(the cells visited, the action map), the maze's layout from ``opiq_jax.envs.maze`` and ``opiq_jax.reporting``.
 """
 
 from __future__ import annotations
@@ -55,20 +56,12 @@ if not __package__:  # run by path (python experiments/paper/maze_value_maps.py)
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import tyro
 
-import opiq_jax
 from opiq_jax import train
-from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START
-from opiq_jax.parts.optimism import optimism_bonus
-from opiq_jax.pieces import counts
-# The maps apply each run's Q-network and read its count sketch at every cell, which the public API does not
-# offer: the trainer of the results folder's configuration does (its environment, network and count lookup).
-from opiq_jax.reporting.plotting import paper_name, precision_text
-from opiq_jax.running.plan import experiment_from_configs
-from opiq_jax.runs.compiled import compiled_trainer
+from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START, Maze
+from opiq_jax.reporting import paper_name, precision_text
 
 BASE_METHODS = ("dqn_pc", "opiq")
 # Methods that differ from these only in numbers (HParams), so all share one compiled program; methods
@@ -133,50 +126,6 @@ def options(args: Args) -> dict[str, Any]:
     overrides = {} if args.buffer_size is None else dict(buffer_size=args.buffer_size)
     return dict(steps=args.steps, log_every=args.log_every or default_log_every(args.steps),
                 count_features=args.count_features, **overrides)
-
-
-def trainer_of(results: opiq_jax.Results):
-    """The compiled trainer of a results folder's configuration (cached: the run's own, when it trained here)."""
-    return compiled_trainer(experiment_from_configs(results.folder).static)[0]
-
-
-# ------------------------------------------------------------------------------------ values (pure)
-
-
-def cell_tables(trainer, run) -> dict[str, jax.Array]:
-    """``Q``, ``Q_target`` (float32[576, A]) and ``N`` (int32[576, A]) of one run at every cell id.
-
-    ``run`` is one run's ``RunState`` (no runs axis). Cell id ``row * 24 + col`` indexes the first
-    axis (walls included: their values are meaningless and masked later). Counts come from the
-    run's own sketch through the trainer's own cell lookup, as the agent reads them when acting.
-    """
-    env = trainer.path.env
-    compacts = env.all_compacts()
-    obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(compacts, run.env.params)
-    columns = jax.vmap(lambda c: trainer.agent.count_columns(run, c))(compacts)
-    n = jax.vmap(lambda cols: counts.query_all_actions(run.counts.sketch, cols))(columns)
-    q_values = trainer.network.apply
-    return dict(q=q_values(trainer.agent.weights.master(run), obs), q_target=q_values(run.target_params, obs), counts=n)
-
-
-def used_values(q: jax.Array, q_target: jax.Array, n: jax.Array, c_action, c_bootstrap, m) -> tuple[jax.Array, jax.Array]:
-    """The values a run acts on and bootstraps from, for tables ``[..., cells, actions]``.
-
-    acting: ``Q + c_action / (N + 1)^m``; bootstrapping: ``Q_target + c_bootstrap / (N + 1)^m``.
-    ``c_action``, ``c_bootstrap`` and ``m`` are scalars or have the tables' leading (runs) shape.
-    """
-    per_run = lambda x: jnp.asarray(x, jnp.float32)[..., None, None]  # noqa: E731
-    m = per_run(m)
-    return q + optimism_bonus(n, per_run(c_action), m), q_target + optimism_bonus(n, per_run(c_bootstrap), m)
-
-
-def all_values(trainer, runs) -> dict[str, jax.Array]:
-    """:func:`cell_tables` and :func:`used_values` of every run of ``runs`` (leading runs axis)."""
-    tables = jax.vmap(lambda run: cell_tables(trainer, run))(runs)
-    hp = runs.hparams
-    acting, bootstrap = used_values(tables["q"], tables["q_target"], tables["counts"], hp["c_action"], hp["c_bootstrap"],
-                                    hp["m"])
-    return dict(tables, acting=acting, bootstrap=bootstrap)
 
 
 def cell_rc(cell_ids) -> tuple[np.ndarray, np.ndarray]:
@@ -316,12 +265,11 @@ def main(argv: list[str] | None = None) -> dict:
     train_seconds = time.time() - started
 
     final = results.state()
-    trainer = trainer_of(results)
-    values = jax.device_get(jax.jit(lambda runs: all_values(trainer, runs))(final.state))
+    values = results.cell_values()
     visited_ids, action_map = jax.device_get((final.state.stats.visited["states_visited"],
                                               final.state.env.params.action_map))
     step, static = final.step, results.config["static"]
-    walls = np.asarray(trainer.path.env.walls)
+    walls = np.asarray(Maze().walls)
     open_cells = int((~walls).sum())
     visited_ids = np.asarray(visited_ids)  # bool[runs, 576] by cell id
     visited_maps = visited_ids.reshape(-1, MAZE_SIZE, MAZE_SIZE) & ~walls

@@ -10,7 +10,7 @@ Needs the Atari extra: ``pip install -e '.[atari]'``. Run:
 ``python -m experiments.paper.montezuma --steps 500000 --seeds 2 --out results/montezuma``; ``--redraw --out <folder>``
 only draws a finished folder's figures again (no EnvPool needed).
 
-Reaches inside: opiq_jax.reporting.plotting, for the figures and tables of the Montezuma page.
+Uses only the public API: ``opiq_jax.train`` and ``opiq_jax.reporting``, for the figures and tables of the Montezuma page.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import tyro
 
 import opiq_jax
 from opiq_jax import train
-from opiq_jax.reporting.plotting import curves, folder_title, markdown_table, save_curve_figure, summary_table
+from opiq_jax.reporting import curves, folder_title, markdown_table, save_curve_figure, summary_table
 
 PAPER_STEPS, PAPER_SEEDS = 12_500_000, 4
 

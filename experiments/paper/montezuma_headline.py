@@ -21,7 +21,7 @@ core of the 4-GPU host), each 4-run program at the rate measured with 4 runs of 
 BSP's networks add learner work that was not measured at this scale, so their times are lower bounds. An 8-GPU
 host is assumed to keep the 4-GPU host's rate per GPU (twice the cores, a pool per GPU); it was not measured.
 
-Reaches inside: opiq_jax.runs.results_folder, opiq_jax.reporting.plotting and opiq_jax.reporting.stats, for the metrics table, its curves and
+Uses only the public API: ``opiq_jax.read_metrics`` and ``opiq_jax.reporting``, for the metrics table, its curves and
 their IQM confidence intervals.
 """
 
@@ -34,9 +34,8 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from opiq_jax.reporting.plotting import curves, paper_name, paper_order
-from opiq_jax.reporting.stats import permutation_p, summarise
-from opiq_jax.runs.results_folder import read_metrics
+from opiq_jax import read_metrics
+from opiq_jax.reporting import curves, paper_name, paper_order, permutation_p, summarise
 
 METRICS = {"rooms_visited": "distinct rooms visited", "train_return": "episode return",
            "max_return": "maximum episode return"}

@@ -29,7 +29,8 @@ bins 3 (``[-0.67, 0]``) and 6 (``[1.33, 2]``) hold no data.
 
 The networks are 1 -> 64 -> 64 -> 1 ReLU MLPs with PyTorch's default initialisation (weights and biases
 uniform on ``+-1/sqrt(fan_in)``, ``nn.Linear``'s default), then the output bias set to 3;
-``--init flax`` uses ``opiq_jax.pieces.networks.MLP`` instead (zero biases: every initial curve bends only at 0).
+``--init flax`` uses flax's defaults instead, as the agent's MLP does (LeCun-normal weights, zero biases: every
+initial curve bends only at 0).
 All networks are trained at once (``jax.vmap`` over their parameters, ``lax.scan`` over full-batch Adam
 steps, one ``jit``).
 
@@ -40,8 +41,8 @@ Numbers in ``regression_illustration.json``: "at the data" means the training in
 means points of an evenly spaced grid over ``[-2, 2]`` whose distance to the nearest training input is at
 least ``--far-distance``. ``spread`` is the standard deviation across the networks, averaged over points.
 
-Reaches inside: opiq_jax.pieces.networks and the optimism bonus, to fit the paper's regression illustration with the
-package's own MLP.
+Uses the public ``opiq_jax.optimism_bonus``, the agent's own ``C / (N + 1)^M``; the networks are this script's, built
+as the agent's MLP is (ReLU layers, the output layer named ``head``).
 """
 
 from __future__ import annotations
@@ -63,8 +64,7 @@ import optax
 import tyro
 from matplotlib.figure import Figure
 
-from opiq_jax.parts.optimism import optimism_bonus
-from opiq_jax.pieces.networks import HEAD, MLP, set_final_bias
+from opiq_jax import optimism_bonus
 
 LOW, HIGH = -2.0, 2.0
 PRECISION = "float32"
@@ -90,8 +90,8 @@ class Args:
     """Hidden layer widths of each ReLU MLP (1 input, 1 output)."""
     init: Literal["torch", "flax"] = "torch"
     """Weight initialisation: 'torch' draws weights and biases from U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch's
-    nn.Linear default), so the initial curves bend at different inputs; 'flax' is
-    opiq_jax.pieces.networks.MLP (LeCun-normal weights, zero biases), whose ReLU units all bend at x = 0."""
+    nn.Linear default), so the initial curves bend at different inputs; 'flax' is flax's default, as the agent's
+    MLP (LeCun-normal weights, zero biases), whose ReLU units all bend at x = 0."""
     final_bias: float = 3.0
     """Initial value of every network's final-layer bias: the optimistic initialisation."""
     steps: int = 3000
@@ -185,28 +185,37 @@ def _torch_uniform(fan_in: int):
     return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
 
 
-class TorchInitMLP(nn.Module):
-    """A ReLU MLP like ``opiq_jax.pieces.networks.MLP`` (output layer ``head``) with PyTorch's default initialisation."""
+HEAD = "head"  # the output layer's name, as in the agent's networks
+
+
+class ReluMLP(nn.Module):
+    """A ReLU MLP with the output layer ``head``: PyTorch's default initialisation (``torch_init``) or flax's."""
 
     num_outputs: int
     hidden: Sequence[int] = (64, 64)
+    torch_init: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         for i, width in enumerate((*self.hidden, self.num_outputs)):
             init = _torch_uniform(x.shape[-1])
-            x = nn.Dense(width, kernel_init=init, bias_init=init, name=HEAD if i == len(self.hidden) else None)(x)
+            inits = dict(kernel_init=init, bias_init=init) if self.torch_init else {}
+            x = nn.Dense(width, **inits, name=HEAD if i == len(self.hidden) else None)(x)
             x = nn.relu(x) if i < len(self.hidden) else x
         return x
 
 
 def make_network(hidden: Sequence[int], init: str = "torch") -> nn.Module:
     """A 1 -> hidden... -> 1 ReLU MLP (output layer ``head``), PyTorch-style or flax-default initialised."""
-    if init == "torch":
-        return TorchInitMLP(num_outputs=1, hidden=tuple(hidden))
-    if init == "flax":
-        return MLP(num_outputs=1, hidden=tuple(hidden))
-    raise ValueError(f"unknown init {init!r}; choose torch or flax")
+    if init not in ("torch", "flax"):
+        raise ValueError(f"unknown init {init!r}; choose torch or flax")
+    return ReluMLP(num_outputs=1, hidden=tuple(hidden), torch_init=init == "torch")
+
+
+def set_final_bias(params: chex.ArrayTree, bias: float) -> chex.ArrayTree:
+    """``params`` with every entry of the output layer's bias set to ``bias``: the optimistic initialisation."""
+    head = params["params"][HEAD]
+    return {**params, "params": {**params["params"], HEAD: {**head, "bias": jnp.full_like(head["bias"], bias)}}}
 
 
 @partial(quick_jit, static_argnames=("network",))

@@ -16,7 +16,8 @@ printed.
     python -m experiments.paper.tabular_regret --out results/tabular
     python -m experiments.paper.tabular_regret --out /tmp/tabular --quick
 
-Reaches inside: opiq_jax.reporting.plotting, for the methods' (colour, line style) and drawing order, as every figure has them.
+Uses only the public API: ``opiq_jax.reporting``, for the methods' (colour, line style) and drawing order, as every
+figure has them.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import tyro  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from experiments.paper import tabular as T  # noqa: E402
-from opiq_jax.reporting.plotting import group_styles, line_zorder  # noqa: E402
+from opiq_jax.reporting import group_styles, line_zorder  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,1 +1,38 @@
-"""Reporting: statistics across seeds (IQM, bootstrap intervals), the figures and tables, live tracking."""
+"""Reporting: statistics across seeds (IQM, bootstrap intervals), the figures and tables, live tracking.
+
+The names below are public, beside ``opiq_jax.train`` and ``opiq_jax.load``: what a script needs to draw and
+summarise results folders as the package's own figures do (the paper's scripts in ``experiments/paper`` use
+nothing else of the package). Live tracking (``reporting.tracking``) is imported only where it is used.
+"""
+
+from .plotting import (
+    area_under_median,
+    check_one_experiment,
+    curves,
+    folder_title,
+    group_styles,
+    line_zorder,
+    markdown_table,
+    paper_name,
+    paper_order,
+    plot_folder,
+    precision_text,
+    save_curve_figure,
+    setting_text,
+    summary_table,
+)
+from .stats import (
+    iqm,
+    permutation_p,
+    probability_of_improvement,
+    probability_of_improvement_ci,
+    stratified_bootstrap_ci,
+    summarise,
+)
+
+__all__ = [
+    "area_under_median", "check_one_experiment", "curves", "folder_title", "group_styles", "iqm", "line_zorder",
+    "markdown_table", "paper_name", "paper_order", "permutation_p", "plot_folder", "precision_text",
+    "probability_of_improvement", "probability_of_improvement_ci", "save_curve_figure", "setting_text",
+    "stratified_bootstrap_ci", "summarise", "summary_table",
+]
