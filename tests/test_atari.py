@@ -1,7 +1,7 @@
 """Any Atari game on the pool path: ``atari:NAME`` is Montezuma's settings around the game's pool, and what the
 frames mean to the agent (what is counted, the reward learned from, whether there are rooms) comes from the
 environment's spec, never from a game's name. The training tests use :class:`tests.fake_pool.FakePool`; the
-EnvPool ones are skipped where EnvPool is missing."""
+EnvPool ones are skipped where EnvPool is missing; real games train through EnvPool in tests/test_atari_games.py."""
 
 from __future__ import annotations
 
@@ -108,18 +108,6 @@ def test_a_game_envpool_lacks_or_a_missing_envpool_is_one_line(monkeypatch, caps
     with pytest.raises(SystemExit):
         main(["train", "--env", "atari:Venture", "--steps", "100"])
     assert capsys.readouterr().err.strip() == "opiq-jax: error: --env atari:Venture needs EnvPool: pip install -e '.[atari]'"
-
-
-def test_an_atari_game_trains_through_envpool_without_rooms(tmp_path):
-    pytest.importorskip("envpool")
-    from opiq_jax import train
-
-    results = train("atari:Venture", ["opiq", "dqn_pc"], 1, steps=64, log_every=32, buffer_size=256,
-                    sketch_width=512, out=tmp_path / "venture", verbose=False, progress=False)
-    metrics = {r["metric"] for r in results.metrics}
-    assert "rooms_visited" not in metrics and {"train_return", "loss", "max_return"} <= metrics
-    config = json.loads((tmp_path / "venture" / "config.json").read_text())
-    assert config["static"]["env"] == "atari:Venture" and config["static"]["network"] == "nature"
 
 
 def test_the_resolved_configuration_says_what_is_counted_on_the_pool_path(two_games):

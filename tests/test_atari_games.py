@@ -1,5 +1,6 @@
 """experiments.studies.atari_games end to end: every game's training in a process of its own, a game that fails said
-in one line while the others are kept, then figures and one summary."""
+in one line while the others are kept, then figures and one summary. The games have no rooms: this is also the
+test that a game without them trains through EnvPool with the Nature network and records no ``rooms_visited``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import pytest
 
 from experiments.studies import atari_games
+from opiq_jax import read_metrics
 
 
 def test_games_train_side_by_side_a_failed_one_is_said_in_one_line_and_the_others_are_summarised(tmp_path):
@@ -21,8 +23,12 @@ def test_games_train_side_by_side_a_failed_one_is_said_in_one_line_and_the_other
     assert info["calls"][0]["exit_codes"] == {"Venture": 0, "Ventur": 2, "Freeway": 0} and info["device"]
     assert info["seconds"] > 0
     for game in ("Venture", "Freeway"):
-        assert json.loads((out / game / "config.json").read_text())["static"]["env"] == f"atari:{game}"
+        config = json.loads((out / game / "config.json").read_text())
+        assert config["static"]["env"] == f"atari:{game}" and config["static"]["network"] == "nature"
         assert (out / game / "train_log.txt").exists() and not list((out / game).glob("checkpoint*"))
+        # a game without rooms (neither has them) trains through EnvPool and records no rooms_visited
+        metrics = {r["metric"] for r in read_metrics(out / game)}
+        assert "rooms_visited" not in metrics and {"train_return", "loss", "max_return"} <= metrics
     atari_games.main(["--games", "Venture", "Freeway", "--out", str(out), "--summarise"])
     for game in ("Venture", "Freeway"):
         assert (out / f"{game}_max_return.png").stat().st_size > 0
