@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
 import signal
 import struct
@@ -97,8 +96,16 @@ run_experiment(experiment(), sys.argv[1], progress=False, checkpoint_seconds=0)
 """
 
 
+@pytest.fixture(scope="module")
+def saved_at_chunk_3(tmp_path_factory):
+    """The arrays an uninterrupted run saves at its 3rd chunk: what a run killed after it must restore."""
+    uninterrupted = tmp_path_factory.mktemp("uninterrupted")
+    run_experiment(experiment(), uninterrupted, progress=False, checkpoint_seconds=0, stop_after_chunks=3)
+    return read_checkpoint_arrays(uninterrupted / CHECKPOINT_FILE)[1]
+
+
 @pytest.mark.parametrize("fault", ["seg-:4", "checkpoint.msgpack:4"])
-def test_a_sigkill_in_a_segment_or_in_the_checkpoint_listing_it_loses_nothing(tmp_path, fault):
+def test_a_sigkill_in_a_segment_or_in_the_checkpoint_listing_it_loses_nothing(tmp_path, fault, saved_at_chunk_3):
     """Killed in the middle of the 4th segment, or of the 4th checkpoint after its segment was written (both
     written from the background thread while the 5th chunk runs): the checkpoint before stays whole (its segments
     too), and the resume from it finishes."""
@@ -110,10 +117,7 @@ def test_a_sigkill_in_a_segment_or_in_the_checkpoint_listing_it_loses_nothing(tm
     assert chunk == 3
     position = arrays[".runs.memory.position"].reshape(-1)
     assert list(position) == [(3 * CHUNK + 1) % CAPACITY] * 2  # 48 steps and the first frame: slot 1 again
-    uninterrupted = tmp_path / "uninterrupted"
-    run_experiment(experiment(), uninterrupted, progress=False, checkpoint_seconds=0, stop_after_chunks=3)
-    _, expected = read_checkpoint_arrays(uninterrupted / CHECKPOINT_FILE)
-    for key, value in expected.items():  # what the killed run restores is what it had saved at chunk 3
+    for key, value in saved_at_chunk_3.items():  # what the killed run restores is what it had saved at chunk 3
         np.testing.assert_array_equal(arrays[key], value, err_msg=key)
     run_experiment(experiment(), out, progress=False, checkpoint_seconds=0)
     chunk, _ = read_checkpoint_arrays(out / CHECKPOINT_FILE)

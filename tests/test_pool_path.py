@@ -14,7 +14,7 @@ import pytest
 from opiq_jax.agent.trainer import Agent, make_train
 from opiq_jax.parts.rnd import RndPredictor, RndTarget
 from opiq_jax.paths.pool import PoolShapes
-from opiq_jax.registry.environments import ENVIRONMENTS, EnvironmentSpec, register_environment, static_for_env
+from opiq_jax.registry.environments import ENVIRONMENTS, register_environment, static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.running.train_programs import run_methods
 from opiq_jax.runs.experiment import Experiment, RunSpec

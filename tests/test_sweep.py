@@ -1,7 +1,6 @@
 """Sweeps: grid expansion, batching by memory, resume, and the selection protocol."""
 
 import json
-import shutil
 
 import pytest
 
