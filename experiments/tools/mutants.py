@@ -76,6 +76,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("counts-montezuma-levels", "opiq_jax/pieces/counts.py",
            "jnp.floor(small / 32.0 + 1e-4)", "jnp.floor(small / 31.0 + 1e-4)",
            "Montezuma feature binned by 31 instead of 32", (COUNTS + "test_montezuma_feature_of_constant_frames",)),
+    Mutant("networks-head-scale-bias", "opiq_jax/pieces/networks.py",
+           'lambda head: {**head, "kernel": head["kernel"] * factor}',
+           'lambda head: {**head, "kernel": head["kernel"] * factor, "bias": head["bias"] * factor}',
+           "--head-init-scale scales the output bias too", (PIECES + "test_head_scale_multiplies_only_the_output_weights",)),
+    Mutant("trainer-head-scale-dropped", "opiq_jax/agent/trainer.py",
+           "static.head_init_scale", "1.0",
+           "the trainer ignores --head-init-scale", ("tests/test_trainer.py::test_head_init_scale_reaches_the_initial_networks",)),
+    Mutant("cell-values-bootstrap-bonus", "opiq_jax/agent/cell_values.py",
+           "acting=q + optimism_bonus(n, per_run(c_action), m)", "acting=q + optimism_bonus(n, per_run(c_bootstrap), m)",
+           "Results.cell_values acts on C_bootstrap's bonus",
+           ("tests/test_cell_values.py::test_acting_and_bootstrap_values_add_each_runs_own_bonus_by_hand",)),
     # ------------------------------------------------------------------ optimism
     Mutant("optimism-no-plus-one", "opiq_jax/parts/optimism.py",
            "jnp.power(counts.astype(jnp.float32) + 1.0, exponent)", "jnp.power(counts.astype(jnp.float32) + 2.0, exponent)",
@@ -489,6 +500,7 @@ CHEAP: tuple[str, ...] = (
     "bsp-torso-unscaled", "trainer-epsilon-reversed", "results-no-checksum", "results-arrays-same-offset",
     "bench-timer-ignores-compiles", "frames-unknown-return-off-by-one", "probe-counts-colliding-codes",
     "sweep-label-two-digits", "segment-rings-one-offset", "rnd-recent-frames-off-by-one", "rnd-reached-own-frame",
+    "networks-head-scale-bias", "cell-values-bootstrap-bonus",
 )
 """Mutants whose tests take a few seconds (pure functions, no compiled trainer): what the CI sample draws from."""
 
