@@ -178,6 +178,8 @@ def test_head_scale_multiplies_only_the_output_weights(bootstrapped):
     head = (lambda p: p["params"]["heads"]["head"]) if bootstrapped else (lambda p: p["params"]["head"])
     np.testing.assert_allclose(head(scaled)["kernel"], 0.1 * head(plain)["kernel"], rtol=1e-6)
     np.testing.assert_array_equal(head(scaled)["bias"], jnp.full_like(head(plain)["bias"], 0.5))
+    kept = networks.scale_output_weights(networks.set_final_bias(plain, 2.0), 0.1)  # a bias that is not 0: kept
+    np.testing.assert_array_equal(head(kept)["bias"], jnp.full_like(head(plain)["bias"], 2.0))
     diff = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), plain, scaled)
     changed = [jax.tree_util.keystr(path) for path, d in jax.tree_util.tree_leaves_with_path(diff) if d]
     assert changed == [("['params']['heads']['head']['kernel']" if bootstrapped else "['params']['head']['kernel']")]
