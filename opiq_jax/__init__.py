@@ -17,7 +17,9 @@ _EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "registry.met
               "register_method": "registry.methods", "EnvironmentSpec": "registry.environments",
               "register_environment": "registry.environments", "Option": "common.config",
               "read_metrics": "runs.results_folder", "optimism_bonus": "parts.optimism"}
-__all__ = [*_API, *_ERRORS, *_EXTENSION]
+# What a script must do before JAX starts, as the opiq-jax command does: free the GPU's memory for --programs parallel.
+_BEFORE_JAX = {"share_device_memory": "launch"}
+__all__ = [*_API, *_ERRORS, *_EXTENSION, *_BEFORE_JAX]
 
 
 def __getattr__(name: str):
@@ -27,8 +29,8 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(".api", __name__), name)
     if name in _ERRORS:
         return getattr(importlib.import_module(".common.errors", __name__), name)
-    if name in _EXTENSION:
-        return getattr(importlib.import_module(f".{_EXTENSION[name]}", __name__), name)
+    if name in _EXTENSION or name in _BEFORE_JAX:
+        return getattr(importlib.import_module(f".{({**_EXTENSION, **_BEFORE_JAX})[name]}", __name__), name)
     raise AttributeError(f"module 'opiq_jax' has no attribute {name!r}")
 
 

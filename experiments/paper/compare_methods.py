@@ -22,8 +22,8 @@ and the same command resumes; the figures and tables are drawn after every invoc
 has run (the tables' ``last step`` column says how far each method got). ``--redraw --out <folder>`` only
 draws the figures of a folder again (on any machine, from its metrics).
 
-Uses only the public API: ``opiq_jax.train``, ``opiq_jax.options`` and ``opiq_jax.reporting``, for the figures'
-tables.
+Uses only the public API: ``opiq_jax.share_device_memory`` (before JAX starts, as the opiq-jax command does),
+``opiq_jax.train``, ``opiq_jax.options`` and ``opiq_jax.reporting``, for the figures' tables.
 """
 
 from __future__ import annotations
@@ -39,17 +39,9 @@ from typing import Annotated, Any, Literal
 if not __package__:  # run by path (python experiments/paper/compare_methods.py): import as python -m does, from the root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from opiq_jax import share_device_memory
 
-
-def programs_in_parallel(argv: list[str]) -> bool:
-    """Whether the command line asks for ``--programs parallel`` (in either spelling)."""
-    return "--programs=parallel" in argv or any(a == "--programs" and b == "parallel" for a, b in zip(argv, argv[1:]))
-
-
-# Before JAX starts, as opiq_jax.train(programs="parallel") asks: this process must not take 75 % of the GPU's
-# memory, which the programs' own processes need.
-if programs_in_parallel(sys.argv[1:]):
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+share_device_memory(sys.argv[1:])  # before JAX starts: with --programs parallel the programs' processes need the GPU
 
 import jax  # noqa: E402
 import tyro  # noqa: E402
