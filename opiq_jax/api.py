@@ -139,13 +139,10 @@ class Results:
         own layout (``opiq_jax.envs.maze.Maze().walls``)."""
         final = self.state(program)
         static = experiment_from_configs(self.folder / final.program).static
-        if is_pool(static):
+        trainer = None if is_pool(static) else compiled_trainer(static)[0]  # a pool's trainer needs its emulators
+        if trainer is None or not trainer.path.has_cell_table:
             raise UsageError(f"{self.folder}: {static.env}'s states cannot be listed, so it has no cell values")
-        trainer = compiled_trainer(static)[0]
-        try:
-            values = jax.jit(lambda runs: cell_values(trainer, runs))(final.state)
-        except TypeError as err:
-            raise UsageError(f"{self.folder}: {err}") from None
+        values = jax.jit(lambda runs: cell_values(trainer, runs))(final.state)
         return {name: np.asarray(v) for name, v in jax.device_get(values).items()}
 
     def summary(self, metric: str = "test_return") -> str:

@@ -125,3 +125,12 @@ def test_bsp_prior_stays_fixed_on_the_pool_path(trained):
     runs = states["bsp"].runs
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(fresh_prior), runs.parts["bsp"])
     assert runs.params["params"]["heads"]["head"]["kernel"].shape[:2] == (2, 3)  # [runs, K heads, ...]
+
+
+def test_a_pool_has_no_cell_values_and_says_so_in_one_line(trained_folder):
+    """``Results.cell_values`` lists the cells of the chain and the maze; a pool's states cannot be listed."""
+    import opiq_jax
+
+    _, _, out = trained_folder
+    with pytest.raises(opiq_jax.UsageError, match="fake_montezuma's states cannot be listed, so it has no cell values"):
+        opiq_jax.load(out).cell_values("plain")

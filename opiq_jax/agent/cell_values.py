@@ -19,14 +19,12 @@ from ..pieces import counts as count_table
 def one_run_tables(trainer, run) -> dict[str, jax.Array]:
     """``q`` and ``q_target`` (float32[cells, A]) and, where the run counts, ``counts`` (int32[cells, A]) of one run
     (its ``RunState``, no runs axis), indexed by cell id; walls, where the environment has them, are included."""
-    env = trainer.path.env
-    compacts = env.all_compacts()
-    obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(compacts, run.env.params)
+    obs = trainer.path.cell_table_obs(run)
     q_values = trainer.network.apply
     tables = dict(q=q_values(trainer.agent.weights.master(run), obs).astype(jnp.float32),
                   q_target=q_values(run.target_params, obs).astype(jnp.float32))
     if run.counts is not None:
-        columns = jax.vmap(lambda c: trainer.agent.count_columns(run, c))(compacts)
+        columns = jax.vmap(lambda c: trainer.agent.count_columns(run, c))(trainer.path.env.all_compacts())
         tables["counts"] = jax.vmap(lambda cols: count_table.query_all_actions(run.counts.sketch, cols))(columns)
         chex.assert_equal_shape([tables["q"], tables["counts"]])
     return tables
@@ -45,7 +43,7 @@ def cell_values(trainer, runs) -> dict[str, jax.Array]:
     """:func:`one_run_tables` of every run of ``runs`` (leading runs axis) and the values each acts on (``acting``)
     and bootstraps from (``bootstrap``): with the optimism bonus where the program has one and the run counts,
     otherwise ``q`` and ``q_target`` themselves."""
-    if not getattr(trainer.path.env, "has_cell_table", False):
+    if not trainer.path.has_cell_table:
         raise TypeError(f"{type(trainer.path.env).__name__}'s states cannot be listed: it declares no cell table")
     tables = jax.vmap(lambda run: one_run_tables(trainer, run))(runs)
     hp = runs.hparams
