@@ -1,34 +1,75 @@
-"""The Montezuma headline's comparisons: the verdict says only what the evidence and the paper allow."""
+"""``python -m experiments.paper.montezuma_headline`` on hand-written folders of timeboxed calls: its tables, verdicts
+that say only what the evidence and the paper allow, and the projected cost of the paper's comparison."""
 
 from __future__ import annotations
 
-import numpy as np
+import json
 
-from experiments.paper.montezuma_headline import PAPER_STEPS, comparison_table, verdict
+from experiments.paper.montezuma_headline import main
+from tests.results_folders import tidy_row, write_folder
 
-
-def test_no_claim_is_tested_short_of_the_papers_length():
-    ahead, behind = np.array([5.0, 6, 7, 8]), np.array([1.0, 2, 3, 4])
-    text = verdict(ahead, behind, "dqn_pc", 5_000_000, 2 / 70)
-    assert text.startswith("inconclusive: the paper makes no claim at 5,000,000 steps") and "OPIQ ahead" in text
+METRICS = ("rooms_visited", "train_return", "max_return")
+MONTEZUMA = dict(env="montezuma", total_steps=12_500_000, log_every=1_000_000, precision="float32")
 
 
-def test_at_the_papers_length_the_claims_direction_and_p_decide():
-    ahead, behind = np.array([5.0, 6, 7, 8]), np.array([1.0, 2, 3, 4])
-    assert verdict(ahead, behind, "dqn_pc", PAPER_STEPS, 0.029) == "reproduced"
-    assert verdict(behind, ahead, "bsp", PAPER_STEPS, 0.029) == "differs: OPIQ behind"
-    assert verdict(ahead, behind, "dqn_pc", PAPER_STEPS, 0.2).startswith("inconclusive (OPIQ ahead, p = 0.2")
+def call_folder(folder, curves: dict[str, list[list[float]]], steps: tuple[int, ...], record: dict | None = None):
+    """One timeboxed call's folder: ``curves[method][seed]`` logged at ``steps``, the same for every metric."""
+    rows, run = [], 0
+    for method, per_seed in curves.items():
+        for seed, curve in enumerate(per_seed):
+            rows += [tidy_row(run, method, seed, step, metric, value)
+                     for step, value in zip(steps, curve, strict=True) for metric in METRICS]
+            run += 1
+    write_folder(folder, rows, **MONTEZUMA)
+    if record is not None:
+        (folder / "timeboxed.json").write_text(json.dumps(record))
+
+
+def summary(folder, capsys) -> list[str]:
+    main([str(folder)])
+    text = (folder / "summary.md").read_text(encoding="utf-8")
+    assert text in capsys.readouterr().out
+    return text.splitlines()
+
+
+def test_at_the_papers_length_the_claims_direction_and_p_decide(tmp_path, capsys):
+    folder, steps = tmp_path / "montezuma, 12.5M ✓", (1_000_000, 12_500_000)
+    gpus = ["NVIDIA H200"] * 4
+    call_folder(folder / "call-1", {"opiq": [[1, 5], [1, 6], [1, 7], [1, 8]], "dqn_pc": [[1, 1], [1, 2], [1, 3], [1, 4]]},
+                steps, dict(runs=8, env_steps_per_second=50_000.0, gpus=gpus))
+    call_folder(folder / "call-2", {"bsp": [[1, 9], [1, 10], [1, 11], [1, 12]], "dqn_rnd": [[1, 4], [1, 5], [1, 6], [1, 7]]},
+                steps, dict(runs=4, env_steps_per_second=25_000.0, gpus=gpus))
+    call_folder(folder / "call-3", {"opiq_no_ob": [[1, 5], [1, 6], [1, 7], [1, 8]]}, steps)
+    call_folder(folder / "call-4", {"dqn": [[1], [1], [1], [1]]}, steps[:1])  # cut short: the last common step is 1M
+    lines = summary(folder, capsys)
+
+    # 5, 6, 7, 8: median 6.5 with quartiles 5.75 and 7.25, the IQM the mean of the middle two
+    assert "| OPIQ | 12,500,000 | 4 | 6.5 (5.75, 7.25) | 6.5 [" in "\n".join(lines)
+    # 4 seeds against 4: 70 relabellings, the two most extreme 2/70 = 0.029
+    rooms = {line.split(" | ")[1] + " at " + line.split(" | ")[2]: line for line in lines
+             if line.startswith("| rooms_visited |")}
+    assert rooms["DQN + PC at 12,500,000"].endswith("| 6.5 | 2.5 | 0.029 | reproduced |")
+    assert rooms["BSP at 12,500,000"].endswith("| 6.5 | 10.5 | 0.029 | differs: OPIQ behind |")
     # the paper finds OPIQ w/o OB similar to OPIQ: no difference is its claim
-    assert verdict(ahead, behind, "opiq_no_ob", PAPER_STEPS, 0.4) == "consistent with similar (p = 0.4)"
-    assert verdict(ahead, behind, "opiq_no_ob", PAPER_STEPS, 0.029) == "differs: OPIQ ahead"
+    assert rooms["OPIQ w/o OB at 12,500,000"].endswith("| 6.5 | 6.5 | 1 | consistent with similar (p = 1) |")
+    assert "| inconclusive (OPIQ ahead, p = 0." in rooms["DQN + RND at 12,500,000"]
+    assert rooms["DQN + PC at 1,000,000"].endswith(
+        "| 1 | 1 | 1 | inconclusive: the paper makes no claim at 1,000,000 steps (level, p = 1) |")
+
+    # the projection: 12 runs x 12.5M at 50,000 steps/s = 0.83 h, each 4-run program at 25,000 = 0.56 h
+    assert any(line.startswith("## The paper's comparison, projected") and "measured on 4 x NVIDIA H200" in line
+               for line in lines)
+    assert "| OPIQ, OPIQ w/o OB, DQN + PC | 12 | 50,000 (8 runs x 32 environments) | 0.83 | 0.42 |" in lines
+    assert "| DQN + RND | 4 | 25,000 (4 runs x 32 environments) | 0.56 | 0.28 |" in lines
+    assert "| all, one after another | 20 | | **1.94** | **0.97** |" in lines
+    assert lines[0] == "# montezuma, 12.5M ✓: the last common step (1,000,000) and each method's last step"
 
 
-def test_the_table_compares_opiq_with_each_method_at_the_common_and_the_last_step():
-    steps = np.array([1_000_000, 2_000_000])
-    curve = lambda values: {"steps": steps, "values": np.array(values, float)}  # noqa: E731 (seeds x steps)
-    by_metric = {"rooms_visited": {"opiq": curve([[1, 6], [1, 5], [1, 6], [1, 7]]),
-                                   "dqn_pc": curve([[1, 2], [1, 2], [1, 3], [1, 2]])}}
-    rows = comparison_table(by_metric, 1_000_000)
-    assert len(rows) == 4  # header, rule, the common step, the last step
-    assert "| rooms_visited | DQN + PC | 2,000,000 | 6 | 2 | 0.029 |" in rows[3]
-    assert "| 1,000,000 | 1 | 1 | 1 |" in rows[2]
+def test_no_claim_is_tested_short_of_the_papers_length(tmp_path, capsys):
+    folder = tmp_path / "montezuma-5m"
+    call_folder(folder / "call-1", {"opiq": [[5], [6], [7], [8]], "dqn_pc": [[1], [2], [3], [4]]}, (5_000_000,))
+    lines = summary(folder, capsys)
+    assert lines[0] == "# montezuma-5m: the last common step (5,000,000) and each method's last step"
+    (verdict,) = [line for line in lines if line.startswith("| rooms_visited | DQN + PC |")]
+    assert verdict.endswith("| inconclusive: the paper makes no claim at 5,000,000 steps (OPIQ ahead, p = 0.029) |")
+    assert not any("projected" in line for line in lines)  # no call measured the rates it needs

@@ -1,4 +1,4 @@
-"""experiments.tools.sweep_last_step: each setting's seeds at the last step all of them logged, read from batch folders."""
+"""``python -m experiments.tools.sweep_last_step``: each setting's seeds at the last step all of them logged, read from batch folders."""
 
 import csv
 import json
@@ -33,7 +33,10 @@ def test_table_takes_the_step_every_seed_logged_and_each_setting_separately(tmp_
                     "| BSP | beta_bsp=1 | 30 | 1 | 4 (4-4) |"]
 
 
-def test_a_metric_the_sweep_did_not_log_is_named(tmp_path):
+def test_a_metric_the_sweep_did_not_log_and_a_folder_without_batches_are_one_line(tmp_path):
     write_batch(tmp_path / "batch_000", [[0, "dqn", "eps=1", 0, 10, "max_return", 0]], runs=1)
-    with pytest.raises(ValueError, match="no rows of cells.*its metrics are max_return"):
-        sls.last_step_table(sls.sweep_rows(tmp_path), ("max_return", "cells"))
+    with pytest.raises(SystemExit, match="^sweep_last_step: error: .*: no rows of cells.*its metrics are max_return"):
+        sls.main(sls.Args(tmp_path, metrics=("max_return", "cells")))
+    with pytest.raises(SystemExit, match="^sweep_last_step: error: .*typo: the sweep folder holds no metrics"):
+        sls.main(sls.Args(tmp_path / "typo"))
+    assert not (tmp_path / "last_step.md").exists()

@@ -55,11 +55,11 @@ def installed_bytes(name: str) -> int:
     return sum(f.locate().stat().st_size for f in files if Path(f.locate()).is_file())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--extra", default="atari")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     start = time.time()
     added = sorted(closure(requirement_names(PROJECT, args.extra)) - closure(requirement_names(PROJECT)))
     sizes = {name: {"version": metadata.version(name), "bytes": installed_bytes(name)} for name in added}

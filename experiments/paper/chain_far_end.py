@@ -51,12 +51,12 @@ def markdown(table: dict, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--chain-length", type=int, default=100)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     start = time.time()
     rows = (r for f in sorted(args.folder.rglob("metrics.csv.gz")) for r in csv.DictReader(gzip.open(f, "rt")))
     table = far_end_counts(per_seed_maxima(rows), args.chain_length)

@@ -254,8 +254,8 @@ def analyse(folder: str | Path, out: str | Path | None = None, reps: int = 2000,
     """Reads ``folder``'s metrics and writes summary.md, summary.json and fig5_analysis.png into ``out``."""
     folder = Path(folder)
     out = Path(out) if out is not None else folder
+    seeds = seed_table(metrics_of(folder))  # before making ``out``: a mistyped folder is not created
     out.mkdir(parents=True, exist_ok=True)
-    seeds = seed_table(metrics_of(folder))
     summary = method_summary(seeds, reps=reps, seed=seed)
     pairs = improvements(seeds, reps=reps, seed=seed)
     result = verdict(summary, pairs)

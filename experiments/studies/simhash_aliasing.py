@@ -63,13 +63,13 @@ def summary(counts: list[int], states: int) -> dict:
             "max": max(counts)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--bits", type=int, nargs="+", default=[32, 64, 128])
     parser.add_argument("--matrices", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     start = time.time()
     envs = {"chain (100 states)": chain_observations(100), "maze (open cells)": maze_observations()}
     keys = jax.random.split(jax.random.PRNGKey(args.seed), args.matrices)

@@ -227,16 +227,14 @@ def draw(path: Path, before: list[dict], after: list[dict], metric: str, title: 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = tyro.cli(Args, args=argv)
     out = args.out or args.after
-    out.mkdir(parents=True, exist_ok=True)
     try:
         before, after = opiq_jax.load(args.before).metrics, opiq_jax.load(args.after).metrics
-    except opiq_jax.ResultsError as e:  # a folder that does not exist or holds no results
+        rows = [row for metric in args.metrics for row in comparison_rows(before, after, metric)]
+    except (opiq_jax.ResultsError, ValueError) as e:  # no such folder, no results, or two experiments' shapes
         raise SystemExit(f"before_after: error: {e}") from None
-    rows = []
-    for metric in args.metrics:
-        rows += comparison_rows(before, after, metric)
     if not rows:
         raise SystemExit(f"before_after: error: {args.before} and {args.after} share no method")
+    out.mkdir(parents=True, exist_ok=True)  # only now: a mistyped --after is not created
     title = comparison_title(args.before, args.after, before, after)
     for metric in dict.fromkeys(r["metric"] for r in rows):  # a metric neither folder logged has no panel to draw
         draw(out / f"before_after_{metric}.png", before, after, metric, title)

@@ -70,8 +70,12 @@ def last_step_table(rows: list[dict], metrics: tuple[str, ...]) -> str:
 
 
 def main(args: Args) -> None:
+    try:
+        table = last_step_table(sweep_rows(args.sweep), args.metrics)
+    except ValueError as e:  # no batches there, or a metric the sweep did not log
+        raise SystemExit(f"sweep_last_step: error: {args.sweep}: {e}") from None
     text = ("Every setting at the last step its batch reached (written by `python -m experiments.tools.sweep_last_step`)."
-            "\n\n" + last_step_table(sweep_rows(args.sweep), args.metrics))
+            "\n\n" + table)
     atomic_write_bytes(args.sweep / "last_step.md", text.encode())
     print(text)
 
