@@ -1,75 +1,83 @@
-"""The mutation harness (``experiments/tools/mutation_testing.py``): a random sample of cheap mutants is killed in a copy of
-the project, a mutant whose snippet is gone is reported stale, and pytest's output is read right."""
+"""``python -m experiments.tools.mutation_testing``, the mutation harness, as its command: a random cheap mutant is
+killed in a copy of the project; mutants that are stale, name no test, break an import, change nothing or run too
+long are each reported as such in its table, and fail the run; every declared mutant still applies."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 
-from experiments.tools.mutants import CHEAP, MUTANTS, Mutant
-from experiments.tools.mutation_testing import (
-    classify,
-    first_failure,
-    markdown,
-    mutate,
-    run_mutant,
-    run_mutants,
-    select,
-)
+from experiments.tools import mutation_testing
+from experiments.tools.mutants import CHEAP, MUTANTS
+
+COUNTS = "opiq_jax/pieces/counts.py"
+DOC = '"""The SimHash projection ``A``: ``num_bits x obs_dim`` with i.i.d. N(0, 1) entries."""'
+FAST_TEST = ("tests/test_counts.py::test_update_respects_valid_flag_and_action",)
 
 
-def test_a_random_sample_of_cheap_mutants_is_killed_in_a_copy_of_the_project():
+def mutant(id: str, original: str, replacement: str = "x", file: str = COUNTS, tests=FAST_TEST):
+    return dataclasses.replace(MUTANTS[0], id=id, file=file, original=original, replacement=replacement,
+                               description=f"{id} (a test's own)", tests=tests)
+
+
+def table_rows(path) -> dict[str, list[str]]:
+    """The report's rows by mutant id: [where, description, result, killing test, s]."""
+    rows = [line.split(" | ") for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("| `")]
+    return {row[0].strip("| `"): row[1:] for row in rows}
+
+
+def test_a_random_cheap_mutant_is_killed_by_its_own_tests_and_reported(tmp_path):
     seed = random.randrange(1 << 30)
-    chosen = select([m for m in MUTANTS if m.id in CHEAP], sample=2, seed=seed)
-    outcomes = run_mutants(chosen, jobs=1, timeout=120)
-    assert [o.status for o in outcomes] == ["killed", "killed"], (seed, outcomes)
-    for outcome in outcomes:
-        assert outcome.killer in outcome.mutant.tests  # a test of the mutant's own list failed
+    out = tmp_path / "mutation, \"cheap\" ✓.md"  # a comma, a quote and unicode in the report's name
+    (outcome,) = mutation_testing.main(["--cheap", "--sample", "1", "--seed", str(seed), "--timeout", "120",
+                                        "--out", str(out)])
+    assert outcome.status == "killed" and outcome.mutant.id in CHEAP, (seed, outcome)
+    assert outcome.killer.split("[")[0] in {t.split("[")[0] for t in outcome.mutant.tests}  # one of its own tests
+    text = out.read_text(encoding="utf-8")
+    assert "1 mutants, 1 killed; wall-clock" in text and "on revision `" in text
+    assert table_rows(out)[outcome.mutant.id][2] == "killed"
 
 
-def test_a_mutant_whose_snippet_is_gone_or_repeated_is_reported_stale():
-    gone = Mutant("gone", "opiq_jax/pieces/counts.py", "return jnp.median(sketch)", "x", "not in the file", ("tests/test_counts.py",))
-    twice = Mutant("twice", "opiq_jax/pieces/counts.py", "import", "x", "many times in the file", ("tests/test_counts.py",))
-    missing = Mutant("missing", "opiq_jax/no_such_module.py", "a", "b", "no such file", ("tests/test_counts.py",))
-    outcomes = {o.mutant.id: o for o in (run_mutant(m) for m in (gone, twice, missing))}
-    assert {k: o.status for k, o in outcomes.items()} == {"gone": "stale", "twice": "stale", "missing": "stale"}
-    assert "occurs 0 times" in outcomes["gone"].killer and "does not exist" in outcomes["missing"].killer
+def test_every_other_outcome_is_reported_and_fails_the_run(tmp_path, monkeypatch, capsys):
+    made = [mutant("gone", "return jnp.median(sketch)"), mutant("twice", "import"),
+            mutant("missing", "a", file="opiq_jax/no_such_module.py"),
+            mutant("no-such-test", DOC, tests=("tests/nope.py::test_x",)),
+            mutant("import-broken", DOC, "def ("), mutant("harmless", DOC, '"""A docstring a mutant rewrote."""')]
+    monkeypatch.setattr(mutation_testing, "MUTANTS", made)
+    out = tmp_path / "report.md"
+    with pytest.raises(SystemExit) as exit_:
+        mutation_testing.main(["--only", *(m.id for m in made), "--jobs", "2", "--timeout", "120", "--out", str(out)])
+    assert exit_.value.code == 1  # not every mutant was killed
+    assert "6 mutants, 1 killed, 1 survived, 3 stale, 1 error;" in out.read_text(encoding="utf-8")
+    rows = table_rows(out)
+    assert {k: row[2] for k, row in rows.items()} == {"gone": "stale", "twice": "stale", "missing": "stale",
+                                                      "no-such-test": "error", "import-broken": "killed",
+                                                      "harmless": "survived"}
+    assert "occurs 0 times" in rows["gone"][3] and "occurs" in rows["twice"][3]
+    assert "does not exist" in rows["missing"][3] and "pytest exit 4" in rows["no-such-test"][3]
+    assert rows["import-broken"][3] == "`tests/test_counts.py`"  # collection failed: the module's tests kill it
+    capsys.readouterr()
+
+    # the listing says which still apply; an unknown name is a usage error; a mutant that outlives --timeout
+    mutation_testing.main(["--list"])
+    listed = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert [k for k, line in listed.items() if "STALE (" in line] == ["gone", "twice", "missing"]
+    with pytest.raises(SystemExit):
+        mutation_testing.main(["--only", "no-such-mutant"])
+    assert "unknown mutant(s) no-such-mutant" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        mutation_testing.main(["--only", "harmless", "--timeout", "0.01", "--out", str(out)])
+    assert table_rows(out)["harmless"][2] == "timeout"
 
 
-def test_every_declared_mutant_still_applies_and_names_its_tests():
-    from experiments.tools.mutation_testing import ROOT
-
+def test_every_declared_mutant_still_applies_and_names_its_tests(capsys):
     assert len(MUTANTS) >= 60 and len({m.id for m in MUTANTS}) == len(MUTANTS)
     assert set(CHEAP) <= {m.id for m in MUTANTS}
-    for mutant in MUTANTS:
-        mutated = mutate((ROOT / mutant.file).read_text(), mutant)
-        assert mutated != (ROOT / mutant.file).read_text()
-        assert mutant.tests and all("::" in t and (ROOT / t.split("::")[0]).is_file() for t in mutant.tests), mutant.id
-
-
-def test_pytests_output_is_read_for_the_first_failing_test():
-    output = ("F\n=== short test summary info ===\n"
-              "FAILED tests/test_a.py::test_one[chain] - AssertionError: assert 2 == 1\n"
-              "FAILED tests/test_a.py::test_two\n!!! stopping after 1 failures !!!\n1 failed in 3.2s\n")
-    assert first_failure(output) == "tests/test_a.py::test_one[chain]"
-    assert classify(1, output) == ("killed", "tests/test_a.py::test_one[chain]")
-    assert classify(2, "ERROR tests/test_b.py - ImportError: x\n1 error in 1s") == ("killed", "tests/test_b.py")
-    assert classify(0, "3 passed in 1s") == ("survived", "")
-    assert classify(None, "") == ("timeout", "")
-    assert classify(4, "ERROR: file or directory not found: tests/nope.py\n")[0] == "error"
-    assert classify(5, "no tests ran in 0.1s")[0] == "error"
-
-
-def test_selection_and_report():
-    assert [m.id for m in select(MUTANTS, only=["counts-query-max"])] == ["counts-query-max"]
-    assert len(select(MUTANTS, sample=3, seed=1)) == 3
-    assert select(MUTANTS, sample=3, seed=1) == select(MUTANTS, sample=3, seed=1)
-    with pytest.raises(ValueError, match="unknown mutant"):
-        select(MUTANTS, only=["no-such-mutant"])
-    from experiments.tools.mutation_testing import Outcome
-
-    text = markdown([Outcome(MUTANTS[0], "killed", "tests/test_x.py::test_y", 12.0), Outcome(MUTANTS[1], "survived")],
-                    "abc1234", "2026-01-01 00:00", 90.0, 1)
-    assert "revision `abc1234`" in text and "2 mutants, 1 killed, 1 survived" in text and "1.5 min" in text
-    assert f"| `{MUTANTS[0].id}` | `{MUTANTS[0].file}` |" in text and "`tests/test_x.py::test_y`" in text
+    for m in MUTANTS:
+        assert m.tests and all("::" in t and (mutation_testing.ROOT / t.split("::")[0]).is_file() for t in m.tests), m.id
+    mutation_testing.main(["--list"])
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == len(MUTANTS) and all(line.rstrip().endswith("applies") for line in listed), [
+        line for line in listed if not line.rstrip().endswith("applies")]

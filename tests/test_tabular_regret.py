@@ -1,17 +1,28 @@
-"""experiments/paper/tabular_regret.py's figure: what its title states and how its lines are told apart."""
+"""``python -m experiments.paper.tabular_regret`` at a tiny size: the table, CSV and record it writes, and its figure's
+title and lines."""
 
-import numpy as np
+import csv
+import json
+import math
 
-from experiments.paper import tabular_regret as tr
+from experiments.paper.tabular_regret import Args, main
 
 
-def test_regret_figure_states_runs_episodes_statistic_and_precision(tmp_path, drawn):
-    args = tr.Args(num_mdps=2, num_seeds=3, num_episodes=50)
-    labels = [m.label for m in tr.methods(args)]
-    runs = args.num_mdps * args.num_seeds
-    cumulative = np.cumsum(np.random.default_rng(0).uniform(size=(len(labels), runs, 50)), axis=-1)
-    cumulative[4] = cumulative[3]  # UCB-H exactly on OPIQ (M=10), as they nearly are in the committed run
-    tr.plot(labels, cumulative, args, tmp_path / "regret.png")
+def test_a_tiny_run_writes_the_table_the_record_and_a_figure_that_states_what_it_shows(tmp_path, drawn, capsys):
+    out = tmp_path / "tabular, ✓"  # a comma and unicode in the folder's name
+    main(Args(out=out, num_mdps=2, num_seeds=3, num_episodes=50, chunk=25))
+    labels = ["OPIQ (M=0.5)", "OPIQ (M=1)", "OPIQ (M=2)", "OPIQ (M=10)", "UCB-H", "Q-learning + b_N (pessimistic init, greedy)"]
+    with open(out / "regret.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["method"] for r in rows] == labels
+    for r in rows:  # regret is V* - V^pi per episode: between 0 and H = 10, so 0 to 500 over 50 episodes
+        assert 0 <= float(r["final_regret_q25"]) <= float(r["final_regret_median"]) <= float(r["final_regret_q75"]) <= 500
+    assert "| UCB-H |" in (out / "regret.md").read_text() and "| UCB-H |" in capsys.readouterr().out
+    derived = json.loads((out / "config.json").read_text())["derived"]
+    # b_1 = c sqrt(H^3 log(S A K H / p)) = 0.01 sqrt(1000 log(10 * 3 * 50 * 10 / 0.05))
+    assert derived["b_1"] == math.sqrt(1000 * math.log(300_000)) / 100
+    assert (derived["T"], derived["runs_per_method"], derived["slope_window"]) == (500, 6, [5, 50])
+
     (fig,) = drawn
     (ax,) = fig.axes
     title = ax.get_title()
@@ -22,7 +33,7 @@ def test_regret_figure_states_runs_episodes_statistic_and_precision(tmp_path, dr
     lines = {line.get_label(): line for line in ax.get_lines()}
     styles = [(str(lines[label].get_color()), lines[label].get_linestyle()) for label in labels]
     assert len(set(styles)) == len(labels) and len({s for _, s in styles}) > 1
-    # where the two overlap, the broken line lies over the solid one, so both show
+    # UCB-H lies on OPIQ (M=10) here, as in the committed run: the broken line is drawn over the solid one
     opiq, ucb = lines["OPIQ (M=10)"], lines["UCB-H"]
     assert opiq.get_color() != ucb.get_color() and opiq.get_linestyle() != ucb.get_linestyle()
     broken, solid = (opiq, ucb) if ucb.get_linestyle() == "-" else (ucb, opiq)

@@ -1,33 +1,14 @@
-"""The lease-bound driver of long runs (experiments/tools/timeboxed_run.py): what it reads from the metrics, and that it
-stops the trainer when the last chunk is in or when asked, recording what ran."""
+"""``python -m experiments.tools.timeboxed_run``, the lease-bound driver of long runs: it stops the trainer when every
+run's last chunk is in or when asked, and records what ran, the chunks it saw and the rate between them."""
 
 from __future__ import annotations
 
 import json
 
 from experiments.tools import timeboxed_run
-from opiq_jax.store.metrics import METRICS_HEADER
 
-TINY_CHAIN = ("--env", "chain", "--chain-length", "5", "--method", "dqn", "--seeds", "1", "--hidden", "8",
+TINY_CHAIN = ("--env", "chain", "--chain-length", "5", "--method", "dqn", "--seeds", "2", "--hidden", "8",
               "--buffer-size", "200", "--batch-size", "8")
-
-
-def write_rows(path, rows, torn=""):
-    path.write_text(",".join(METRICS_HEADER) + "\n" + "".join(
-        f"{run},dqn,paper,{run},{step},loss,0.5\n" for run, step in rows) + torn, encoding="utf-8")
-
-
-def test_chunks_written_is_the_step_every_run_has_reached(tmp_path):
-    assert timeboxed_run.chunks_written(tmp_path) == 0  # before the trainer wrote anything
-    (tmp_path / "config.json").write_text(json.dumps(dict(static=dict(log_every=1000), runs=[{}, {}])))
-    write_rows(tmp_path / "metrics.csv", [(0, 1000), (1, 1000), (0, 2000)], torn="1,dqn,paper,1,20")
-    assert timeboxed_run.chunks_written(tmp_path) == 1000  # run 1's second chunk is still being appended
-
-
-def test_rate_counts_every_run_between_the_first_and_last_chunk_seen():
-    record = dict(chunks=[[1000, 10.0], [2000, 12.0], [5000, 18.0]])
-    assert timeboxed_run.rate(record, runs=4) == (5000 - 1000) * 4 / 8.0
-    assert timeboxed_run.rate(dict(chunks=[[1000, 10.0]]), runs=4) is None
 
 
 def test_a_run_ends_at_its_last_chunk_and_records_what_ran(tmp_path):
@@ -35,8 +16,14 @@ def test_a_run_ends_at_its_last_chunk_and_records_what_ran(tmp_path):
     timeboxed_run.main(["--out", str(out), "--budget-seconds", "300", "--", *TINY_CHAIN,
                         "--steps", "2000", "--log-every", "1000"])
     record = json.loads((out / "timeboxed.json").read_text(encoding="utf-8"))
-    assert record["stopped"] == "last chunk written" and record["last_step"] == 2000 and record["runs"] == 1
-    assert [step for step, _ in record["chunks"]][-1] == 2000
+    assert record["stopped"] == "last chunk written" and record["last_step"] == 2000 and record["runs"] == 2
+    steps = [step for step, _ in record["chunks"]]
+    assert steps[-1] == 2000 and steps == sorted(set(steps)) and all(step % 1000 == 0 for step in steps)
+    if len(steps) == 2:  # both chunks seen: every run's steps between them over the seconds between them
+        (first, t0), (last, t1) = record["chunks"]
+        assert record["env_steps_per_second"] == (last - first) * 2 / (t1 - t0)
+    else:  # the first chunk came and went between two polls: one point gives no rate
+        assert record["env_steps_per_second"] is None
     assert "--checkpoint-every" in record["command"] and str(out) in record["command"]
 
 

@@ -87,8 +87,10 @@ def gspmd_program(train_chunk, state):
     return jax.jit(train_chunk, donate_argnums=0, out_shardings=(shardings, jax.tree.leaves(shardings.runs)[0]))
 
 
-def steps_per_second(static, num_runs: int, sharded: bool, repeats: int, partitioner: str = "per-device") -> tuple[float, int]:
-    """The fastest timed chunk's env steps per second, and the collectives in the compiled chunk."""
+def steps_per_second(static, num_runs: int, sharded: bool, repeats: int,
+                     partitioner: str = "per-device") -> tuple[float, int, list[float]]:
+    """The fastest timed chunk's env steps per second, the collectives in the compiled chunk, and every timed chunk's
+    seconds (kept in the results, so that each rate can be checked against its timings)."""
     experiment = bench_experiment(static, num_runs)
     trainer, init, _ = compiled_trainer(static)
     state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
@@ -99,13 +101,16 @@ def steps_per_second(static, num_runs: int, sharded: bool, repeats: int, partiti
     collectives = count_collectives(train_chunk.as_text())
     state = run_until_learning(train_chunk, state, static)
     _, seconds, _ = timed_repeats(lambda s: train_chunk(s)[0], state, repeats)  # a compiled chunk cannot recompile
-    return rate(num_runs, static.log_every, seconds), collectives
+    return rate(num_runs, static.log_every, seconds), collectives, list(seconds)
 
 
-def best_single_device(static, num_runs: int, repeats: int, measured: dict[int, float]) -> tuple[int, float]:
-    """``(runs, rate)`` of one device: at ``num_runs``, or, where they do not fit, at the most runs measured that did."""
+def best_single_device(static, num_runs: int, repeats: int,
+                       measured: dict[int, tuple[float, list[float]]]) -> tuple[int, tuple[float, list[float]]]:
+    """``(runs, (rate, seconds))`` of one device: at ``num_runs``, or, where they do not fit, at the most runs measured
+    that did."""
     try:
-        measured[num_runs] = steps_per_second(static, num_runs, sharded=False, repeats=repeats)[0]
+        rate_, _, seconds = steps_per_second(static, num_runs, sharded=False, repeats=repeats)
+        measured[num_runs] = rate_, seconds
         return num_runs, measured[num_runs]
     except Exception as error:  # noqa: BLE001 - only running out of device memory is expected here
         if not is_out_of_memory(error) or not measured:
@@ -128,11 +133,12 @@ def main(argv: list[str] | None = None) -> dict:
                             precision=args.precision)
     rows, one_device = [], {}
     for num_runs in args.runs:
-        one_runs, one = best_single_device(static, num_runs, args.repeats, one_device)
+        one_runs, (one, one_seconds) = best_single_device(static, num_runs, args.repeats, one_device)
         for partitioner in args.partitioners:
-            many, collectives = steps_per_second(static, num_runs, sharded=True, repeats=args.repeats,
-                                                 partitioner=partitioner)
-            rows.append(dict(scaling_row(num_runs, one, many, partitioner, collectives), one_device_runs=one_runs))
+            many, collectives, many_seconds = steps_per_second(static, num_runs, sharded=True, repeats=args.repeats,
+                                                               partitioner=partitioner)
+            rows.append(dict(scaling_row(num_runs, one, many, partitioner, collectives), one_device_runs=one_runs,
+                             one_device_seconds=one_seconds, all_devices_seconds=many_seconds))
             print(rows[-1], flush=True)
     kind = devices[0].device_kind
     lines = [f"{args.env}, {args.precision}: environment steps per second on 1 and on {len(devices)} x {kind} (runs split).", "",

@@ -83,15 +83,16 @@ def first_failure(pytest_output: str) -> str | None:
 def classify(returncode: int | None, output: str) -> tuple[str, str]:
     """``(status, killer)`` from pytest's exit status and output (``returncode`` None: it timed out).
 
-    Exit 1 is a failing test; exit 2 with an error (collection failed: the mutant broke an import) kills too;
-    exits 3 to 5 (internal or usage error, no test collected) mean the mutant's test list is wrong.
+    Exit 1 is a failing test; exit 2 or 4 with a test module's error in the summary (collection failed: the mutant
+    broke an import; pytest exits 4 when the named tests' module did not collect) kills too; otherwise exits 3 to 5
+    (internal or usage error, no test collected) mean the mutant's test list is wrong.
     """
     if returncode is None:
         return "timeout", ""
     if returncode == 0:
         return "survived", ""
     failing = first_failure(output)
-    if returncode == 1 or (returncode == 2 and failing):
+    if returncode == 1 or (returncode in (2, 4) and failing):
         return "killed", failing or "(pytest reported a failure)"
     tail = output.strip().splitlines()[-1:] or [""]
     return "error", f"pytest exit {returncode}: {tail[0][:200]}"
@@ -176,9 +177,17 @@ IMPORT_PROBE = ("import importlib.util, opiq_jax; print(opiq_jax.__file__); "
 
 
 def check_imports_from(copy: Path, env: dict[str, str]) -> None:
-    """Raises unless ``opiq_jax`` and ``opiq_jax.envs`` import from ``copy`` (not from an installed project)."""
-    out = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=copy, env=env, capture_output=True, text=True,
-                         check=True).stdout.split()
+    """Raises unless ``opiq_jax`` and ``opiq_jax.envs`` import from ``copy`` (not from an installed project).
+
+    A copy whose package fails to import from the copy itself (the mutant broke an import) passes: its tests then
+    fail to collect, which kills the mutant, as breaking the package would fail the suite."""
+    probe = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=copy, env=env, capture_output=True, text=True,
+                           check=False)
+    if probe.returncode != 0:
+        if str(copy.resolve()) in probe.stderr or str(copy) in probe.stderr:
+            return
+        raise RuntimeError(f"the import probe failed outside the copy: {probe.stderr.strip()[-300:]}")
+    out = probe.stdout.split()
     outside = [path for path in out if not Path(path).resolve().is_relative_to(copy.resolve())]
     if outside:
         raise RuntimeError(f"the copy's tests would import {', '.join(outside)}, not the copy in {copy}")
