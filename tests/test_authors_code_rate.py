@@ -1,5 +1,5 @@
-"""experiments/bench/authors_code_rate.py: the command it gives the authors' code and its settings against this
-project's record of the paper's, then runs end to end that read the log into a rate. Neither their code nor torch is
+"""``python -m experiments.bench.authors_code_rate`` run end to end: the command it gives the authors' code, its settings
+against this project's record of the paper's, and the rate it reads from the log. Neither their code nor torch is
 needed: the runs use a stand-in main.py that prints the lines their training loop prints (in both of sacred's
 logging formats)."""
 
@@ -8,37 +8,13 @@ import sys
 
 import pytest
 
-from experiments.bench.authors_code_rate import PAPER_SETTINGS, build_command, main
+from experiments.bench.authors_code_rate import PAPER_SETTINGS, main
 
 
 def settings(command):
     """The ``KEY=VALUE`` updates after ``with``, as a dict."""
     assert command[1:3] == ["src/main.py", "with"]
     return dict(arg.split("=", 1) for arg in command[3:])
-
-
-@pytest.mark.parametrize("env", ["chain", "maze", "montezuma"])
-def test_the_command_runs_opiq_for_the_budget_with_no_test_episodes(env):
-    command = build_command("/venv/bin/python", env, 4000)
-    assert command[0] == "/venv/bin/python"
-    given = settings(command)
-    assert given["t_max"] == "4000" and int(given["testing_interval"]) > 4000
-    assert given["action_selector"] == "optimistic_action" and given["optim_bootstrap"] == "True"
-    assert given["count_rewards"] == "True"
-    assert {k: given[k] for k in PAPER_SETTINGS[env]} == PAPER_SETTINGS[env]
-
-
-def test_save_is_left_out_unless_asked_for():
-    """Their main.py reads a given save=... as a string, so save=False would switch sacred's observer on."""
-    assert "save" not in settings(build_command("python", "chain", 10))
-    assert settings(build_command("python", "maze", 10, save=True))["save"] == "True"
-
-
-def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="unknown env"):
-        build_command("python", "pong", 10)
-    with pytest.raises(ValueError, match="steps"):
-        build_command("python", "chain", 0)
 
 
 def test_the_settings_are_the_papers_as_this_project_records_them():
@@ -80,11 +56,50 @@ print("CRITICAL - Main - Closing envs", file=sys.stderr, flush=True)
 '''
 
 
-def test_a_run_of_a_stand_in_for_their_code_writes_the_rate(tmp_path, capsys):
+
+@pytest.fixture
+def their_code(tmp_path):
+    """A checkout holding the stand-in for their entry point."""
     code = tmp_path / "opiq"
     (code / "src").mkdir(parents=True)
     (code / "src" / "main.py").write_text(FAKE_MAIN)
     (code / "SOURCE_COMMIT").write_text("0123abc oxwhirl/opiq\n")
+    return code
+
+
+def command_run(code, out, *argv) -> list[str]:
+    """The command the script ran their code with."""
+    assert main(["--code", str(code), "--python", sys.executable, "--out", str(out), *argv]) == 0
+    (result,) = [json.loads(p.read_text()) for p in out.glob("authors_*.json")]
+    return result["command"]
+
+
+@pytest.mark.parametrize("env", ["chain", "maze", "montezuma"])
+def test_the_command_runs_opiq_for_the_budget_with_no_test_episodes(env, their_code, tmp_path):
+    command = command_run(their_code, tmp_path / "out", "--env", env, "--steps", "400")
+    assert command[0] == sys.executable
+    given = settings(command)
+    assert given["t_max"] == "400" and int(given["testing_interval"]) > 400
+    assert given["action_selector"] == "optimistic_action" and given["optim_bootstrap"] == "True"
+    assert given["count_rewards"] == "True"
+    assert {k: given[k] for k in PAPER_SETTINGS[env]} == PAPER_SETTINGS[env]
+    # their main.py reads a given save=... as a string, so save=False would switch sacred's observer on
+    assert "save" not in given
+    if env == "maze":
+        assert settings(command_run(their_code, tmp_path / "saved", "--env", env, "--steps", "100",
+                                    "--save"))["save"] == "True"
+
+
+def test_bad_arguments_are_refused_in_one_line(their_code, tmp_path, capsys):
+    for argv, said in ((["--env", "pong"], "invalid choice: 'pong'"), (["--steps", "0"], "steps")):
+        with pytest.raises(SystemExit):
+            main(["--code", str(their_code), "--out", str(tmp_path / "out"), *argv])
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_of_a_stand_in_for_their_code_writes_the_rate(their_code, tmp_path, capsys):
+    code = their_code
     out = tmp_path / "out"
     assert main(["--code", str(code), "--python", sys.executable, "--env", "chain", "--steps", "1000",
                  "--out", str(out)]) == 0

@@ -289,6 +289,87 @@ def test_experiments_sit_in_the_folder_of_their_kind():
         assert ast.get_docstring(ast.parse((ROOT / "experiments" / folder / "__init__.py").read_text()))
 
 
+SCRIPT_ENTRY_POINTS = {"main", "Args"}
+"""What a test of a script may take from it besides its constants (UPPER_CASE): its command, run as a user runs it."""
+HAND_CHECKED: dict[str, dict[str, str]] = {
+    "test_tabular.py": {"*": "tabular.py is the paper's tabular algorithm (Algorithm 1): the theory's checks test its "
+                             "functions one by one"},
+    "test_properties.py": {"*": "the tabular algorithm's properties, as in test_tabular.py"},
+    "test_provenance.py": dict.fromkeys(("cited_folders", "index_text", "top_folders"),
+                                        "the committed index is checked against what the index tool makes of the "
+                                        "folders"),
+    "test_program_identity.py": {"compare": "two revisions that differ would lower every program twice more: the "
+                                            "rows of a change are checked on made-up hashes"},
+    "test_montezuma_bench.py": {"table": "a sound run has no compile in its timed windows: the table's note for one "
+                                         "is checked on made-up rows"},
+    "test_multi_gpu_scaling.py": {"count_collectives": "the chain's programs on two CPU devices hold no collective: "
+                                                       "the parser is checked on hand-written HLO"},
+    "test_regression_illustration.py": {"Figure": "replaced by a subclass that keeps the figures the script draws "
+                                                  "without pyplot"},
+    "test_throughput_table.py": {
+        **dict.fromkeys(("FrameCounts", "Replay", "SimHashCounts"),
+                        "torch is not in the test install: the PyTorch loop's NumPy pieces are checked alone"),
+        **dict.fromkeys(("table_row", "emulators_note"),
+                        "the torch columns and an out-of-memory baseline cannot be made to happen in a test run"),
+    },
+}
+"""The tests that take more of a script than its command, and why: every other test of ``experiments/`` runs it."""
+
+
+def experiment_names_taken(tree: ast.AST) -> set[str]:
+    """The names of ``experiments`` modules a test takes (``module.name``), but modules themselves."""
+    modules, taken = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "experiments":
+            folder = ROOT / node.module.replace(".", "/")
+            for alias in node.names:
+                if (folder / f"{alias.name}.py").is_file():
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                else:
+                    taken.add(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            taken |= {f"{a.name}.*" for a in node.names if a.name.split(".")[0] == "experiments"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            taken.add(f"{modules[node.value.id]}.{node.attr}")
+    return taken
+
+
+def beyond_the_command(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return last not in SCRIPT_ENTRY_POINTS and not (last.isupper() or last.strip("_").isupper())
+
+
+def test_tests_of_the_scripts_run_their_commands():
+    """A test of a script calls its ``main`` (or runs it as ``python -m``) and reads what it wrote, so that a script's
+    inside can change without its tests; the few that check a piece by hand are listed, each with why, and the list
+    holds no name that is no longer taken."""
+    beyond, listed_unused = {}, []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        names = {n for n in experiment_names_taken(ast.parse(path.read_text())) if beyond_the_command(n)}
+        allowed = HAND_CHECKED.get(path.name, {})
+        if "*" in allowed:
+            continue
+        rest = sorted(n for n in names if n.rsplit(".", 1)[-1] not in allowed)
+        if rest:
+            beyond[path.name] = rest
+        listed_unused += [f"{path.name}: {k}" for k in allowed if not any(n.endswith(f".{k}") for n in names)]
+    assert beyond == {} and listed_unused == []
+    assert set(HAND_CHECKED) <= {p.name for p in (ROOT / "tests").glob("*.py")}
+
+
+def test_the_script_name_reader_sees_imports_and_attributes():
+    source = ("from experiments.paper import fig5_analysis as fa\nfrom experiments.paper.tabular import q_plus, main\n"
+              "import experiments.tools.before_after\nfa.main([])\nfa.seed_table([])\nx = fa.GOAL_REWARD\n")
+    taken = experiment_names_taken(ast.parse(source))
+    assert taken == {"experiments.paper.fig5_analysis.main", "experiments.paper.fig5_analysis.seed_table",
+                     "experiments.paper.fig5_analysis.GOAL_REWARD", "experiments.paper.tabular.q_plus",
+                     "experiments.paper.tabular.main", "experiments.tools.before_after.*"}
+    assert sorted(n for n in taken if beyond_the_command(n)) == [
+        "experiments.paper.fig5_analysis.seed_table", "experiments.paper.tabular.q_plus",
+        "experiments.tools.before_after.*"]
+
+
 ENVIRONMENT_NAMES = ("chain", "maze", "montezuma")
 ENVIRONMENT_PREFIXES = ("atari:", "gymnax:")
 OWN_MODULE = ROOT / "opiq_jax" / "registry" / "environments.py"

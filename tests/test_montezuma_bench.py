@@ -1,9 +1,9 @@
-"""The Montezuma timers (``experiments/bench/montezuma_bench.py``) time no compile: each reports the XLA compiles made in
-its timed window (``compiles_timed``), and on EnvPool's Montezuma every one of them makes none.
+"""``python -m experiments.bench.montezuma_bench`` times no compile: each rate reports the XLA compiles made in its
+timed window (``compiles_timed``), and on EnvPool's Montezuma, on one device and split over two, every one makes none.
 
 The agent's chunk, jitted and called, compiled again on its second call (the timed one) when it ran on one device:
 the first state, fresh from ``init``, is not committed to a device and the chunk's output is. It is now compiled
-ahead of its first call, as ``opiq-jax train`` compiles it. Tiny pools and chunks: these check what is timed, not
+ahead of its first call, as ``opiq-jax train`` compiles it. A tiny pool and chunks: this checks what is timed, not
 how fast. Needs EnvPool (the ``atari`` extra). Run: ``JAX_PLATFORMS=cpu pytest tests/test_montezuma_bench.py``.
 """
 
@@ -24,7 +24,6 @@ pytest.importorskip("envpool")
 
 from experiments.bench import montezuma_bench  # noqa: E402  (after the skip: it times EnvPool's pools)
 
-POOL, STEPS = 2, 40  # 40 steps per environment: more than a batch of 32, so the timed chunk learns
 
 
 def test_counting_compiles_counts_a_new_program_and_not_a_cached_one():
@@ -36,40 +35,33 @@ def test_counting_compiles_counts_a_new_program_and_not_a_cached_one():
     assert (first[0], again[0]) == (1, 0)
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_the_agents_timed_chunk_compiles_nothing(overlap):
-    row = montezuma_bench.time_agent(POOL, STEPS, buffer_size=200, overlap=overlap)
-    assert row["compiles_timed"] == 0
-    assert row["kind"] == ("agent" if overlap else "agent_strict") and row["env_steps_per_second"] > 0
+# A pool of 2, 40 steps per environment (more than a batch of 32, so the timed chunk learns), on one device and split
+# over two CPU devices (a subprocess: the device count is fixed at start-up).
+COMMAND = ["--pool-sizes", "2", "--steps", "40", "--buffer-size", "200", "--devices", "2"]
 
 
-def test_the_raw_pool_and_the_plain_baseline_time_no_compile():
-    raw = montezuma_bench.time_raw(POOL, STEPS)
-    plain = montezuma_bench.time_plain(POOL, STEPS, buffer_size=200)
-    assert (raw["compiles_timed"], plain["compiles_timed"]) == (0, 0)
-    assert plain["updates_timed_per_run"] == STEPS // 4  # it learned in the timed window: one update per 4 steps
+def test_every_rate_on_one_device_and_split_over_two_times_no_compile(tmp_path):
+    out = tmp_path / "bench, ✓"  # a comma and unicode in the folder's name
+    env = {**os.environ, "XLA_FLAGS": xla_flags_with_host_devices(2), "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-m", "experiments.bench.montezuma_bench", *COMMAND, "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((out / "montezuma_bench.json").read_text())
+    kinds = ["raw", "agent", "agent_strict", "agent_no_updates"]
+    assert [(r["kind"], r["devices"]) for r in saved["rows"]] == [(k, d) for d in (1, 2) for k in kinds]
+    assert all(r["compiles_timed"] == 0 and r["env_steps_per_second"] > 0 for r in saved["rows"]), saved["rows"]
+    assert saved["device"] == "2 x cpu" and saved["settings"]["pool_sizes"] == [2]
+    table = (out / "montezuma_bench.md").read_text()
+    assert table.startswith("Montezuma throughput on 2 x cpu") and "XLA compiles" not in table
+    rates, shares = (part.splitlines() for part in table.split("Where a step's time goes"))
+    assert [line.split(" | ")[:2] for line in rates if line.startswith("| 2 |")] == [["| 2", "1"], ["| 2", "2"]]
+    assert [line.split(" | ")[:2] for line in shares if line.startswith("| 2 |")] == [["| 2", "1"], ["| 2", "2"]]
 
 
 def test_the_table_names_a_rate_whose_window_held_a_compile():
+    """By hand: a sound run has no compile in its windows (above), so the note for one is checked on made-up rows."""
     raw = dict(pool_size=2, devices=1, kind="raw", env_steps_per_second=900.0, compiles_timed=0)
     agent = dict(pool_size=2, devices=1, kind="agent", runs=2, envs_per_run=1, env_steps_per_second=300.0,
                  compiles_timed=1, state_bytes_per_run=2**20, paper_state_bytes_per_run=2**30, buffer_size=200)
     assert "XLA compiles" not in montezuma_bench.table([raw, {**agent, "compiles_timed": 0}], "CPU")
     assert "too low): agent at 2 on 1 device(s): 1." in montezuma_bench.table([raw, agent], "CPU")
-
-
-TWO_DEVICES = """
-import json
-from experiments.bench import montezuma_bench
-row = montezuma_bench.time_agent(4, 40, buffer_size=200, devices=2)
-print(json.dumps(dict(devices=row["devices"], compiles_timed=row["compiles_timed"])))
-"""
-
-
-def test_the_agent_split_over_two_devices_times_no_compile():
-    """A pool per device, the state sharded before the first call (two CPU devices, in a subprocess)."""
-    env = {**os.environ, "XLA_FLAGS": xla_flags_with_host_devices(2), "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=Path(__file__).resolve().parents[1])
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == dict(devices=2, compiles_timed=0)

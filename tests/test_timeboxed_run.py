@@ -29,7 +29,7 @@ def test_a_run_ends_at_its_last_chunk_and_records_what_ran(tmp_path):
 
 def test_a_stop_file_ends_the_run_and_refused_options_still_leave_a_record(tmp_path):
     out = tmp_path / "stopped"
-    timeboxed_run.stop_file(out).touch()
+    (tmp_path / "stopped.stop").touch()  # DIR.stop beside the folder, as the module's docstring says
     # Far more steps than a fast machine trains before the first poll, which must find the stop file, not the end.
     timeboxed_run.main(["--out", str(out), "--budget-seconds", "300", "--", *TINY_CHAIN, "--steps", "10000000"])
     assert json.loads((out / "timeboxed.json").read_text())["stopped"] == "asked to stop"

@@ -258,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     # a path (not a name on PATH) made absolute without following links (a venv's python is one), since their
     # process starts in the checkout
     python = os.path.abspath(args.python) if os.sep in args.python else args.python
-    command = build_command(python, args.env, args.steps, save=args.save)
+    try:
+        command = build_command(python, args.env, args.steps, save=args.save)
+    except ValueError as e:  # no steps to train
+        parser.error(str(e))
     machine = probe(python, env)
     machine["cpu"] = cpu_model(Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").exists() \
         else platform.processor() or "unknown"

@@ -416,7 +416,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "chunk = chunk_program(trainer.train_chunk, state).lower(state).compile()",
            "chunk = chunk_program(trainer.train_chunk, state)",
            "the Montezuma agent's timed chunk recompiles on one device (the bug found in its rates)",
-           ("tests/test_montezuma_bench.py::test_the_agents_timed_chunk_compiles_nothing",)),
+           ("tests/test_montezuma_bench.py::test_every_rate_on_one_device_and_split_over_two_times_no_compile",)),
     Mutant("plain-bootstrap-current-cell", "opiq_jax/benchmark/plain.py",
            "static.gamma, run.replay.cell, run.replay.next_cell)", "static.gamma, run.replay.cell, run.replay.cell)",
            "the plain baseline bootstraps with the counts of the window's first cells, not the next ones",

@@ -10,7 +10,8 @@ budget ends. It writes ``timeboxed.json`` beside the metrics: the command, the d
 when each chunk's rows appeared (the run's rate, compile excluded).
 
 Run: ``python -m experiments.tools.timeboxed_run --out DIR --budget-seconds 1200 -- --env montezuma --method opiq
-dqn_pc --seeds 4 --envs-per-run 32 --steps 5000000 --log-every 40000``.
+dqn_pc --seeds 4 --envs-per-run 32 --steps 5000000 --log-every 40000``. To end it sooner (a lease that ends before
+the budget), create ``DIR.stop`` beside the folder: the run stops at the next poll and its record says so.
 
 Reaches inside: opiq_jax.store.files and opiq_jax.store.metrics, for the atomic write and the reading of a metrics
 file being appended that the trainer itself uses.
