@@ -17,9 +17,10 @@ DOC = '"""The SimHash projection ``A``: ``num_bits x obs_dim`` with i.i.d. N(0, 
 FAST_TEST = ("tests/test_counts.py::test_update_respects_valid_flag_and_action",)
 
 
-def mutant(id: str, original: str, replacement: str = "x", file: str = COUNTS, tests=FAST_TEST):
-    return dataclasses.replace(MUTANTS[0], id=id, file=file, original=original, replacement=replacement,
-                               description=f"{id} (a test's own)", tests=tests)
+def mutant(name: str, original: str, replacement: str = "x", file: str = COUNTS, tests=FAST_TEST):
+    """A mutant of this test's own, shaped as the registry's are."""
+    return dataclasses.replace(MUTANTS[0], id=name, file=file, original=original, replacement=replacement,
+                               description=f"{name} (a test's own)", tests=tests)
 
 
 def table_rows(path) -> dict[str, list[str]]:
