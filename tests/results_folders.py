@@ -4,6 +4,7 @@ script's test runs the script itself on a folder whose answers are worked out by
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from opiq_jax.store.files import CONFIG_FILE, METRICS_FILE
@@ -14,6 +15,15 @@ FIELDS = ("run", "method", "setting", "seed", "step", "metric", "value")
 
 def tidy_row(run: int, method: str, seed: int, step: int, metric: str, value: float, setting: str = "paper") -> dict:
     return dict(run=run, method=method, setting=setting, seed=seed, step=step, metric=metric, value=value)
+
+
+def curve_rows(curves: dict[str, list[list[float]]], steps: Sequence[int],
+               metrics: Sequence[str] = ("train_return",)) -> list[dict]:
+    """Tidy rows of ``curves[method][seed]``, each curve logged at ``steps``, the same curve for every metric in
+    ``metrics``; runs numbered in order."""
+    runs = [(method, seed, curve) for method, per_seed in curves.items() for seed, curve in enumerate(per_seed)]
+    return [tidy_row(run, method, seed, step, metric, value) for run, (method, seed, curve) in enumerate(runs)
+            for step, value in zip(steps, curve, strict=True) for metric in metrics]
 
 
 def write_folder(folder: Path, rows: list[dict], **static) -> Path:

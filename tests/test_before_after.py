@@ -10,7 +10,7 @@ from opiq_jax.registry.methods import method_hparams
 from opiq_jax.registry.methods import program_parts
 from opiq_jax.running.host_loop import run_experiment
 from opiq_jax.runs.experiment import Experiment, RunSpec
-from tests.results_folders import tidy_row, write_folder
+from tests.results_folders import curve_rows, write_folder
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=400, log_every=200, buffer_size=300, hidden=(16,),
                         parts=program_parts(["opiq"]))
@@ -73,12 +73,7 @@ NAN = float("nan")
 def flat_rows(areas: dict[str, list[float]]) -> list[dict]:
     """A tidy table whose seeds' curves are flat at the given areas (three logged points each); a NaN area is a seed
     whose curve is all NaN (no finished episode)."""
-    rows = []
-    for method, per_seed in areas.items():
-        for seed, area in enumerate(per_seed):
-            run = len({r["run"] for r in rows})
-            rows += [tidy_row(run, method, seed, step, "train_return", area) for step in (100, 200, 300)]
-    return rows
+    return curve_rows({method: [[area] * 3 for area in per_seed] for method, per_seed in areas.items()}, (100, 200, 300))
 
 
 def compared(tmp_path, before: list[dict], after: list[dict]) -> dict[str, dict]:

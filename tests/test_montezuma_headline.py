@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from experiments.paper.montezuma_headline import main
-from tests.results_folders import tidy_row, write_folder
+from tests.results_folders import curve_rows, write_folder
 
 METRICS = ("rooms_visited", "train_return", "max_return")
 MONTEZUMA = dict(env="montezuma", total_steps=12_500_000, log_every=1_000_000, precision="float32")
@@ -14,13 +14,7 @@ MONTEZUMA = dict(env="montezuma", total_steps=12_500_000, log_every=1_000_000, p
 
 def call_folder(folder, curves: dict[str, list[list[float]]], steps: tuple[int, ...], record: dict | None = None):
     """One timeboxed call's folder: ``curves[method][seed]`` logged at ``steps``, the same for every metric."""
-    rows, run = [], 0
-    for method, per_seed in curves.items():
-        for seed, curve in enumerate(per_seed):
-            rows += [tidy_row(run, method, seed, step, metric, value)
-                     for step, value in zip(steps, curve, strict=True) for metric in METRICS]
-            run += 1
-    write_folder(folder, rows, **MONTEZUMA)
+    write_folder(folder, curve_rows(curves, steps, METRICS), **MONTEZUMA)
     if record is not None:
         (folder / "timeboxed.json").write_text(json.dumps(record))
 

@@ -5,8 +5,6 @@ Results folders are written by hand (config.json and metrics.csv as the runner w
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +23,8 @@ from opiq_jax.reporting.plotting import (
 )
 from opiq_jax.reporting.stats import iqm, iqm_curve_ci
 from opiq_jax.runs.results_folder import read_metrics
-from opiq_jax.store.files import METRICS_FILE
+from tests.results_folders import curve_rows, write_folder
 
-HEADER = ["run", "method", "setting", "seed", "step", "metric", "value"]
 PLAIN = ["pseudocounts", "optimism"]
 
 
@@ -35,21 +32,10 @@ def write_results(folder: Path, values: dict[str, list[list[float]]], *, env: st
                   parts: list[str] = PLAIN, metrics: tuple[str, ...] = ("train_return",), **static) -> Path:
     """A results folder: ``values[method][seed]`` is that seed's curve, logged every steps / len(curve) steps,
     the same curve for every metric in ``metrics``."""
-    folder.mkdir(parents=True)
-    runs, rows = [], []
-    for method, per_seed in values.items():
-        for seed, curve in enumerate(per_seed):
-            run = len(runs)
-            runs.append(dict(run=run, method=method, setting="paper", seed=seed, hparams={}))
-            every = steps // len(curve)
-            rows += [(run, method, "paper", seed, every * (i + 1), m, f"{v:.6g}")
-                     for i, v in enumerate(curve) for m in metrics]
-    config = dict(static=dict(env=env, chain_length=10, total_steps=steps, log_every=steps // 3, parts=parts,
-                              **static), seed=0, shared_mask_seed=12345, runs=runs)
-    (folder / "config.json").write_text(json.dumps(config))
-    with open(folder / METRICS_FILE, "w", newline="", encoding="utf-8") as f:  # csv's CRLF, as results.py writes
-        csv.writer(f).writerows([HEADER, *rows])
-    return folder
+    length = len(next(iter(values.values()))[0])  # every curve of a folder is logged at the same steps
+    rows = curve_rows(values, [steps // length * (i + 1) for i in range(length)], metrics)
+    return write_folder(folder, rows, env=env, chain_length=10, total_steps=steps, log_every=steps // 3, parts=parts,
+                        **static)
 
 
 CURVES = {"opiq": [[0, 1, 2], [0, 2, 4], [1, 1, 1], [0, 0, 9]], "dqn": [[0, 0, 0], [0, 0, 1]]}
