@@ -19,7 +19,8 @@ _EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "registry.met
               "read_metrics": "runs.results_folder", "optimism_bonus": "parts.optimism"}
 # What a script must do before JAX starts, as the opiq-jax command does: free the GPU's memory for --programs parallel.
 _BEFORE_JAX = {"share_device_memory": "launch"}
-__all__ = [*_API, *_ERRORS, *_EXTENSION, *_BEFORE_JAX]
+_MODULE_OF = {**_EXTENSION, **_BEFORE_JAX}
+__all__ = [*_API, *_ERRORS, *_MODULE_OF]
 
 
 def __getattr__(name: str):
@@ -29,8 +30,8 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(".api", __name__), name)
     if name in _ERRORS:
         return getattr(importlib.import_module(".common.errors", __name__), name)
-    if name in _EXTENSION or name in _BEFORE_JAX:
-        return getattr(importlib.import_module(f".{({**_EXTENSION, **_BEFORE_JAX})[name]}", __name__), name)
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
     raise AttributeError(f"module 'opiq_jax' has no attribute {name!r}")
 
 
