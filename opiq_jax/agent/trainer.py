@@ -41,7 +41,7 @@ from ..paths import Batch, Decision, ObservationPath, Outcome, StepRecord
 from ..paths.compact import CompactPath
 from ..paths.pool import ATARI_FRAMES, PoolPath
 from ..pieces import counts
-from ..pieces.networks import init_params, make_bootstrapped_network, make_network
+from ..pieces.networks import init_params, init_variables, make_bootstrapped_network, make_network
 from ..pieces.state import DIAGNOSTIC_METRICS, ChunkStats, Counts, Diagnostics, RunState, RunStats, TrainState
 from ..pieces.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
 from ..registry.environments import environment_spec
@@ -202,6 +202,11 @@ class Agent:
         return make_network(self.network_name, num_outputs, self.static.hidden, self.compute_dtype,
                             uses_pallas_torso(self.static, self.network_name))
 
+    def init_variables(self, network, key: jax.Array, obs: jax.Array):
+        """A part's ``network`` initialised on the batch ``obs``, drawn as ``--network-init`` says (every network
+        of a program starts the same way)."""
+        return init_variables(network, key, obs, self.static.network_init)
+
     @staticmethod
     def apply_flat(network, params, obs: jax.Array, lead_ndim: int) -> jax.Array:
         """``network`` on observations with ``lead_ndim`` leading axes, flattened into one batch and back."""
@@ -303,7 +308,8 @@ def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, 
     k_net, k_hash, k_reset, k_loop = jax.random.split(run_key, 4)
     env = path.init_env(k_reset, env_key, start)
     obs = path.observations(env)[0]
-    params = init_params(agent.q_network, k_net, obs, hp["final_bias"], static.head_init_scale)
+    params = init_params(agent.q_network, k_net, obs, hp["final_bias"], static.head_init_scale,
+                         static.network_init)
     run_counts = None
     if agent.uses_counts:
         sketch = counts.init_sketch(agent.num_actions, static.sketch_rows, static.sketch_width)

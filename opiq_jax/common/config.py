@@ -184,8 +184,11 @@ class StaticConfig:
                                maximum=1 << 30)  # hashed into 32-bit columns; 2**30 of them are 4 GiB a row already
     shared_action_mask: bool = option(False, "One action randomisation shared by all runs (the reference code) "
                                       "instead of one per run (the paper).")
-    head_init_scale: float = option(1.0, "Factor on the Q-network's initial output-layer weights (1: flax's LeCun "
-                                    "normal, as every other layer). A smaller factor starts Q nearer 0, whatever the "
+    network_init: str = option("flax", "How every network's weights and biases are first drawn: flax (LeCun normal "
+                               "weights, zero biases) or pytorch (uniform in ±1/sqrt(fan_in), weights and biases: "
+                               "PyTorch's default, which the authors' networks keep).", choices=("flax", "pytorch"))
+    head_init_scale: float = option(1.0, "Factor on the Q-network's initial output-layer weights (1: as "
+                                    "--network-init draws them). A smaller factor starts Q nearer 0, whatever the "
                                     "scale of the rewards.", minimum=0.0, open_minimum=True)
     grad_clip: float = option(5.0, "Global gradient-norm clip.", minimum=0.0, open_minimum=True)
     rms_decay: float = option(0.99, "RMSProp decay (PyTorch's alpha).", minimum=0.0, maximum=1.0)

@@ -69,7 +69,7 @@ class Bsp(Part):
     def init(self, agent, run_key, example):
         """The prior: a second K-headed network of the same architecture, never trained; with the prior table, also
         its values at every cell."""
-        variables = agent.q_network.init(agent.init_key(run_key, "prior"), example.obs[None])
+        variables = agent.init_variables(agent.q_network, agent.init_key(run_key, "prior"), example.obs[None])
         if not uses_prior_table(agent):
             return variables
         table = agent.q_network.apply(variables, example.cell_obs).astype(jnp.float32)

@@ -111,7 +111,8 @@ class Dora(Part):
         return agent.make_network(agent.num_actions)
 
     def init(self, agent, run_key, example):
-        e_params = zero_final_layer(self.network(agent).init(agent.init_key(run_key, "e_network"), example.obs[None]))
+        e_params = zero_final_layer(agent.init_variables(self.network(agent), agent.init_key(run_key, "e_network"),
+                                                         example.obs[None]))
         ring = replay.init(example.item, agent.static.dora_buffer_factor * agent.static.batch_size)
         return DoraState(params=e_params, opt_state=agent.optimiser.init(e_params), buffer=ring)
 

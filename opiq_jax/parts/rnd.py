@@ -116,9 +116,9 @@ class Rnd(Part):
     def init(self, agent, run_key, example):
         predictor, target = self.networks(agent)
         obs = agent.path.bonus_obs(example.obs)[None]
-        params = predictor.init(agent.init_key(run_key, "predictor"), obs)
+        params = agent.init_variables(predictor, agent.init_key(run_key, "predictor"), obs)
         return RndState(params=params, opt_state=agent.optimiser.init(params),
-                        target_params=target.init(agent.init_key(run_key, "rnd_target"), obs))
+                        target_params=agent.init_variables(target, agent.init_key(run_key, "rnd_target"), obs))
 
     def intrinsic_reward(self, agent, run, batch):
         """The error at the state each step reached (Burda et al.)."""

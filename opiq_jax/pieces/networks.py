@@ -19,7 +19,9 @@ Parameters are always created in float32.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import zlib
+from collections.abc import Mapping, Sequence
 
 import chex
 import flax.linen as nn
@@ -299,11 +301,62 @@ def scale_output_weights(params: chex.ArrayTree, factor: float) -> chex.ArrayTre
     return map_output_layer(params, lambda head: {**head, "kernel": head["kernel"] * factor})
 
 
+INITIALISATIONS = ("flax", "pytorch")
+"""How a network's parameters are first drawn: ``flax`` (LeCun normal weights, zero biases: flax's defaults) or
+``pytorch`` (PyTorch's defaults for ``Linear`` and ``Conv2d``, which the authors' networks keep)."""
+
+
+def fan_in(kernel: jax.Array, bias: jax.Array | None) -> int:
+    """Inputs of one output unit of a layer: the kernel's every axis but the last (a convolution's area times its
+    input channels), less the leading axes of stacked copies (BSP's heads), which the bias has too."""
+    stacked = 0 if bias is None else bias.ndim - 1
+    return math.prod(kernel.shape[stacked:-1])
+
+
+def pytorch_layer(layer: Mapping, key: chex.PRNGKey) -> dict:
+    """One layer's ``kernel`` and ``bias`` drawn as PyTorch draws them by default: both uniform in
+    ±1/sqrt(fan_in) (``kaiming_uniform_(a=sqrt(5))`` for the weights comes to that bound)."""
+    bias = layer.get("bias")
+    bound = 1.0 / math.sqrt(fan_in(layer["kernel"], bias))
+    k_kernel, k_bias = jax.random.split(key)
+    drawn = {"kernel": jax.random.uniform(k_kernel, layer["kernel"].shape, jnp.float32, -bound, bound)}
+    if bias is not None:
+        drawn["bias"] = jax.random.uniform(k_bias, bias.shape, jnp.float32, -bound, bound)
+    return {**layer, **drawn}
+
+
+def pytorch_default_init(params: chex.ArrayTree, key: chex.PRNGKey) -> chex.ArrayTree:
+    """``params`` (a flax parameter tree) with every layer redrawn as PyTorch's default. Each layer's key comes
+    from its name, so a layer's draw does not depend on which other layers the network has."""
+    if "kernel" in params:
+        return pytorch_layer(params, key)
+    return {name: pytorch_default_init(sub, jax.random.fold_in(key, zlib.crc32(name.encode()) & 0x7FFFFFFF))
+            if isinstance(sub, Mapping) else sub for name, sub in params.items()}
+
+
+def init_variables(network: nn.Module, key: chex.PRNGKey, obs: jax.Array, style: str = "flax") -> chex.ArrayTree:
+    """``network``'s variables for a batch of observations ``obs``, its parameters drawn as ``style`` says
+    (:data:`INITIALISATIONS`). ``flax`` is ``network.init`` itself."""
+    variables = network.init(key, obs)
+    if style == "flax":
+        return variables
+    if style != "pytorch":
+        raise ValueError(f"unknown initialisation {style!r}; choose {' or '.join(INITIALISATIONS)}")
+    # flax's draw is discarded (and compiled away); a key of its own for the redraw all the same
+    return {**variables, "params": pytorch_default_init(variables["params"], jax.random.fold_in(key, 0x7043))}
+
+
 def init_params(network: nn.Module, key: chex.PRNGKey, example_obs: jax.Array, final_bias: jax.Array,
-                head_scale: float = 1.0) -> chex.ArrayTree:
-    """Initialises ``network`` on one example observation, scales its output weights by ``head_scale`` and sets
-    its output bias (the parameters only: the lean backward pass's probes are not state)."""
-    params = {"params": network.init(key, example_obs[None])["params"]}
+                head_scale: float = 1.0, style: str = "flax") -> chex.ArrayTree:
+    """Initialises ``network`` on one example observation as ``style`` says, scales its output weights by
+    ``head_scale`` and sets its output bias (the parameters only: the lean backward pass's probes are not state).
+
+    Under ``pytorch`` a ``final_bias`` of 0 (every method but DQN Bias) keeps the drawn output bias, as the
+    authors' code leaves it unless its ``final_layer_bias`` is set; any other value fills it, as theirs does."""
+    params = {"params": init_variables(network, key, example_obs[None], style)["params"]}
     if head_scale != 1.0:  # a static choice: the default program stays as it was
         params = scale_output_weights(params, head_scale)
+    if style == "pytorch":
+        return map_output_layer(params, lambda head: {
+            **head, "bias": jnp.where(final_bias != 0, jnp.full_like(head["bias"], final_bias), head["bias"])})
     return set_final_bias(params, final_bias)
