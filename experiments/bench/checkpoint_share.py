@@ -49,6 +49,7 @@ from pathlib import Path
 import jax
 import opiq_jax.running.host_loop as loop
 from opiq_jax.running.plan import plan_experiment
+from opiq_jax.reporting import portable, source_revision
 out, mode, settings = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 ends, blocked, inner = [], [], loop.checkpoint
 def timed(*args, **kwargs):
@@ -138,10 +139,10 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     text = table(rows)
     atomic_write_text(args.out / "checkpoint_share.md", text + "\n")
-    info = dict(command=["python", "-m", "experiments.bench.checkpoint_share", *(argv or sys.argv[1:])],
+    info = dict(command=["python", "-m", "experiments.bench.checkpoint_share", *map(portable, argv or sys.argv[1:])],
                 settings={k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
                 device=f"{rows[0]['devices']} x {rows[0]['device']} ({platform.node()})",
-                seconds=round(time.monotonic() - started, 1))
+                seconds=round(time.monotonic() - started, 1), **source_revision())
     atomic_write_text(args.out / "run_info.json", json.dumps(info, indent=1))
     atomic_write_text(args.out / "settings.json", json.dumps({k: info[k] for k in ("command", "settings")}, indent=1))
     print(text)

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from opiq_jax.reporting import source_revision
+
 PROJECT = "opiq-jax"
 
 
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "install_size.json").write_text(json.dumps(document, indent=1) + "\n")
     (args.out / "install_size.md").write_text("\n".join(lines) + "\n")
     info = {"device": f"{os.cpu_count()}-core {platform.machine()} CPU, no accelerator",
-            "seconds": round(time.time() - start, 2)}
+            "seconds": round(time.time() - start, 2), **source_revision()}
     (args.out / "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
     print("\n".join(lines))
 

@@ -47,6 +47,8 @@ from typing import Any, Callable, Literal
 
 import tyro
 
+from opiq_jax.reporting import portable, source_revision
+
 SAFE_SETTINGS: dict[str, dict[str, str]] = {
     "chain": dict(precision="bfloat16", weight_storage="packed"),
     "maze": dict(precision="bfloat16"),
@@ -348,12 +350,12 @@ def write_folder(out: Path, report: dict[str, Any], table: str, extra: str, log:
                  argv: list[str], started: float) -> None:
     """``table.md``, ``README.md``, ``throughput.json`` and ``run_info.json`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m experiments.bench.throughput_table " + " ".join(argv)
+    command = "python -m experiments.bench.throughput_table " + " ".join(map(portable, argv))
     (out / "table.md").write_text(table + "\n")
     (out / "throughput.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     run_info = dict(device=report["device"], jax=report["jax"], torch=report.get("torch"), command=command,
                     cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), seconds_per_measurement=log,
-                    seconds=round(time.perf_counter() - started, 1))
+                    seconds=round(time.perf_counter() - started, 1), **source_revision())
     (out / "run_info.json").write_text(json.dumps(run_info, indent=1) + "\n")
     (out / "README.md").write_text("\n".join([
         "# Throughput table", "", f"`{command}`", "", table, "", extra, "",

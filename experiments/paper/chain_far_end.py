@@ -21,6 +21,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from opiq_jax.reporting import portable, source_revision
+
 
 def per_seed_maxima(rows, metrics=("max_return", "states_visited")) -> dict:
     """{(method, seed): {metric: largest value over the run}} from tidy metric rows."""
@@ -61,10 +63,11 @@ def main(argv: list[str] | None = None) -> None:
     rows = (r for f in sorted(args.folder.rglob("metrics.csv.gz")) for r in csv.DictReader(gzip.open(f, "rt")))
     table = far_end_counts(per_seed_maxima(rows), args.chain_length)
     args.out.mkdir(parents=True, exist_ok=True)
-    options = {"folder": str(args.folder), "chain_length": args.chain_length}
+    options = {"folder": portable(str(args.folder)), "chain_length": args.chain_length}
     (args.out / "far_end.json").write_text(json.dumps({"options": options, "methods": table}, indent=1) + "\n")
-    (args.out / "far_end.md").write_text(markdown(table, str(args.folder)))
-    info = {"device": f"{os.cpu_count()}-core {platform.machine()} CPU, no accelerator", "seconds": round(time.time() - start, 2)}
+    (args.out / "far_end.md").write_text(markdown(table, portable(str(args.folder))))
+    info = {"device": f"{os.cpu_count()}-core {platform.machine()} CPU, no accelerator",
+            "seconds": round(time.time() - start, 2), **source_revision()}
     (args.out / "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
     print(markdown(table, str(args.folder)))
 

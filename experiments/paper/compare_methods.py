@@ -54,6 +54,7 @@ from opiq_jax.reporting import (  # noqa: E402
     folder_title,
     markdown_table,
     save_curve_figure,
+    source_revision,
     summary_table,
 )
 
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     device = jax.devices()[0].device_kind
     runs, steps = len(results.config["runs"]), results.config["static"]["total_steps"]
     print(f"{args.env}: {runs} runs x {steps} steps in {seconds:.0f} s on {device}")
-    record_invocation(args.out / "run_info.json", seconds, device=device, runs=runs, steps=steps)
+    record_invocation(args.out / "run_info.json", seconds, device=device, runs=runs, steps=steps, **source_revision())
     if not results.finished:  # the figures and tables still show what has run (their 'last step' says how far)
         print(f"{args.env}: stopped before the end; run the same command again to resume from {args.out}")
     report(results)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.paper import tabular as T
+from opiq_jax.reporting import portable, source_revision
 
 EPISODES, SEEDS, KEY_SEED = 2048, 400, 7
 
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     (out / "run_info.json").write_text(json.dumps(dict(
         device=f"{device.platform.upper()} ({platform.processor() or platform.machine()}, {jax.device_count()} JAX device)",
         seconds=round(seconds, 2), jax=jax.__version__,
-        command=f"python -m experiments.paper.tabular_counterexamples --out {args.out}"), indent=1))
+        command=f"python -m experiments.paper.tabular_counterexamples --out {portable(str(args.out))}",
+        **source_revision()), indent=1))
     print(json.dumps(result, indent=1))
 
 

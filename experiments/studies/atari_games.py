@@ -39,6 +39,7 @@ import tyro
 
 from opiq_jax.reporting.plotting import curves, folder_title, save_curve_figure, summary_table
 from opiq_jax.runs.results_folder import read_metrics
+from opiq_jax.reporting import source_revision
 
 HARD_EXPLORATION = ("Venture", "PrivateEye", "Gravitar", "Pitfall", "Freeway", "Solaris")
 """Bellemare et al. (2016)'s hard-exploration games besides Montezuma's Revenge."""
@@ -144,8 +145,10 @@ def record_call(path: Path, call: dict) -> None:
     later call with ``--games``), with the device and the wall-clock of them all."""
     earlier = json.loads(path.read_text()) if path.exists() else {"calls": []}
     calls = earlier.get("calls", [earlier])
-    calls.append(call)
-    info = dict(command=call["command"], device=call["device"], seconds=sum(c["seconds"] for c in calls), calls=calls)
+    revision = source_revision()
+    calls.append(call | revision)
+    info = dict(command=call["command"], device=call["device"], seconds=sum(c["seconds"] for c in calls), calls=calls,
+                **revision)
     path.write_text(json.dumps(info, indent=1) + "\n")
 
 

@@ -43,6 +43,7 @@ import tyro
 from opiq_jax.agent.trainer import make_optimiser
 from opiq_jax.common.config import StaticConfig
 from opiq_jax.store.files import atomic_write_text
+from opiq_jax.reporting import portable, source_revision
 
 ACTIONS, GAMMA, BATCH = 18, 0.99, 32
 
@@ -198,14 +199,15 @@ def main(argv: list[str] | None = None) -> None:
             for i, (s, lr, h) in enumerate(cells)]
     text = table(rows)
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()}
-    command = ["python", "-m", "experiments.studies.reward_scale", *(argv if argv is not None else sys.argv[1:])]
+    given = argv if argv is not None else sys.argv[1:]
+    command = ["python", "-m", "experiments.studies.reward_scale", *map(portable, given)]
     atomic_write_text(args.out / "reward_scale.json", json.dumps(rows, indent=1))
     atomic_write_text(args.out / "reward_scale.md", text + "\n")
     atomic_write_text(args.out / "settings.json", json.dumps({"command": command, "settings": settings}, indent=1))
     draw(rows, args, args.out / "reward_scale.png")
     atomic_write_text(args.out / "run_info.json", json.dumps(
         {"command": command, "device": f"{jax.devices()[0].device_kind} ({platform.node()}, {jax.device_count()} "
-         f"device)", "seconds": round(time.monotonic() - started, 1)}, indent=1))
+         f"device)", "seconds": round(time.monotonic() - started, 1), **source_revision()}, indent=1))
     print(text)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from envs.chain import thermometer
 from envs.maze import Maze, load_maze_grid
 from opiq_jax.pieces.counts import simhash_code, simhash_matrix
+from opiq_jax.reporting import source_revision
 
 
 def chain_observations(length: int) -> jax.Array:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "aliasing.json").write_text(json.dumps({"options": options, "results": results}, indent=1) + "\n")
     (args.out / "aliasing.md").write_text("\n".join(lines) + "\n")
     info = {"device": f"{os.cpu_count()}-core {platform.machine()} CPU, no accelerator", "jax": jax.__version__,
-            "seconds": round(time.time() - start, 2)}
+            "seconds": round(time.time() - start, 2), **source_revision()}
     (args.out / "run_info.json").write_text(json.dumps(info, indent=1) + "\n")
     print("\n".join(lines))
 

@@ -74,8 +74,10 @@ def index_text() -> str:
     cited = citing_pages()
     lines = ["# The results archive: every folder, its claim and the pages that cite it", "",
              "Each folder holds the command that made it, its configuration, its metrics or data and its "
-             "`run_info.json` (device and wall-clock); `tests/test_provenance.py` checks every cited folder for "
-             "them and this index against the folders. Written by `python -m experiments.tools.results_index`.", "",
+             "`run_info.json` (device, wall-clock, the code's revision and whether its tree was clean); "
+             "`tests/test_provenance.py` checks every cited folder for them, every record for its revision, every "
+             "file for the machine's absolute paths, and this index against the folders. Written by "
+             "`python -m experiments.tools.results_index`.", "",
              "| folder | claim (its README's title) | cited by |", "|---|---|---|"]
     for folder in top_folders():
         pages_of = ", ".join(page_link(p) for p in cited.get(folder.name, [])) or "none"

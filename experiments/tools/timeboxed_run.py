@@ -6,8 +6,10 @@ them (each would be the whole rings, about 7 GB per run), and a lent machine's r
 next one anyway. So this driver keeps what can be kept, the metrics (appended by the trainer after every
 chunk) and the configuration, and spends no time on checkpoints: ``--checkpoint-every`` is set past the
 budget, and the trainer is killed once its last chunk's rows are in (before the final checkpoint) or when the
-budget ends. It writes ``timeboxed.json`` beside the metrics: the command, the devices, the wall-clock, and
-when each chunk's rows appeared (the run's rate, compile excluded).
+budget ends. It writes ``timeboxed.json`` beside the metrics: the command, the devices, the wall-clock, when
+each chunk's rows appeared (the run's rate, compile excluded), and the code's revision and whether its tree was
+clean. The record names no absolute path of the machine: the interpreter is ``python``, and a path argument is
+written relative to the working directory, or by its name when it lies outside it.
 
 Run: ``python -m experiments.tools.timeboxed_run --out DIR --budget-seconds 1200 -- --env montezuma --method opiq
 dqn_pc --seeds 4 --envs-per-run 32 --steps 5000000 --log-every 40000``. To end it sooner (a lease that ends before
@@ -32,6 +34,7 @@ import tyro
 
 from opiq_jax.store.files import CONFIG_FILE, METRICS_FILE, atomic_write_bytes, read_json
 from opiq_jax.store.metrics import rows_without_checkpoint
+from opiq_jax.reporting import portable, source_revision
 
 POLL_SECONDS = 5.0
 
@@ -115,7 +118,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("timeboxed_run sets --out and --checkpoint-every itself")
     command = [sys.executable, "-m", "opiq_jax", "train", *args.train, "--out", str(args.out),
                "--checkpoint-every", str(10 * args.budget_seconds + 3600), "--no-plot", "--no-progress"]
-    record = dict(command=command, argv=sys.argv, gpus=gpu_names(), cpu_cores=os.cpu_count(),
+    shown = ["python", *[portable(a) for a in command[1:]]]
+    record = dict(command=shown, argv=["python", "-m", "experiments.tools.timeboxed_run", *map(portable, argv)],
+                  gpus=gpu_names(), cpu_cores=os.cpu_count(), **source_revision(),
                   started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), chunks=[])
     wall = time.monotonic()
     trainer = subprocess.Popen(command)

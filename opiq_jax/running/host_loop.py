@@ -8,7 +8,8 @@ A results folder holds
   every chunk;
 * ``checkpoint.msgpack`` (and the one before it, ``checkpoint.previous.msgpack``): the whole training
   state (networks, optimisers, replay, counts, keys) and the chunk it belongs to, checksummed;
-* ``run_info.json``: the device, the wall-clock (summed over resumes) and the throughput.
+* ``run_info.json``: the device, the wall-clock (summed over resumes), the throughput, and the code's revision
+  and whether its tree was clean (``opiq_jax.store.provenance``).
 
 Calling :func:`run_experiment` again on the same folder resumes from the checkpoint: rows of
 ``metrics.csv`` past the checkpoint are dropped and the chunks after it are recomputed, so an
@@ -56,6 +57,7 @@ from ..store.files import (
     newest_checkpoint, prepare_checkpoint, prepare_folder, read_json, write_checkpoint,
 )
 from ..store.frames import FrameRings
+from ..store.provenance import source_revision
 from ..store.metrics import (
     METRICS_HEADER, MetricsLedger, MetricsRecord, append_metric_rows, resume_metrics, resume_metrics_without_copy,
     rows_without_checkpoint, set_aside_uncovered,
@@ -443,6 +445,13 @@ def metric_rows(experiment: Experiment, step: int, metrics: dict[str, np.ndarray
             for i, spec in enumerate(experiment.runs) for name in names]
 
 
+def earlier_revisions_of(earlier: dict, revision: str | None) -> list[str]:
+    """The revisions that trained a resumed folder before this invocation, other than ``revision``: a folder
+    trained by two commits says so."""
+    seen = [*earlier.get("earlier_revisions", []), *([earlier["revision"]] if earlier.get("revision") else [])]
+    return [r for i, r in enumerate(seen) if r != revision and r not in seen[:i]]
+
+
 @dataclass
 class RunInfo:
     """``run_info.json``: where and how long a results folder was trained, summed over resumes: the wall-clock
@@ -465,7 +474,10 @@ class RunInfo:
         device = jax.local_devices()[0]
         base = dict(device=device.device_kind, platform=device.platform, devices=jax.local_device_count(),
                     jax=jax.__version__, runs=len(experiment.runs), total_steps=experiment.static.total_steps,
-                    state_bytes_per_run=state_bytes_per_run(experiment.static))
+                    state_bytes_per_run=state_bytes_per_run(experiment.static), **source_revision())
+        earlier_revisions = earlier_revisions_of(earlier, base["revision"])
+        if earlier_revisions:
+            base["earlier_revisions"] = earlier_revisions
         return cls(float(earlier.get("seconds", 0.0)), float(earlier.get("chunk_seconds", 0.0)),
                    int(earlier.get("chunks_timed", 0)), int(earlier.get("resumes", -1)) + 1,
                    experiment.static.log_every, base)
