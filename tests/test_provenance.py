@@ -28,6 +28,12 @@ itself be complete by this rule, and must be under ``docs/results/``.
 The README's tables: every number in a table's cells (its first column excepted) appears, to the table's
 precision, in a text file of a folder that the table or the paragraph above it cites.
 
+Every record (``run_info.json``, ``timeboxed.json``) under ``docs/results/`` names the ``revision`` its code ran
+at, a commit of the history, and ``tree_clean``: true, false with what was ``uncommitted`` (its folder's README
+says so), or null with the ``provenance`` that says why it is unknown. No file there holds an absolute path of the
+machine that wrote it (``/root/...``, ``/tmp/...``, ...). The writers' helpers, ``source_revision`` and
+``portable``, are checked here too.
+
 The pages themselves: README.md is at most 12,288 bytes. No page carries an internal issue number
 ("#12", "issue 21"). No page refers to the internal notes (REFERENCE.md, DESIGN.md) or to paths outside
 the repository (``../shared``).
@@ -35,14 +41,18 @@ the repository (``../shared``).
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from experiments.tools.results_index import INDEX, LINK, cited_folders, index_text, top_folders
+from opiq_jax.reporting import portable, source_revision
+from opiq_jax.running.host_loop import earlier_revisions_of
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -381,3 +391,150 @@ def test_a_results_folder_names_where_a_script_out_of_head_is_kept():
             if not (ROOT / "experiments" / f"{name}.py").exists() and f":experiments/{name}.py" not in text:
                 missing.append(f"{readme.relative_to(RESULTS)}: {name}")
     assert missing == []
+
+
+# --------------------------------------------------------------------------------------------
+# Where every record came from: the revision of the code that ran and whether its tree was clean, in every
+# run_info.json and timeboxed.json under docs/results (added afterwards, from git history, for the folders that
+# predate the rule, each saying so), and no absolute path of the machine that wrote a file.
+
+RECORD_NAMES = ("run_info.json", "timeboxed.json")
+HEX_REVISION = re.compile(r"[0-9a-f]{7,40}")
+MACHINE_PATH = re.compile(r"(?<![\w.~$/-])/(root|work|tmp|home|opt|mnt|scratch|data|Users|srv)(?![\w.-])")
+
+
+def records() -> list[Path]:
+    return sorted(p for name in RECORD_NAMES for p in RESULTS.rglob(name))
+
+
+def record_problems(record) -> list[str]:
+    """What a record lacks: a revision (a commit's hash), ``tree_clean`` (true, false, or null with the
+    ``provenance`` that says why it is unknown), and, from a dirty tree, what was ``uncommitted``."""
+    if not isinstance(record, dict):
+        return ["not a JSON object"]
+    problems = []
+    if not (isinstance(record.get("revision"), str) and HEX_REVISION.fullmatch(record["revision"])):
+        problems.append(f"revision {record.get('revision')!r} is not a commit's hash")
+    clean = record.get("tree_clean", "missing")
+    if clean not in (True, False, None):
+        problems.append(f"tree_clean {clean!r} is not true, false or null")
+    if clean is None and not record.get("provenance"):
+        problems.append("tree_clean null without a provenance saying why it is unknown")
+    if clean is False and not record.get("uncommitted"):
+        problems.append("tree_clean false without the uncommitted changes")
+    return problems
+
+
+def test_every_record_names_its_revision_and_whether_its_tree_was_clean():
+    assert len(records()) >= 150
+    found = {str(p.relative_to(RESULTS)): record_problems(json.loads(p.read_text(encoding="utf-8"))) for p in records()}
+    assert {name: problems for name, problems in found.items() if problems} == {}
+
+
+def test_every_recorded_revision_is_a_commit_of_the_history():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    revisions = {json.loads(p.read_text(encoding="utf-8"))["revision"] for p in records()}
+    unknown = [r for r in sorted(revisions) if subprocess.run(["git", "cat-file", "-e", f"{r}^{{commit}}"], cwd=ROOT,
+                                                               capture_output=True).returncode != 0]
+    assert unknown == []
+
+
+def test_a_folder_run_from_a_dirty_tree_says_so_in_its_readme():
+    dirty = {p.relative_to(RESULTS).parts[0] for p in records()
+             if json.loads(p.read_text(encoding="utf-8")).get("tree_clean") is False}
+    assert dirty, "the committed dirty runs (montezuma-head-init, ...) are recorded as such"
+    unlabelled = [top for top in sorted(dirty)
+                  if not re.search(r"uncommitted tree|dirty tree", (RESULTS / top / "README.md").read_text())]
+    assert unlabelled == []
+
+
+def test_the_record_rule_catches_what_a_record_lacks():
+    good = {"revision": "474d825", "tree_clean": False, "uncommitted": ["--head-init-scale"]}
+    assert record_problems(good) == []
+    assert record_problems({"revision": "474d825", "tree_clean": None, "provenance": "from git history"}) == []
+    assert record_problems({"device": "H200"}) == ["revision None is not a commit's hash",
+                                                   "tree_clean 'missing' is not true, false or null"]
+    assert record_problems({**good, "uncommitted": []}) == ["tree_clean false without the uncommitted changes"]
+    assert record_problems({**good, "tree_clean": None, "revision": "474d825 plus"}) == [
+        "revision '474d825 plus' is not a commit's hash",
+        "tree_clean null without a provenance saying why it is unknown"]
+
+
+def text_of(path: Path) -> str:
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return raw.decode("utf-8", errors="replace")
+
+
+def test_no_results_file_holds_an_absolute_path_of_the_machine_that_wrote_it():
+    files = [p for p in RESULTS.rglob("*") if p.is_file() and p.suffix not in (".png", ".npz", ".msgpack")]
+    found = sorted(f"{p.relative_to(RESULTS)}: {m.group(0)}"
+                   for p in files for m in [MACHINE_PATH.search(text_of(p))] if m)
+    assert found == []
+
+
+@pytest.mark.parametrize("text, caught", [
+    ('"--out", "/root/out/bench32"', True), ("--out /tmp/mz", True), ("/work/main/experiments/x.py", True),
+    ("/home/user/run", True), ('"/opt/torch/.venv/bin/python"', True),
+    ("docs/results/x", False), ("~/out/bench32", False), ("$TMPDIR/mz", False), ("/usr/bin/time -v", False),
+    ("1/tmp", False), ("a/root/b", False),
+])
+def test_the_path_rule_catches_machine_paths_only(text, caught):
+    assert bool(MACHINE_PATH.search(text)) == caught
+
+
+# The writers: what a new record says about its code, and how a command is written without the machine's paths.
+
+def git_repository(folder: Path) -> Path:
+    def git(*args):
+        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+    folder.mkdir()
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    (folder / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("commit", "-q", "-m", "code")
+    return folder
+
+
+def test_source_revision_names_the_commit_and_the_changed_tracked_files(tmp_path):
+    repo = git_repository(tmp_path / "repo")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    (repo / "results").mkdir()
+    (repo / "results" / "run_info.json").write_text("{}")  # untracked: a results folder inside the checkout
+    assert source_revision(repo) == {"revision": head, "tree_clean": True}
+    (repo / "code.py").write_text("x = 2\n")
+    assert source_revision(repo) == {"revision": head, "tree_clean": False, "uncommitted": ["code.py"]}
+    outside = tmp_path / "installed"
+    outside.mkdir()
+    assert source_revision(outside) == {"revision": None, "tree_clean": None,
+                                        "revision_note": "not run from a git checkout"}
+
+
+def test_portable_writes_paths_relative_to_the_working_directory_or_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert portable(str(tmp_path / "out" / "cell")) == "out/cell"
+    assert portable(f"--out={tmp_path / 'out'}") == "--out=out"
+    assert portable("/elsewhere/scratch/cell") == "cell"
+    assert portable("--out=/elsewhere/cell") == "--out=cell"
+    assert [portable(a) for a in ("--seeds", "4", "results/x", "--lr=0.0005")] == ["--seeds", "4", "results/x",
+                                                                                   "--lr=0.0005"]
+
+
+def test_a_resumed_folder_keeps_the_revisions_that_trained_it_before():
+    assert earlier_revisions_of({}, "b") == []
+    assert earlier_revisions_of({"revision": "a"}, "a") == []
+    assert earlier_revisions_of({"revision": "a"}, "b") == ["a"]
+    assert earlier_revisions_of({"revision": "b", "earlier_revisions": ["a"]}, "c") == ["a", "b"]
+    assert earlier_revisions_of({"revision": "a", "earlier_revisions": ["a", "b"]}, "b") == ["a"]
+
+
+def test_a_trained_folder_records_its_revision_and_no_machine_path(tmp_path):
+    import opiq_jax
+
+    out = tmp_path / "chain"
+    opiq_jax.train(env="chain", methods=["dqn"], seeds=1, steps=200, chain_length=5, log_every=100, out=str(out))
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["revision"] == source_revision()["revision"] and info["tree_clean"] in (True, False, None)
+    assert str(tmp_path) not in (out / "run_info.json").read_text()
