@@ -6,7 +6,9 @@ A cell is trained as processes of ``--seeds-per-process`` runs under consecutive
 Each process trains with ``max_minutes``: it stops after the first chunk past ``--max-minutes`` with a checkpoint
 written, and the same command run again resumes it, so a cell spans several device calls of one lease. Every call
 appends a record to the cell's ``calls.json``: the revision (``--revision``, with whether its tree was clean), the
-device, the wall-clock and the last step reached.
+device, the wall-clock and the last step reached; the revision goes into the loop's ``run_info.json`` too.
+
+Reaches inside: opiq_jax.store.files, for its atomic writes.
 
 Run (several times, until every cell says finished):
 ``python -m experiments.paper.montezuma_defaults --out DIR --cells opiq-pytorch --max-minutes 7.5 --revision REV``.
@@ -28,6 +30,7 @@ if not __package__:  # run by path: import as python -m does, from the root
 import tyro
 
 import opiq_jax
+from opiq_jax.store.files import atomic_write_text
 
 PAPER_LR = 5e-4  # the paper's appendix: "RMSProp with a learning rate of 0.0005"; the authors' default.yaml too
 COMMON = dict(precision="float32", envs_per_run=8, lr=PAPER_LR)
@@ -90,7 +93,18 @@ def train_one(args: Args, cell: str, base: int) -> None:
               "last_step": last_step(results)}
     calls = out / "calls.json"
     earlier = json.loads(calls.read_text()) if calls.exists() else []
-    calls.write_text(json.dumps(earlier + [record], indent=1))
+    atomic_write_text(calls, json.dumps(earlier + [record], indent=1))
+    name_revision(out / "run_info.json", args)
+
+
+def name_revision(run_info: Path, args: Args) -> None:
+    """The training loop's record with the revision given on the command line where the loop could not read one
+    (a GPU machine without git)."""
+    info = json.loads(run_info.read_text())
+    if info.get("revision") is None:
+        info.update(revision=args.revision, tree_clean=args.tree_clean,
+                    provenance="revision given on the command line: the machine that ran it has no git")
+        atomic_write_text(run_info, json.dumps(info, indent=1))
 
 
 def last_step(results) -> int:

@@ -37,6 +37,7 @@ import tyro
 from opiq_jax.envs.chain import thermometer
 from opiq_jax.envs.maze import Maze
 from opiq_jax.pieces.networks import INITIALISATIONS, init_variables, make_network
+from opiq_jax.reporting import source_revision
 from opiq_jax.store.files import atomic_write_text
 
 
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     atomic_write_text(args.out / "run_info.json", json.dumps(
         {"command": command, "device": f"{jax.devices()[0].device_kind} ({platform.machine()}, "
          f"{jax.device_count()} device)", "date": time.strftime("%Y-%m-%d"),
-         "seconds": round(time.monotonic() - started, 1)}, indent=1))
+         "seconds": round(time.monotonic() - started, 1), **source_revision()}, indent=1))
     print(text)
 
 

@@ -61,8 +61,10 @@ def cell_setting(folder: Path) -> str:
     config = json.loads((folder / "config.json").read_text())
     static, run = config["static"], config["runs"][0]
     hp = run["hparams"]
+    # folders written before --network-init have flax's initialisation
     return (f"{METHOD_NAMES.get(run['method'], run['method'])}, {static['precision']}, lr {hp['lr']:g}, "
-            f"β {hp['beta']:g}, {static['envs_per_run']} environments per run")
+            f"β {hp['beta']:g}, {static['envs_per_run']} environments per run, "
+            f"{static.get('network_init', 'flax')} init")
 
 
 def base_seed(folder: Path) -> int:
@@ -99,12 +101,25 @@ def setting_rows(cells: dict[str, Path]) -> list[str]:
     return lines
 
 
+def call_record(folder: Path) -> dict:
+    """The record of the cell's (last) call, with its rate: ``timeboxed.json`` for a time-boxed run, else the
+    training loop's own ``run_info.json`` (a run resumed over several calls)."""
+    timeboxed = folder / "timeboxed.json"
+    return json.loads((timeboxed if timeboxed.exists() else folder / "run_info.json").read_text())
+
+
+def device_of(record: dict) -> str:
+    """The card a record names: the loop's ``device``, or the first of a time-boxed run's ``gpus``."""
+    gpus = record.get("gpus") or [record.get("device", "an unrecorded device")]
+    return str(gpus[0]).split(",")[0]
+
+
 def summary_rows(cells: dict[str, Path]) -> list[str]:
     lines = ["| cell | setting | seed | steps | peak / last |Q| | peak / last |TD error| | last loss | rooms | "
              "max return | max sketch over-count | unknown returns (median) | env steps/s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, folder in cells.items():
-        record = json.loads((folder / "timeboxed.json").read_text())
+        record = call_record(folder)
         for seed, m in cell_series(folder).items():
             q, td = m["q_abs_max"][1], m["td_error_max"][1]
             seed = f"{seed} (base {base_seed(folder)})" if base_seed(folder) else seed
@@ -146,7 +161,8 @@ def draw(cells: dict[str, Path], path: Path) -> None:
             ax.axhline(BOUND, color="0.3", ls=(0, (1, 3)), lw=1, label=f"largest possible return ({BOUND:g})")
     handles, labels = axes[0].get_legend_handles_labels()  # the first panel's: every line and the bound
     axes[-1].legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.suptitle("Montezuma's Revenge, one NVIDIA H200: the learner's diagnostics per cell", fontsize=10)
+    devices = sorted({device_of(call_record(folder)) for folder in cells.values()})
+    fig.suptitle(f"Montezuma's Revenge ({', '.join(devices)}): the learner's diagnostics per cell", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
