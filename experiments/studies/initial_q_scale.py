@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("initial_q_scale: error: --keys and --frame-steps must be at least 1")
     started = time.monotonic()
     rows = [network_row("chain", *chain_observations(), args.keys), network_row("maze", *maze_observations(), args.keys),
-            network_row(f"montezuma {args.frames}", *nature_observations(args), args.keys)]
+            network_row(f"{args.frames} frames", *nature_observations(args), args.keys)]
     text = table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     command = ["python", "-m", "experiments.studies.initial_q_scale", *(argv if argv is not None else sys.argv[1:])]
