@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import opiq_jax
@@ -418,3 +420,48 @@ def test_the_cli_trains_a_method_of_a_plugin_and_load_says_what_to_register(tmp_
     assert "was trained with method 'dqn_inverse_count', which this process has not registered: import " \
            "good_plugin first (on the command line: --plugin good_plugin)" in lines[0]
     assert lines[1] == "600"
+
+
+# ------------------------------------------------------------------------------------ memory and progress, named
+
+
+def test_a_state_too_large_for_one_run_names_what_fits_not_at_most_0_runs(monkeypatch, capsys):
+    from opiq_jax.runs import memory
+
+    monkeypatch.setattr(memory, "available_device_bytes", lambda: 1000)
+    with pytest.raises(SystemExit):
+        main(["train", *SMALL])
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("opiq-jax: error: 1 run needs about ") and len(err.splitlines()) == 1, err
+    assert ": use a smaller --buffer-size (none above a batch fits) or " in err and "at most 0 runs" not in err
+
+
+def test_the_memory_line_of_a_short_atari_run_names_the_buffer_size_that_fits(monkeypatch, capsys):
+    """A Montezuma smoke run with the default replay (a million steps per run, 6.6 GiB) on a machine with 8 GiB
+    free: the line says which --buffer-size the run can fill and what it keeps then."""
+    pytest.importorskip("envpool")
+    from opiq_jax.runs import memory
+    from opiq_jax.running.plan import plan_experiment
+
+    monkeypatch.setattr(memory, "available_device_bytes", lambda: 8 * 2**30)
+    plan_experiment("montezuma", ["opiq"], 1, options={"steps": 2000})
+    line = capsys.readouterr().out.strip()
+    assert "most of it the replay of 1,000,000 steps per run: --buffer-size makes it smaller; a run of 2,000 steps " \
+           "fills at most 2,000 of them: with --buffer-size 2000 it keeps 0.0" in line, line
+    plan_experiment("montezuma", ["opiq"], 1, options={"steps": 2_000_000})
+    line = capsys.readouterr().out.strip()
+    assert re.search(r"--buffer-size makes it smaller: \d+ or less keeps it within a quarter of the free memory$",
+                     line), line
+
+
+def test_the_progress_bar_says_no_value_where_no_episode_ended_as_the_table_does():
+    import time
+
+    from opiq_jax.registry.environments import static_for_env
+    from opiq_jax.running.host_loop import progress_fields
+
+    static = static_for_env("chain", total_steps=600, log_every=300)
+    none_ended = {"train_return": np.array([np.nan, np.nan]), "rooms_visited": np.array([1.0, 2.0])}
+    assert progress_fields(none_ended, 1, static, 2, time.monotonic()).split(", ")[1:] == ["train no value", "rooms 2"]
+    one_ended = {"train_return": np.array([np.nan, 2.5])}
+    assert progress_fields(one_ended, 1, static, 2, time.monotonic()).split(", ")[1:] == ["train 2.5"]

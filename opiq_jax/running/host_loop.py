@@ -432,7 +432,8 @@ def progress_fields(metrics: dict, chunks: int, static: StaticConfig, num_runs: 
     with warnings.catch_warnings():  # no episode ended yet: an all-NaN median
         warnings.simplefilter("ignore", RuntimeWarning)
         headline = "test_return" if "test_return" in metrics else "train_return"
-        fields.append(f"{headline.split('_')[0]} {np.nanmedian(metrics[headline]):.3g}")
+        value = np.nanmedian(metrics[headline])  # NaN: no run has ended an episode yet, as the table says
+        fields.append(f"{headline.split('_')[0]} {'no value' if np.isnan(value) else format(value, '.3g')}")
         for name in ("states_visited", "rooms_visited"):
             if name in metrics:
                 fields.append(f"{name.split('_')[0]} {np.nanmedian(metrics[name]):.0f}")

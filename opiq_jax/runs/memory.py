@@ -74,11 +74,13 @@ def require_fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM,
     most = runs_that_fit(per_run, free, headroom)
     if num_runs > most:
         need = per_run * num_runs * headroom
-        ways = [f"at most {most} runs (fewer seeds or methods)",
-                *(other_ways(free) if other_ways else ["a smaller --buffer-size"])]
+        fewer = [f"at most {most} runs (fewer seeds or methods)"] if most else []  # not even one fits: no fewer runs
+        ways = [*fewer, *(other_ways(free) if other_ways else ["a smaller --buffer-size"])]
+        ways_text = ", ".join(ways[:-1]) + " or " + ways[-1] if len(ways) > 1 else ways[0]
+        runs = f"{num_runs} runs need" if num_runs > 1 else "1 run needs"
         raise DoesNotFit(
-            f"{num_runs} runs need about {need / 2**30:.1f} GiB ({per_run / 2**20:.1f} MiB each, x{headroom:g} "
-            f"headroom) but the device has {free / 2**30:.1f} GiB free: use {', '.join(ways[:-1])} or {ways[-1]}")
+            f"{runs} about {need / 2**30:.1f} GiB ({per_run / 2**20:.1f} MiB each, x{headroom:g} headroom) but the "
+            f"device has {free / 2**30:.1f} GiB free: use {ways_text}")
 
 
 def largest_buffer_that_fits(static: StaticConfig, num_runs: int, free: int, headroom: float) -> int | None:
@@ -144,4 +146,18 @@ def check_fits(static: StaticConfig, num_runs: int, note: Callable[[str], None] 
         where = jax.local_devices()[0].platform
         note(f"opiq-jax: {num_runs} run(s) keep {total / 2**30:.1f} GiB of training state in {where} memory "
                    f"({free / 2**30:.1f} GiB free), most of it the replay of {static.buffer_size:,} steps per run: "
-                   f"--buffer-size makes it smaller")
+                   f"--buffer-size makes it smaller{smaller_replay(static, num_runs, LARGE_STATE_FRACTION * free)}")
+
+
+def smaller_replay(static: StaticConfig, num_runs: int, budget: float) -> str:
+    """The ``--buffer-size`` that a large state's note names, as the end of its sentence: the run's own steps when
+    the replay could never fill up (a short smoke run), else the largest replay whose states take at most
+    ``budget`` bytes ("" when none does)."""
+    envs = static.envs_per_run
+    filled = max(-(-static.total_steps // envs) * envs, smallest_buffer(static))
+    if filled < static.buffer_size and not dataclasses.replace(static, buffer_size=filled).problems():
+        total = state_bytes_per_run(dataclasses.replace(static, buffer_size=filled)) * num_runs
+        return (f"; a run of {static.total_steps:,} steps fills at most {filled:,} of them: with --buffer-size "
+                f"{filled} it keeps {total / 2**30:.2f} GiB")
+    buffer = largest_buffer_that_fits(static, num_runs, int(budget), 1.0)
+    return "" if buffer is None else f": {buffer} or less keeps it within a quarter of the free memory"
