@@ -22,6 +22,7 @@ import functools
 import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import jax
@@ -33,6 +34,7 @@ from .benchmark.options import Bench
 from .benchmark.throughput import run_bench
 from .common.config import LOOP_DEFAULTS, STATIC_OPTIONS, SWEEP_DEFAULTS, Option, stack_hparams
 from .common.errors import ResultsError, UsageError
+from .registry import environments as environment_registry, methods as method_registry
 from .registry.environments import ENVIRONMENTS, GYMNAX
 from .registry.methods import METHODS
 from .reporting.plotting import curves, markdown_table, plot_folder, summary_table
@@ -46,7 +48,33 @@ from .running.train_programs import run_methods
 from .runs.compiled import compiled_trainer, is_pool
 from .runs.experiment import run_keys_for
 from .runs.results_folder import experiment_folders, is_finished, read_metrics
-from .store.files import read_json
+from .store.files import (
+    older_layout, read_json, removed_if_refused, run_files_without_config, why_absent, without_config,
+)
+
+
+def plain_numbers(value: Any) -> Any:
+    """``value`` with numpy's and JAX's numbers and arrays as Python's (in lists, tuples and mappings too): a
+    researcher's ``np.int64`` seed or ``jnp.float32`` ``m`` goes through the checks a Python number does and is
+    recorded as plain JSON. A float32 is read as the decimal it prints as (``jnp.float32(0.1)`` is 0.1)."""
+    if isinstance(value, np.generic):
+        return float(str(value)) if isinstance(value, np.floating) else value.item()
+    if isinstance(value, (np.ndarray, jax.Array)):
+        return plain_numbers(np.asarray(value)[()]) if np.ndim(value) == 0 else [plain_numbers(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: plain_numbers(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain_numbers(v) for v in value) if type(value) in (list, tuple) else value
+    return value
+
+
+def takes_numpy_numbers(function: Callable) -> Callable:
+    """``function`` (a public one) with every argument through :func:`plain_numbers`."""
+    @functools.wraps(function)
+    def public(*args: Any, **kwargs: Any) -> Any:
+        return function(*plain_numbers(args), **plain_numbers(kwargs))
+
+    return public
 
 
 def check_path(name: str, value: Any) -> Path:
@@ -116,6 +144,7 @@ class Results:
         """The programs' folder names (``.`` when the folder is one program)."""
         return [str(f.relative_to(self.folder)) for f in experiment_folders(self.folder)]
 
+    @takes_numpy_numbers
     def state(self, program: str | None = None) -> FinalState:
         """The trained state of ``program`` (needed only when the folder holds several) from its newest sound
         checkpoint."""
@@ -127,6 +156,7 @@ class Results:
             raise UsageError(f"{self.folder} has no program {name!r}: use one of {', '.join(names)}")
         return read_final_state(self.folder / name, name)
 
+    @takes_numpy_numbers
     def cell_values(self, program: str | None = None) -> dict[str, np.ndarray]:
         """What every run of ``program`` believes at every cell, for an environment whose states can be listed (the
         chain, the maze), from its newest sound checkpoint: arrays ``[runs, cells, actions]`` in cell-id order,
@@ -145,20 +175,24 @@ class Results:
         values = jax.jit(lambda runs: cell_values(trainer, runs))(final.state)
         return {name: np.asarray(v) for name, v in jax.device_get(values).items()}
 
+    @takes_numpy_numbers
     def summary(self, metric: str = "test_return") -> str:
         """A markdown table per method (and setting): the final median with quartiles and the IQM of the area
         under the curve with its 95% confidence interval over seeds."""
         require_metric(self.metrics, metric, self.folder)
         return markdown_table(summary_table(self.metrics, metric), metric)
 
+    @takes_numpy_numbers
     def curves(self, metric: str) -> dict[str, dict]:
         """Per method (and setting): ``steps``, the per-seed ``values`` and the median with its quartiles."""
         require_metric(self.metrics, metric, self.folder)
         return curves(self.metrics, metric)
 
-    def plot(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> list[Path]:
-        """Draws one PNG per metric into the folder (keywords go to ``opiq_jax.reporting.plotting.plot_folder``)."""
-        return list(plot_folder(self.folder, *(() if metrics is None else (tuple(metrics),)), **kwargs))
+    @takes_numpy_numbers
+    def plot(self, metrics: str | Sequence[str] | None = None, **kwargs: Any) -> list[Path]:
+        """Draws one PNG per metric (a name or a list of names; None: the environment's headline metrics) into the
+        folder (keywords go to ``opiq_jax.reporting.plotting.plot_folder``)."""
+        return list(plot_folder(self.folder, *(() if metrics is None else (metrics,)), **kwargs))
 
     def nonfinite_runs(self) -> list[dict]:
         """The runs whose loss, Q-values or parameters became NaN or infinite (``run, method, setting, seed``)."""
@@ -182,6 +216,7 @@ def require_metric(rows: list[dict], metric: str, folder: Path) -> None:
 
 def read_final_state(folder: Path, name: str) -> FinalState:
     """The state in ``folder``'s newest sound checkpoint, with the arrays' shapes from its ``config.json``."""
+    require_this_versions_config(folder, "restore its state")
     experiment = experiment_from_configs(folder)
     hparams = stack_hparams(experiment.hparams())
     run_keys, env_keys = run_keys_for(experiment)
@@ -195,12 +230,25 @@ def read_final_state(folder: Path, name: str) -> FinalState:
                       params=master_params(experiment.static, state.runs), counts=state.runs.counts, state=state.runs)
 
 
+def require_this_versions_config(folder: Path, to_do: str) -> None:
+    """A one-line :class:`ResultsError` when ``folder``'s ``config.json`` was written by an older opiq-jax whose
+    configuration this version cannot build (its metrics still read), saying which version and what still works."""
+    for config in experiment_folders(folder):
+        older = older_layout(read_json(config / "config.json"))
+        if older:
+            raise ResultsError(f"{config / 'config.json'} was written by {older.written_by}: this version reads its "
+                               f"metrics (summary, curves, plot) but cannot {to_do}; {older.reads_it} can")
+
+
+@takes_numpy_numbers
 def load(folder: str | Path) -> Results:
     """The results folder ``folder`` (written by :func:`train`, :func:`sweep` or the command line)."""
     folder = check_path("folder", folder)
     if not folder.exists():
-        raise ResultsError(f"{folder} does not exist")
+        raise ResultsError(f"{folder} {why_absent(folder)}")
     if not experiment_folders(folder):
+        if run_files_without_config(folder):
+            raise ResultsError(f"{without_config(folder)}: put config.json back to read it")
         raise ResultsError(f"{folder} holds no results (no config.json in it or below it)")
     return Results(folder)
 
@@ -214,9 +262,10 @@ def run_planned(experiment, out: Path, *, progress: bool = LOOP_DEFAULTS["progre
     :func:`train`)."""
     check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,
                        verbose=verbose, max_minutes=max_minutes)
-    run_methods(experiment, out, progress=progress, checkpoint_seconds=checkpoint_every,
-                stop_on_nonfinite=stop_on_nonfinite, track=track, verbose=verbose, should_stop=should_stop,
-                max_seconds=None if max_minutes is None else 60.0 * max_minutes, programs=programs)
+    with removed_if_refused(Path(out)):
+        run_methods(experiment, out, progress=progress, checkpoint_seconds=checkpoint_every,
+                    stop_on_nonfinite=stop_on_nonfinite, track=track, verbose=verbose, should_stop=should_stop,
+                    max_seconds=None if max_minutes is None else 60.0 * max_minutes, programs=programs)
     return Results(Path(out))
 
 
@@ -229,6 +278,7 @@ def check_loop_options(*, checkpoint_every: float, max_minutes: float | None = N
         check_flag(name, value)
 
 
+@takes_numpy_numbers
 def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
           steps: int | None = None, out: str | Path | None = None, grid: Mapping[str, Sequence[float]] | None = None,
           seed: int = 0, progress: bool = LOOP_DEFAULTS["progress"],
@@ -278,6 +328,7 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
                        programs=programs)
 
 
+@takes_numpy_numbers
 def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool = LOOP_DEFAULTS["progress"],
           checkpoint_every: float = LOOP_DEFAULTS["checkpoint_every"], track: str = LOOP_DEFAULTS["track"],
           verbose: bool = True) -> Results:
@@ -286,13 +337,15 @@ def rerun(config: str | Path, out: str | Path | None = None, *, progress: bool =
     programs are not bit-reproducible run to run (the maze's bfloat16 ones differed from the first chunk on,
     ``docs/results/figure-programs``): compare their reruns statistically (``experiments/tools/before_after.py``)."""
     source = check_path("config", config)
-    experiment = plan_rerun(source)
     folder = source.parent if source.is_file() else source
+    require_this_versions_config(folder, "re-run it")
+    experiment = plan_rerun(source)
     out = check_out(out) or folder.with_name(folder.name + "-rerun")
     return run_planned(experiment, out, progress=progress, checkpoint_every=checkpoint_every, track=track,
                        verbose=verbose)
 
 
+@takes_numpy_numbers
 def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None, *, max_batch_runs: int | None = None,
           precision: str | None = None, progress: bool = SWEEP_DEFAULTS["progress"],
           checkpoint_every: float = SWEEP_DEFAULTS["checkpoint_every"],
@@ -314,11 +367,13 @@ def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None,
         if seeds is not None or steps is not None:  # a trial run of a preset keeps apart from the preset's own folder
             suffix += f"-seeds{loaded.seeds}-steps{plan_static(loaded).total_steps}"
         out = Path("results") / f"sweep-{loaded.name}{suffix}"
-    run_sweep(loaded, Path(out), progress=progress, max_batch_runs=max_batch_runs,
-              checkpoint_seconds=checkpoint_every, track=track)
+    with removed_if_refused(Path(out)):
+        run_sweep(loaded, Path(out), progress=progress, max_batch_runs=max_batch_runs,
+                  checkpoint_seconds=checkpoint_every, track=track)
     return Results(Path(out))
 
 
+@takes_numpy_numbers
 def bench(**options: Any) -> dict[str, Any]:
     """Runs ``opiq-jax bench`` with ``options`` (its command-line options by name, e.g. ``envs=("chain",)``,
     ``max_runs=64``); returns the report it also writes to ``out`` (``bench.json``, ``bench.md``)."""
@@ -333,11 +388,39 @@ def bench(**options: Any) -> dict[str, Any]:
     return run_bench(args)
 
 
+class NamedLikeAModule:
+    """An API function named as a module of the flat layout was (``opiq_jax.methods``, ``opiq_jax.environments``, now
+    in ``opiq_jax.registry``). ``from opiq_jax import environments`` gives the function; a plugin written against the
+    module that asks it for one of the module's names is told where the module is now, in one line, instead of
+    "'function' object has no attribute". One meaning per name: the old path ``import opiq_jax.environments``
+    still reaches the module itself (:mod:`opiq_jax.common.old_names`)."""
+
+    def __init__(self, function: Callable[[], dict[str, str]], module: ModuleType):
+        functools.update_wrapper(self, function)
+        self.module = module
+
+    def __call__(self) -> dict[str, str]:
+        return self.__wrapped__()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or not hasattr(self.module, name):
+            raise AttributeError(f"opiq_jax.{self.__wrapped__.__name__} has no attribute {name!r}")
+        raise AttributeError(f"opiq_jax.{self.__wrapped__.__name__} is the API's function that lists them, not the "
+                             f"module {self.module.__name__} that has {name}: import it from there")
+
+
+def named_like(module: ModuleType) -> Callable[[Callable], NamedLikeAModule]:
+    """The decorator that makes a function :class:`NamedLikeAModule` of ``module``."""
+    return lambda function: NamedLikeAModule(function, module)
+
+
+@named_like(method_registry)
 def methods() -> dict[str, str]:
     """Every registered method and its one-line description."""
     return {name: m.description for name, m in METHODS.items()}
 
 
+@named_like(environment_registry)
 def environments() -> dict[str, str]:
     """Every registered environment and its description (plus ``gymnax:NAME``)."""
     return {**{name: e.description for name, e in ENVIRONMENTS.items()}, GYMNAX.name: GYMNAX.description}
@@ -346,6 +429,7 @@ def environments() -> dict[str, str]:
 OPTION_KINDS = ("all", "static", "hyperparameters")
 
 
+@takes_numpy_numbers
 def options(kind: str = "all") -> dict[str, Option]:
     """Every option :func:`train` takes by name, with its documentation, range and default: ``kind="static"``
     only the static ones (what the program is), ``"hyperparameters"`` only the numbers that may differ between

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from .api import run_planned, sweep as run
+from .api import require_this_versions_config, run_planned, sweep as run
 from .benchmark.options import Bench
 from .benchmark.throughput import run_bench
 from .common.config import LOOP_OPTIONS, STATIC_OPTIONS, SWEEP_OPTIONS, Option
@@ -36,11 +36,12 @@ from .running.plan import (
     plan_rerun, settable_static,
 )
 from .runs.experiment import process_share
+from .runs.results_folder import is_finished
 
 PROGRESS_FIELDS = (
     "The progress bar shows, after each chunk: env steps/s (every run's environment steps per second since this "
     "call started training; compiling comes before), test (or train): the median over runs of the chunk's greedy "
-    "test return (or training return), and states (or rooms): the median number of distinct states (rooms) visited "
+    "test return (or training return; no value until an episode has ended), and states (or rooms): the median number of distinct states (rooms) visited "
     "so far.")
 
 TRAIN_DOC = (
@@ -64,6 +65,8 @@ LOOP_FIELDS: list[tuple[str, Any, Any, str]] = [
     ("config", Path | None, None, "Re-run the experiment a saved config.json (or results folder) describes, exactly; "
      "combine with --out (default: <folder>-rerun), not with experiment options."),
     ("seed", int, 0, "Base seed; run i of every method uses seed i under it (method comparisons are paired)."),
+    ("max_minutes", float | None, None, "Stop after the first chunk that ends past this many minutes, with a "
+     "checkpoint, and say how far it got; the same command goes on from there (for time-boxed jobs)."),
     loop_field("checkpoint_every"),
     loop_field("stop_on_nonfinite"),
     loop_field("allow_nonfinite"),
@@ -209,14 +212,17 @@ def plan_from_args(args: Any):
     """``(experiment, out)`` for ``train``'s arguments: a planned experiment, or a saved one (``--config``)."""
     out = check_out(args.out)
     check_interval("checkpoint_every", args.checkpoint_every)
+    if args.max_minutes is not None:
+        check_interval("max_minutes", args.max_minutes, positive=True)
     if args.config is not None:
         defaults = type(args)()
         changed = [n for n, *_ in train_fields() if n not in LOOP_NAMES and getattr(args, n) != getattr(defaults, n)]
         if changed:
             raise UsageError(f"--config re-runs the saved experiment as it is: drop --{changed[0].replace('_', '-')} "
                              "(or edit the config.json)")
-        experiment = plan_rerun(args.config)
         folder = args.config.parent if args.config.is_file() else args.config
+        require_this_versions_config(folder, "re-run it")
+        experiment = plan_rerun(args.config)
         return experiment, out or folder.with_name(folder.name + "-rerun")
     experiment = plan_experiment(args.env, args.method, args.seeds, seed=args.seed, grid=parse_grid(args.grid),
                                  options=options_given(args))
@@ -263,19 +269,54 @@ def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> 
         experiment, out = share_of_this_process(experiment, out, *process)
     print(f"opiq-jax: {describe(experiment)} -> {out}", flush=True)
     started = time.time()
-    results = run_planned(experiment, out, progress=args.progress, checkpoint_every=args.checkpoint_every,
-                          stop_on_nonfinite=args.stop_on_nonfinite, track=args.track, should_stop=should_stop,
-                          programs=args.programs)
-    print(f"opiq-jax: finished in {time.time() - started:.0f} s", flush=True)
-    headline = "test_return" if any(r["metric"] == "test_return" for r in results.metrics[:50]) else "train_return"
-    print(results.summary(headline))
+    try:
+        results = run_planned(experiment, out, progress=args.progress, checkpoint_every=args.checkpoint_every,
+                              stop_on_nonfinite=args.stop_on_nonfinite, track=args.track, should_stop=should_stop,
+                              max_minutes=args.max_minutes, programs=args.programs)
+    except Stopped:
+        raise
+    except KeyboardInterrupt:  # not the loop's stop: before it took the signals over, or just after it gave them back
+        if not finished_training(out):
+            raise
+        interrupted_after_training(out, "after training")
+    try:
+        say_how_far(results, args.max_minutes, time.time() - started)
+        headline = "test_return" if any(r["metric"] == "test_return" for r in results.metrics[:50]) else "train_return"
+        print(results.summary(headline))
+    except KeyboardInterrupt:  # the training is saved; only its table and figures are missing
+        interrupted_after_training(out, "after training")
     try:
         figures = results.plot() if args.plot else []
-    except KeyboardInterrupt:  # the training is saved; only figures not yet renamed into place are missing
-        fail(f"interrupted while drawing the figures; the training is saved in {shell_path(out)}: draw them with "
-             f"opiq-jax plot {shell_path(out)}", 130)
+    except KeyboardInterrupt:  # the training is saved; only the figures not yet renamed into place are missing
+        interrupted_after_training(out, "while drawing the figures")
     say_where(out, figures, results.programs(), args.plugin)
     return out, results.nonfinite_runs()
+
+
+def say_how_far(results: Any, max_minutes: float | None, seconds: float) -> None:
+    """The line after training: finished, or stopped by ``--max-minutes`` with how far it got."""
+    if results.finished or max_minutes is None:
+        print(f"opiq-jax: finished in {seconds:.0f} s", flush=True)
+        return
+    reached = max((r["step"] for r in results.metrics), default=0)
+    total = results.config["static"]["total_steps"]
+    print(f"opiq-jax: stopped by --max-minutes {max_minutes:g} after {seconds:.0f} s, at step {reached:,} of {total:,} "
+          "(a checkpoint is kept); run the same command to go on", flush=True)
+
+
+def finished_training(out: Path) -> bool:
+    """Whether ``out`` holds a finished training (its metrics and checkpoints reach the last step)."""
+    try:
+        return is_finished(out)
+    except (UsageError, OSError):
+        return False
+
+
+def interrupted_after_training(out: Path, when: str) -> None:
+    """Exits with 130 for a Ctrl-C after training (``when``: during its table, or its figures), saying what is kept
+    and how to draw the figures."""
+    fail(f"interrupted {when}; the training is saved in {shell_path(out)}: draw its figures with opiq-jax plot "
+         f"{shell_path(out)}", 130)
 
 
 def shell_path(path: Path | str) -> str:
@@ -286,7 +327,7 @@ def shell_path(path: Path | str) -> str:
 def say_where(out: Path, figures: list[Path], programs: list[str], plugins: tuple[str, ...] = ()) -> None:
     """The closing lines: where the figures and the metrics are, and how to plot, resume or reproduce the run."""
     for path in figures:
-        print(f"opiq-jax: wrote {path}")
+        print(f"opiq-jax: wrote {path}", flush=True)
     metrics = [Path(out) / program / "metrics.csv" if program != "." else Path(out) / "metrics.csv"
                for program in programs]
     where = " and ".join(map(shell_path, metrics)) + (" (config.json and checkpoints beside them)" if len(metrics) > 1
@@ -326,11 +367,13 @@ def sweep(args: Sweep) -> None:
 
 
 def plot(args: Plot) -> None:
-    if not args.folder.exists():
-        raise UsageError(f"{args.folder} does not exist")
     extra = {} if args.metrics is None else {"metrics": tuple(args.metrics)}
-    for path in plot_folder(args.folder, statistic=args.statistic, pooled=args.pooled, **extra):
-        print(f"opiq-jax: wrote {path}")
+    try:
+        for path in plot_folder(args.folder, statistic=args.statistic, pooled=args.pooled, **extra):
+            print(f"opiq-jax: wrote {path}", flush=True)
+    except KeyboardInterrupt:  # each figure is renamed into place whole: none is cut short
+        fail(f"interrupted while drawing the figures of {shell_path(args.folder)}; those drawn are whole: run the same "
+             "command to draw them all", 130)
 
 
 def bench(args: Any) -> None:
@@ -400,11 +443,23 @@ def main(argv: list[str] | None = None, joined: tuple[int, int] | None = None) -
         fail(str(e), e.exit_code)
     except (NonFiniteRuns, PeerFailed, ProgramFailed) as e:
         fail(str(e), 1)
-    except KeyboardInterrupt:  # before the loop took over the signals: nothing was trained
-        fail("interrupted before training started; nothing to keep", 130)
+    except KeyboardInterrupt:  # before the loop took over the signals (the commands' own cases are handled in them)
+        fail(interrupted_early(command), 130)
     except OSError as e:  # a write that failed (a full disk, ...): the files before it are intact
         where = f" ({e.filename})" if e.filename else ""
         fail(f"error: {e.strerror or e}{where}; the results written before it are intact", 1)
+
+
+def interrupted_early(command: Any) -> str:
+    """What a Ctrl-C that reached none of the command's own handling means."""
+    if isinstance(command, Sweep):
+        return ("interrupted before a batch started; the batches finished before are kept: run the same command to "
+                "resume")
+    if isinstance(command, Bench):
+        return "interrupted before the bench finished; it writes its report only at the end"
+    if isinstance(command, Plot):
+        return "interrupted; each figure is written whole: run the same command to draw them all"
+    return "interrupted before training started; nothing to keep"
 
 
 def fail(message: str, code: int) -> None:

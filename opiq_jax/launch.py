@@ -9,8 +9,11 @@ package keeps, and the reason it exists. Everything else imports at the top of i
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+from typing import Any
 
 import jax
 
@@ -82,7 +85,39 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     from .cli import main as command_line  # after the backend's settings above: the reason this module exists
 
-    command_line(argv, joined)
+    try:
+        try:
+            command_line(argv, joined)
+        finally:
+            end_at_once_on_signals()
+    except KeyboardInterrupt:  # past the command's own handling (or before the line above took the signal): done
+        flush_output()
+        end_now(signal.SIGINT)
+
+
+ENDED = b"opiq-jax: interrupted as the command ended; everything it wrote is whole\n"
+
+
+def end_now(signum: int, frame: Any = None) -> None:
+    """Ends the process at once with 128 + ``signum`` and one line, skipping the interpreter's exit hooks."""
+    os.write(2, ENDED)
+    os._exit(128 + signum)
+
+
+def flush_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
+            stream.flush()
+
+
+def end_at_once_on_signals() -> None:
+    """Once the command has done its work: a Ctrl-C or SIGTERM while the interpreter shuts down (JAX's exit hooks take
+    a moment) ends the process at once (:func:`end_now`), instead of a traceback from inside JAX's hooks and exit code
+    0. Everything was written, each file whole, and the command's lines were flushed as printed."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # a command that ended on a Ctrl-C ignores a second one
+            signal.signal(signum, end_now)
+    flush_output()
 
 
 if __name__ == "__main__":

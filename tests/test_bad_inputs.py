@@ -28,6 +28,7 @@ from opiq_jax.common.errors import UsageError
 from opiq_jax.parts import PARTS
 from opiq_jax.registry.methods import METHODS, ORIGINS
 
+ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--steps", "600", "--log-every", "300",
          "--seeds", "1", "--no-progress", "--no-plot"]
 SMALL_API = dict(chain_length=6, hidden=(16,), buffer_size=600, steps=600, log_every=300, seeds=1, progress=False)
@@ -64,7 +65,15 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     (root / "huge_seed.json").write_text(json.dumps({**GOOD_PRESET, "seed": 2**32}))
     twice = {**GOOD_PRESET, "grids": [{"method": "opiq", "grid": {"m": [1, 1.0]}}]}
     (root / "twice.json").write_text(json.dumps(twice))
-    return {"root": root, "existing": root / "existing", "broken": broken, "user": user}
+    unconfigured = root / "unconfigured"  # a run whose config.json was deleted
+    shutil.copytree(root / "existing", unconfigured)
+    (unconfigured / "config.json").unlink()
+    links = root / "links"
+    links.mkdir()
+    (links / "loop").symlink_to("loop")
+    (links / "dangling").symlink_to("nowhere")
+    return {"root": root, "existing": root / "existing", "broken": broken, "user": user, "unconfigured": unconfigured,
+            "loop": links / "loop", "dangling": links / "dangling"}
 
 
 def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
@@ -133,6 +142,19 @@ def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["sweep", "chain_opiq", "--out", existing], "holds an opiq-jax training run (config.json), not a sweep"),
         (["train", "--plugin", "no_such_plugin_module"], "--plugin no_such_plugin_module: importing it failed "
                                                           "(ModuleNotFoundError"),
+        # a run whose config.json was deleted: named, with how to resume it or start anew
+        (["train", *SMALL, "--out", str(f["unconfigured"])], f"--out {f['unconfigured']} holds an opiq-jax run "
+         "(checkpoint.msgpack, metrics.csv) whose config.json is missing (deleted?): put config.json back to resume it "
+         "(the same command then does), or choose a new --out to start anew"),
+        (["plot", str(f["unconfigured"])], "whose config.json is missing (deleted?): put config.json back to plot it"),
+        # symbolic links that lead nowhere (a loop was "cannot be written (File exists)")
+        (["train", *SMALL, "--out", str(f["loop"])], f"--out {f['loop']} is a symbolic link that loops back on itself: "
+                                                      "point it at a folder, or choose another"),
+        (["train", *SMALL, "--out", str(f["dangling"])], f"--out {f['dangling']} is a symbolic link to nowhere, which "
+                                                          "does not exist"),
+        (["plot", str(f["loop"])], f"{f['loop']} is a symbolic link that loops back on itself"),
+        (["train", *SMALL, "--out", str(f["loop"] / "run")], "lies under a symbolic link that loops back on itself"),
+        (["train", *SMALL, "--max-minutes", "0"], "--max-minutes must be a finite number > 0, got 0.0"),
     ]
 
 
@@ -165,6 +187,10 @@ def api_cases(f: dict[str, Path]) -> list[tuple[callable, str]]:
         (lambda: opiq_jax.sweep(GOOD_PRESET, out=f["user"]), "already holds files that opiq-jax did not write"),
         (lambda: opiq_jax.load(123), "folder must be a path"),
         (lambda: opiq_jax.rerun(None), "config must be a path (str or pathlib.Path), got None"),
+        (lambda: opiq_jax.load(f["unconfigured"]), "whose config.json is missing (deleted?): put config.json back"),
+        (lambda: opiq_jax.load(f["loop"]), f"{f['loop']} is a symbolic link that loops back on itself"),
+        (lambda: opiq_jax.load(existing).plot(3), "metrics must be a metric's name or a list of them, got 3"),
+        (lambda: opiq_jax.bench(min_runs=np.int64(0)), "min_runs must be >= 1, got 0"),  # not np.int64(0)
     ]
 
 
@@ -420,6 +446,117 @@ def test_the_cli_trains_a_method_of_a_plugin_and_load_says_what_to_register(tmp_
     assert "was trained with method 'dqn_inverse_count', which this process has not registered: import " \
            "good_plugin first (on the command line: --plugin good_plugin)" in lines[0]
     assert lines[1] == "600"
+
+
+# ------------------------------------------------------------------------------------ issue 66: numbers, folders, words
+
+
+def test_numpy_and_jax_numbers_are_taken_as_python_numbers_are_and_recorded_as_plain_json(tmp_path, capsys):
+    """Seeds, the base seed, static options, hyperparameters, a grid and the loop's options as numpy's and JAX's
+    numbers train the experiment Python's numbers do: the same config.json byte for byte, which --config re-runs."""
+    plain = opiq_jax.train(out=tmp_path / "python", seeds=[0, 1], seed=3, steps=600, chain_length=6, hidden=(16,),
+                           buffer_size=600, log_every=300, m=2.0, grid={"c_action": [1, 10]}, progress=False,
+                           checkpoint_every=0)
+    numpy = opiq_jax.train(out=tmp_path / "numpy", seeds=[np.int64(0), np.int64(1)], seed=np.uint32(3),
+                           steps=np.int64(600), chain_length=np.int32(6), hidden=np.array([16]),
+                           buffer_size=jnp.int32(600), log_every=np.int16(300), m=jnp.float32(2.0),
+                           grid={"c_action": jnp.array([1.0, 10.0])}, progress=np.bool_(False),
+                           checkpoint_every=np.float64(0))
+    assert (numpy.folder / "config.json").read_bytes() == (plain.folder / "config.json").read_bytes()
+    assert (numpy.folder / "metrics.csv").read_bytes() == (plain.folder / "metrics.csv").read_bytes()
+    main(["train", "--config", str(numpy.folder), "--out", str(tmp_path / "rerun"), "--no-progress", "--no-plot"])
+    assert (tmp_path / "rerun" / "metrics.csv").read_bytes() == (plain.folder / "metrics.csv").read_bytes()
+    assert numpy.summary(np.str_("test_return")) == plain.summary("test_return")
+    tenth = opiq_jax.train(out=tmp_path / "tenth", grid={"m": [np.float32(0.1)]}, **SMALL_API)
+    assert tenth.config["runs"][0]["setting"] == "m=0.1"  # a float32 is the decimal it prints as, not 0.100000001490
+    preset = {**GOOD_PRESET, "seeds": np.int64(1), "grids": [{"method": "opiq", "grid": {"m": np.array([2.0])}}]}
+    swept = opiq_jax.sweep(preset, out=tmp_path / "sweep", seeds=np.int64(1), steps=np.int64(600),
+                           max_batch_runs=np.int64(2), progress=np.bool_(False))
+    assert json.loads((swept.folder / "preset.json").read_text())["grids"][0]["grid"] == {"m": [2.0]}
+    assert [r["setting"] for r in swept.ranking()] == ["m=2"]
+
+
+def test_a_refusal_after_the_folder_was_made_leaves_no_folder_behind(tmp_path, monkeypatch):
+    """A part whose hook returns the wrong shape is refused when the program is traced, after the folder, its lock
+    and its config.json were made; a sweep too large for the device is refused at its first batch, after its
+    preset.json and plan.json. Neither leaves a folder behind, nor the folders made above it."""
+    part = type("Wrong", (Bonus,), {"wrong": "action_bonus"})()
+    empty = tmp_path / "mine"  # a folder of the user's, empty but for what a file browser leaves
+    empty.mkdir()
+    (empty / ".DS_Store").write_bytes(b"\0")
+    with registries_restored():
+        opiq_jax.register_method(opiq_jax.Method("dqn_wrong", (part,), "a part with a wrong hook",
+                                                 settings={"chain": {"test_bonus": 1.0}}))
+        for out in (tmp_path / "new" / "deeper" / "run", empty):
+            with pytest.raises(opiq_jax.PartError):
+                opiq_jax.train(methods=["dqn_wrong"], out=out, **SMALL_API)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"] and [p.name for p in empty.iterdir()] == [".DS_Store"]
+    (empty / ".DS_Store").unlink()
+    from opiq_jax.runs import memory
+    from opiq_jax.running import sweeping
+
+    for module in (memory, sweeping):
+        monkeypatch.setattr(module, "available_device_bytes", lambda: 1000)
+    with pytest.raises(opiq_jax.DoesNotFit):
+        opiq_jax.sweep(GOOD_PRESET, out=tmp_path / "mine" / "sweep", progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"] and list((tmp_path / "mine").iterdir()) == []
+
+
+def test_environments_and_methods_of_the_package_list_them_and_name_the_modules_a_plugin_wants():
+    from opiq_jax import environments, methods
+
+    assert "chain" in environments() and "opiq" in methods()
+    with pytest.raises(AttributeError) as caught:
+        environments.register_environment  # noqa: B018: what a plugin of the flat layout wrote
+    assert str(caught.value) == ("opiq_jax.environments is the API's function that lists them, not the module "
+                                 "opiq_jax.registry.environments that has register_environment: import it from there")
+    with pytest.raises(AttributeError, match="not the module opiq_jax.registry.methods that has METHODS"):
+        methods.METHODS  # noqa: B018
+    with pytest.raises(AttributeError, match="^opiq_jax.methods has no attribute 'nope'$"):
+        methods.nope  # noqa: B018
+
+
+def test_a_preset_tried_with_steps_its_chunk_does_not_divide_logs_on_a_chunk_that_does_and_says_so(tmp_path, capsys):
+    preset = tmp_path / "every300.json"
+    preset.write_text(json.dumps(GOOD_PRESET))  # 600 steps, a row every 300
+    main(["sweep", str(preset), "--steps", "700", "--out", str(tmp_path / "sw"), "--no-progress"])
+    said = [line for line in capsys.readouterr().out.splitlines() if "does not divide" in line]
+    assert said == ["opiq-jax: the preset logs every 300 steps, which does not divide 700: logging every 175 steps "
+                    "instead (4 points per run for the ranking's area under the curve)"]
+    steps = {r["step"] for r in opiq_jax.load(tmp_path / "sw").metrics}
+    assert steps == {175, 350, 525, 700}
+
+
+def test_max_minutes_on_the_command_line_stops_after_a_chunk_and_the_same_command_goes_on(tmp_path, capsys):
+    steps = SMALL.index("--steps")
+    argv = ["train", *SMALL[:steps], "--steps", "1200", *SMALL[steps + 2:], "--out", str(tmp_path / "boxed")]
+    main([*argv, "--max-minutes", "1e-9"])
+    said = [line for line in capsys.readouterr().out.splitlines() if "--max-minutes" in line]
+    assert len(said) == 1 and said[0].startswith("opiq-jax: stopped by --max-minutes 1e-09 after "), said
+    assert said[0].endswith(" s, at step 300 of 1,200 (a checkpoint is kept); run the same command to go on"), said
+    assert not opiq_jax.load(tmp_path / "boxed").finished
+    main(argv)
+    assert opiq_jax.load(tmp_path / "boxed").finished and "opiq-jax: finished in" in capsys.readouterr().out
+
+
+def test_a_results_folder_of_an_older_version_says_which_wrote_it_and_what_still_works(tmp_path, capsys):
+    old = tmp_path / "chain-all-f32"
+    shutil.copytree(ROOT / "docs" / "results" / "precision" / "chain-all-f32", old)
+    written = ("was written by an opiq-jax from before 28a7929 (2026-11-26, when the methods became parts: it names a "
+               "bonus_network, not parts): this version reads its metrics (summary, curves, plot) but cannot")
+    results = opiq_jax.load(old)
+    with pytest.raises(opiq_jax.ResultsError) as caught:
+        results.state("plain")
+    assert str(caught.value) == f"{old / 'plain' / 'config.json'} {written} restore its state; opiq-jax at commit " \
+                                "28a7929~1 can"
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--config", str(old), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and written in err and err.endswith("re-run it; opiq-jax at commit 28a7929~1 can"), err
+    assert "| opiq |" in results.summary("test_return")
+    main(["plot", str(old), "--metrics", "test_return"])  # its four programs are one experiment, as they trained
+    assert capsys.readouterr().out.strip() == f"opiq-jax: wrote {old / 'plot_test_return.png'}"
+    assert results.plot("test_return") == [old / "plot_test_return.png"]  # a name, not its letters
 
 
 # ------------------------------------------------------------------------------------ memory and progress, named

@@ -475,3 +475,136 @@ def test_the_selection_names_the_settings_tied_with_the_best_within_their_interv
     write_tables(tmp_path, ranking, "test_return")
     best = (tmp_path / "best.md").read_text()
     assert "| a | x | 2 (1.5, 2.5) | 1 | 3 | y |" in best and "| b | w | 1 (0.9, 1.1) | 1 | 1 | none |" in best
+
+
+# ------------------------------------------------------------------------------------ issue 66: disks and Ctrl-C
+
+CLI_SMALL = ["--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--steps", "600", "--log-every", "300",
+             "--seeds", "1", "--no-progress", "--checkpoint-every", "0"]
+PNG_START, PNG_END = b"\x89PNG\r\n\x1a\n", b"IEND\xaeB`\x82"
+
+
+def whole_figures(folder: Path) -> list[str]:
+    """The PNGs in ``folder``, each checked whole (its signature first, its end chunk last)."""
+    figures = sorted(folder.glob("*.png"))
+    for figure in figures:
+        data = figure.read_bytes()
+        assert data.startswith(PNG_START) and data.endswith(PNG_END), figure
+    return [f.name for f in figures]
+
+
+@pytest.mark.parametrize("doomed, error, named", [
+    ("metrics", (errno.ENOSPC, "No space left on device"), METRICS_FILE),
+    ("checkpoint", (errno.EFBIG, "File too large"), CHECKPOINT_FILE),
+    ("plot_test_return", (errno.ENOSPC, "No space left on device"), "plot_test_return.png"),
+])
+def test_a_full_disk_or_a_file_size_limit_names_the_file_it_was_writing(tmp_path, monkeypatch, capsys, doomed, error,
+                                                                         named):
+    """``write`` names no file: the one line names the file all the same, as the user knows it (not a temporary one)."""
+    out, write, seen = tmp_path / "disk", results.write_all, []
+
+    def failing(f, data):  # the second write of the doomed file fails: a folder with a chunk in it
+        if doomed in os.path.basename(f.name):
+            seen.append(1)
+            if len(seen) == (1 if doomed.startswith("plot") else 2):
+                raise OSError(*error)
+        write(f, data)
+
+    monkeypatch.setattr(results, "write_all", failing)
+    with pytest.raises(SystemExit) as stop:
+        main(["train", *CLI_SMALL, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 1 and err == (f"opiq-jax: error: {error[1]} ({out / named}); the results written before "
+                                            "it are intact"), err
+    assert not list(out.glob(".*.tmp")) and (out / METRICS_FILE).exists()
+
+
+def test_ctrl_c_while_plot_draws_ends_with_130_in_one_line_and_leaves_whole_figures(tmp_path, monkeypatch, capsys):
+    from opiq_jax.reporting import plotting
+
+    out = tmp_path / "drawn"
+    main(["train", *CLI_SMALL, "--no-plot", "--out", str(out)])
+    save, saved = plotting.save_atomically, []
+
+    def interrupted_after_one(fig, path, dpi):  # Ctrl-C while the second figure is drawn
+        if saved:
+            raise KeyboardInterrupt
+        saved.append(path)
+        save(fig, path, dpi)
+
+    monkeypatch.setattr(plotting, "save_atomically", interrupted_after_one)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(["plot", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 130 and err == (f"opiq-jax: interrupted while drawing the figures of {out}; those drawn "
+                                              "are whole: run the same command to draw them all"), err
+    assert whole_figures(out) == [saved[0].name]
+
+
+def command(*argv: str) -> subprocess.Popen:
+    """``opiq-jax ARGV`` as a user starts it from a terminal (its entry point, :mod:`opiq_jax.launch`; Ctrl-C raises
+    KeyboardInterrupt, where a test worker's children inherit it ignored), its output read line by line."""
+    return subprocess.Popen([sys.executable, "-c", AS_FROM_A_TERMINAL, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+AS_FROM_A_TERMINAL = """
+import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv = ["opiq-jax", *sys.argv[1:]]
+runpy.run_module("opiq_jax", run_name="__main__")
+"""
+
+
+def interrupt_at(proc: subprocess.Popen, marker: str) -> tuple[int, str]:
+    """Sends SIGINT once ``proc`` has printed a line holding ``marker``; its return code and standard error."""
+    while True:
+        line = proc.stdout.readline()
+        assert line, f"the command ended before {marker!r}: {proc.communicate()[1][-2000:]}"
+        if marker in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    return proc.returncode, err
+
+
+# What a Ctrl-C may meet once the command's work is done: the shutdown, whose own line says so; or the interpreter's
+# last steps, where Python's default handler is back and the process ends by the signal (the shell's 130), silently.
+ENDED = "opiq-jax: interrupted as the command ended; everything it wrote is whole"
+
+
+def test_ctrl_c_at_the_plot_commands_first_figure_exits_130_without_a_traceback(tmp_path):
+    out = tmp_path / "plotted"
+    main(["train", *CLI_SMALL, "--no-plot", "--out", str(out)])
+    code, err = interrupt_at(command("plot", str(out)), "opiq-jax: wrote ")
+    assert code in (130, -signal.SIGINT), err
+    assert "Traceback" not in err and "Exception ignored" not in err and "training" not in err, err
+    drawing = (f"opiq-jax: interrupted while drawing the figures of {out}; those drawn are whole: run the same "
+               "command to draw them all")
+    assert err.strip() in ("", ENDED, drawing), err
+    assert len(whole_figures(out)) == 4
+
+
+def test_ctrl_c_after_training_says_the_training_is_saved_and_how_to_draw_it(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "trained"
+
+    def interrupted(self, metric="test_return"):  # Ctrl-C while the summary table is computed
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as during_the_table:
+        during_the_table.setattr(opiq_jax.Results, "summary", interrupted)
+        with pytest.raises(SystemExit) as stop:
+            main(["train", *CLI_SMALL, "--out", str(out)])
+    printed = capsys.readouterr()
+    assert "opiq-jax: finished in" in printed.out and stop.value.code == 130
+    assert printed.err.strip() == (f"opiq-jax: interrupted after training; the training is saved in {out}: draw its "
+                                   f"figures with opiq-jax plot {out}")
+    assert opiq_jax.load(out).finished and not list(out.glob("*.png"))
+    again = tmp_path / "again"  # the same, by a real signal at the line that says training finished
+    code, err = interrupt_at(command("train", *CLI_SMALL, "--out", str(again)), "opiq-jax: finished in")
+    assert code in (130, -signal.SIGINT) and "Traceback" not in err and "nothing to keep" not in err, err
+    kept = f"; the training is saved in {again}: draw its figures with opiq-jax plot {again}"
+    assert err.strip().splitlines()[-1:] in ([], [ENDED], [f"opiq-jax: interrupted after training{kept}"],
+                                             [f"opiq-jax: interrupted while drawing the figures{kept}"]), err
+    assert opiq_jax.load(again).finished

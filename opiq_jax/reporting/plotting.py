@@ -24,6 +24,7 @@ import json
 import re
 import warnings
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,9 @@ from ..common.errors import UsageError
 from ..registry.environments import environment_label, environment_spec
 from ..registry.methods import METHODS, program_name
 from ..runs.results_folder import experiment_folders, read_metrics
-from ..store.files import CONFIG_FILE, atomic_write_bytes, read_json
+from ..store.files import (
+    CONFIG_FILE, atomic_write_bytes, older_layout, read_json, run_files_without_config, why_absent, without_config,
+)
 from .stats import iqm, iqm_curve_ci, stratified_bootstrap_ci
 
 DEFAULT_METRICS = ("train_return", "test_return", "states_visited", "max_return", "rooms_visited")
@@ -393,6 +396,8 @@ def _experiment_identity(config: dict) -> str:
     Static fields missing from an older config count as their defaults (as the runner's resume check does)."""
     static = {**json.loads(json.dumps(StaticConfig().to_dict())), **config.get("static", {})}
     static.pop("parts", None)
+    for name in getattr(older_layout(config), "per_program", ()):  # an older layout's programs set these apart
+        static.pop(name, None)
     rest = {k: v for k, v in config.items() if k not in ("runs", "static")}
     return json.dumps({"static": static, **rest}, sort_keys=True)
 
@@ -400,8 +405,10 @@ def _experiment_identity(config: dict) -> str:
 def _experiment_root(folder: Path, out: Path, config: dict) -> Path:
     """The folder an experiment was written to: ``folder`` less a per-program subfolder (named after its
     program, as :func:`~opiq_jax.running.train_programs.run_methods` writes them) and per-process or per-batch folders."""
+    older = older_layout(config)
     try:
-        program = program_name(config.get("static", {}).get("parts", ()))
+        program = (older.program(config["static"]) if older else
+                   program_name(config.get("static", {}).get("parts", ())))
     except (KeyError, ValueError):  # a part this installation does not register: not a program subfolder we know
         program = None
     if folder != out and folder.name == program:
@@ -438,8 +445,10 @@ def _configs(folders: list[Path]) -> list[dict]:
 def check_one_experiment(out: Path, pooled: bool) -> list[list[dict]]:
     """Per experiment under ``out``, its folders' configs; several experiments are refused unless ``pooled``."""
     if not out.exists():
-        raise UsageError(f"{out} does not exist")
+        raise UsageError(f"{out} {why_absent(out)}")
     experiments = find_experiments(out)
+    if not experiments and run_files_without_config(out):
+        raise UsageError(f"{without_config(out)}: put {CONFIG_FILE} back to plot it")
     if not experiments:
         raise UsageError(f"{out} holds no results (no {CONFIG_FILE} in it or below it)")
     if len(experiments) > 1 and not pooled:
@@ -486,9 +495,18 @@ def choose_metrics(rows: list[dict], metrics: tuple[str, ...] | None, out: Path,
     return list(metrics)
 
 
-def plot_folder(out: str | Path, metrics: tuple[str, ...] | None = DEFAULT_METRICS, groups: list[str] | None = None,
-                reference_lines: dict[str, float] | None = None, prefix: str = "plot", *,
-                statistic: str = "median", pooled: bool = False) -> list[Path]:
+def metric_names(metrics: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """The metrics to draw as a tuple of names: one name, or a list of them (None: the defaults)."""
+    if metrics is None or isinstance(metrics, str):
+        return metrics if metrics is None else (metrics,)
+    if not isinstance(metrics, Sequence) or not all(isinstance(m, str) for m in metrics):
+        raise UsageError(f"metrics must be a metric's name or a list of them, got {metrics!r}")
+    return tuple(metrics)
+
+
+def plot_folder(out: str | Path, metrics: str | Sequence[str] | None = DEFAULT_METRICS,
+                groups: list[str] | None = None, reference_lines: dict[str, float] | None = None,
+                prefix: str = "plot", *, statistic: str = "median", pooled: bool = False) -> list[Path]:
     """One PNG per metric in ``out``: per method, the median across seeds with the 25-75% band
     (``<prefix>_<metric>.png``), or with ``statistic="iqm"`` the IQM with its 95% bootstrap band
     (``<prefix>_<metric>_iqm.png``). The title names the environment, seeds, steps, precision and statistic.
@@ -498,6 +516,7 @@ def plot_folder(out: str | Path, metrics: tuple[str, ...] | None = DEFAULT_METRI
     experiments (see :func:`find_experiments`) unless ``pooled``, which draws all their runs together."""
     if statistic not in STATISTICS:
         raise UsageError(f"unknown statistic {statistic!r}: use one of {', '.join(STATISTICS)}")
+    metrics = metric_names(metrics)
     out = Path(out)
     configs = check_one_experiment(out, pooled)
     rows = read_metrics(out)

@@ -90,9 +90,11 @@ def read_preset(preset: str | Path | Mapping) -> tuple[str, dict]:
     raise UsageError(f"unknown preset {str(preset)!r}: use a JSON file or one of {', '.join(preset_names())}")
 
 
-def shrunk(data: Any, seeds: int | None, steps: int | None) -> Any:
-    """A preset's data with fewer (or more) ``seeds`` and ``steps``, to try a shipped preset small; its chunk becomes
-    the whole run where the preset's chunk does not divide the new steps. Checked afterwards as any preset is."""
+def shrunk(data: Any, seeds: int | None, steps: int | None, say=print) -> Any:
+    """A preset's data with fewer (or more) ``seeds`` and ``steps``, to try a shipped preset small. Where the preset's
+    chunk (``log_every``) does not divide the new steps, the chunk becomes the nearest smaller one that does
+    (:func:`chunk_for`), and ``say`` is told: the ranking's area under the curve needs a point per chunk. Checked
+    afterwards as any preset is."""
     if not isinstance(data, dict) or (seeds is None and steps is None):
         return data
     data = dict(data)
@@ -101,10 +103,34 @@ def shrunk(data: Any, seeds: int | None, steps: int | None) -> Any:
     if steps is not None:
         static = dict(data.get("static") or {})
         static["total_steps"] = check_count("steps", steps)
-        if "log_every" in static and isinstance(static["log_every"], int) and steps % max(static["log_every"], 1):
-            static.pop("log_every")
+        chunk = static.get("log_every", environment_chunk(data.get("env")))
+        if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0 and steps % chunk:
+            static["log_every"] = chunk_for(steps, chunk, static.get("envs_per_run", 1))
+            points = steps // static["log_every"]
+            whose = "" if "log_every" in (data.get("static") or {}) else " (its environment's default)"
+            say(f"opiq-jax: the preset logs every {chunk:,} steps{whose}, which does not divide {steps:,}: logging "
+                f"every {static['log_every']:,} steps instead ({plural(points, 'point')} per run for the ranking's "
+                f"area under the curve){'' if points > 1 else '; give steps a multiple of ' + format(chunk, ',')}")
         data["static"] = static
     return data
+
+
+def environment_chunk(env: Any) -> int | None:
+    """The chunk (``log_every``) of ``env``'s paper configuration; None for a name no registry knows (the preset's
+    check names it)."""
+    try:
+        return StaticConfig(**environment_spec(env).defaults).log_every
+    except (ValueError, TypeError):
+        return None
+
+
+def chunk_for(steps: int, chunk: int, multiple_of: Any = 1) -> int:
+    """The largest divisor of ``steps`` no larger than ``chunk`` and no smaller than half of it (a multiple of
+    ``multiple_of``, the environments per run of a pool): about as many points per run as the preset meant. None
+    there: ``steps`` itself, a single chunk."""
+    multiple_of = multiple_of if isinstance(multiple_of, int) and multiple_of > 0 else 1
+    near = [d for d in range(chunk, (chunk + 1) // 2 - 1, -1) if d > 0 and steps % d == 0 and d % multiple_of == 0]
+    return near[0] if near else steps
 
 
 def load_preset(preset: str | Path | Mapping, seeds: int | None = None, steps: int | None = None) -> Preset:

@@ -21,11 +21,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
 import json
 import os
+import shutil
 import socket
 import struct
 import threading
@@ -39,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..common.errors import ResultsError
+from ..common.errors import ResultsError, Stopped
 from .frames import SEGMENTS_FOLDER, DamagedSegment, FrameRings, PendingSegment, Segment, assemble
 
 CONFIG_FILE = "config.json"
@@ -49,6 +51,8 @@ PREVIOUS_CHECKPOINT_FILE = "checkpoint.previous.msgpack"
 RUN_INFO_FILE = "run_info.json"
 LOCK_FILE = ".lock"
 PRESET_FILE = "preset.json"
+
+METRICS_HEADER_LINE = b"run,method,setting,seed,step,metric,value\r\n"  # metrics.csv's first line (store.metrics)
 
 CHECKPOINT_MAGIC = b"OPIQCKP2"  # the streamed, checksummed format (tests/ and experiments/ read it too)
 
@@ -75,11 +79,18 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def named_after(error: BaseException, path: Path, *stand_ins: Path) -> None:
+    """Gives an :class:`OSError` of a write the name of the file it was writing, where it has none (a full disk, a
+    file-size limit: ``write`` names no file) or names a temporary stand-in: a user is told which file failed."""
+    if isinstance(error, OSError) and (error.filename is None or error.filename in map(str, stand_ins)):
+        error.filename = str(path)
+
+
 def atomic_write_chunks(path: Path, chunks: Iterable[bytes]) -> None:
     """Writes ``chunks`` to ``path`` atomically: a temporary file beside it, synced, then renamed over it.
 
     Any failure (a full disk, an error producing the chunks) removes the temporary file and leaves the
-    old ``path`` as it was.
+    old ``path`` as it was; an :class:`OSError` names ``path``.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -90,8 +101,9 @@ def atomic_write_chunks(path: Path, chunks: Iterable[bytes]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        named_after(e, path, tmp)
         raise
     fsync_folder(path.parent)
 
@@ -105,15 +117,17 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def append_bytes(path: Path, data: bytes) -> None:
-    """Appends ``data`` in one write; if it fails (a full disk) the file is cut back to its previous length."""
+    """Appends ``data`` in one write; if it fails (a full disk) the file is cut back to its previous length (an
+    :class:`OSError` names ``path``)."""
     with open(path, "ab") as f:
         size = f.tell()
         try:
             write_all(f, data)
             f.flush()
             os.fsync(f.fileno())
-        except BaseException:
+        except BaseException as e:
             f.truncate(size)
+            named_after(e, path)
             raise
 
 
@@ -128,6 +142,48 @@ def read_json(path: Path) -> Any:
         raise ResultsError(f"{path} is not valid JSON ({e}); repair it or move the folder away") from None
     except OSError as e:
         raise ResultsError(f"{path} cannot be read: {e.strerror or e}") from None
+
+
+@dataclass(frozen=True)
+class OlderLayout:
+    """A ``config.json`` layout that this version cannot build an experiment from (its metrics still read)."""
+
+    written_by: str
+    """Which opiq-jax wrote it, for messages."""
+    reads_it: str
+    """The last opiq-jax that builds its experiment (restores, resumes, re-runs it)."""
+    recognised: Callable[[dict], bool]
+    """Whether a ``static`` section is of this layout."""
+    program: Callable[[dict], str]
+    """The program (results subfolder) a ``static`` section of this layout trained."""
+    per_program: tuple[str, ...]
+    """The ``static`` fields that differ between the programs of one experiment in this layout."""
+
+
+def bonus_network_program(static: dict) -> str:
+    """The program of a ``static`` section that names a bonus_network (BSP: its heads)."""
+    if isinstance(static.get("bsp_heads"), int) and static["bsp_heads"] > 0:
+        return "bsp"
+    return "plain" if static.get("bonus_network") in (None, "none") else str(static["bonus_network"])
+
+
+OLDER_LAYOUTS = (
+    OlderLayout("an opiq-jax from before 28a7929 (2026-11-26, when the methods became parts: it names a "
+                "bonus_network, not parts)", "opiq-jax at commit 28a7929~1",
+                lambda static: "parts" not in static and "bonus_network" in static, bonus_network_program,
+                ("bonus_network", "bsp_heads")),
+)
+
+
+def older_layout(config: Any) -> OlderLayout | None:
+    """The older layout of the parsed ``config.json`` ``config`` (None: this version's, or not a config.json at all,
+    which the reading of it names)."""
+    static = config.get("static") if isinstance(config, dict) else None
+    if not isinstance(static, dict):
+        return None
+    return next((layout for layout in OLDER_LAYOUTS if layout.recognised(static)), None)
+
+
 
 
 # ------------------------------------------------------------------------------------ checkpoints
@@ -188,7 +244,11 @@ class PreparedCheckpoint:
         if self.segment is not None:
             apart[self.rings.frames_path] = self.rings.write(self.folder, self.segment, atomic_write_chunks)
         tmp = self.folder / f".{CHECKPOINT_FILE}.new"
-        atomic_write_chunks(tmp, checkpoint_chunks(self.state, self.chunk, self.metrics, apart))
+        try:
+            atomic_write_chunks(tmp, checkpoint_chunks(self.state, self.chunk, self.metrics, apart))
+        except OSError as e:  # a full disk names the checkpoint, not its stand-in
+            named_after(e, self.folder / CHECKPOINT_FILE, tmp)
+            raise
         if (self.folder / CHECKPOINT_FILE).exists():
             os.replace(self.folder / CHECKPOINT_FILE, self.folder / PREVIOUS_CHECKPOINT_FILE)
         os.replace(tmp, self.folder / CHECKPOINT_FILE)
@@ -465,6 +525,27 @@ def folder_kind(folder: Path) -> str | None:
     return "programs" if programs else (None if figures else "empty")
 
 
+def run_files_without_config(folder: Path) -> list[str]:
+    """The files of an opiq-jax run in ``folder`` (a checkpoint with its header, ``metrics.csv`` with its header) when
+    its ``config.json`` is missing (deleted): the run cannot be read or resumed without it."""
+    if (folder / CONFIG_FILE).exists():
+        return []
+    found = [name for name in (CHECKPOINT_FILE, PREVIOUS_CHECKPOINT_FILE) if checkpoint_header(folder / name)]
+    try:
+        with open(folder / METRICS_FILE, "rb") as f:
+            if f.read(len(METRICS_HEADER_LINE)) == METRICS_HEADER_LINE:
+                found.append(METRICS_FILE)
+    except OSError:
+        pass
+    return sorted(found)
+
+
+def without_config(folder: Path) -> str:
+    """What to say of a folder whose run lost its ``config.json`` (:func:`run_files_without_config`)."""
+    return (f"{folder} holds an opiq-jax run ({', '.join(run_files_without_config(folder))}) whose {CONFIG_FILE} is "
+            "missing (deleted?)")
+
+
 def foreign_names(folder: Path) -> list[str]:
     """The names in ``folder`` that make it not an opiq-jax experiment (for messages)."""
     return sorted(e.name for e in folder.iterdir()
@@ -477,6 +558,9 @@ def require_own_folder(folder: Path, kind: str, flag: str = "--out") -> None:
     if not folder.is_dir():
         return
     found = folder_kind(folder)
+    if found is None and run_files_without_config(folder):
+        raise ResultsError(f"{flag} {without_config(folder)}: put {CONFIG_FILE} back to resume it (the same command "
+                           f"then does), or choose a new {flag} to start anew")
     if found is None:
         names = foreign_names(folder)
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
@@ -493,6 +577,8 @@ def prepare_folder(folder: Path, flag: str = "--out", kind: str = "program") -> 
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ResultsError(f"{flag} {folder} is a file, not a folder: choose a folder")
+    if folder.is_symlink() and not folder.exists():
+        raise ResultsError(f"{flag} {folder} {broken_link(folder)}: point it at a folder, or choose another")
     require_own_folder(folder, kind, flag)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -500,9 +586,104 @@ def prepare_folder(folder: Path, flag: str = "--out", kind: str = "program") -> 
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        reason = "is on a read-only file system" if e.errno == errno.EROFS else f"cannot be written ({e.strerror or e})"
+        reason = {errno.EROFS: "is on a read-only file system",
+                  errno.ELOOP: "lies under a symbolic link that loops back on itself"}.get(
+                      e.errno, f"cannot be written ({e.strerror or e})")
         raise ResultsError(f"{flag} {folder} {reason}: choose another folder") from None
     return folder
+
+
+def broken_link(path: Path) -> str:
+    """Why the symbolic link ``path`` leads to no file or folder (a loop, or a missing target), for a message."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "is a symbolic link that loops back on itself"
+    return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+
+
+def why_absent(path: Path) -> str:
+    """Why ``path`` cannot be read, for a message: ``does not exist``, or what is wrong with the link there."""
+    path = Path(path)
+    return broken_link(path) if path.is_symlink() and not path.exists() else "does not exist"
+
+
+MADE_BEFORE_TRAINING = (CONFIG_FILE, PRESET_FILE, "plan.json")
+"""What a run or a sweep writes before its first chunk: a folder holding only these (and scratch files) has nothing
+trained in it."""
+
+
+def nothing_trained(folder: Path) -> bool:
+    """Whether ``folder`` holds no file but :data:`MADE_BEFORE_TRAINING` and scratch files, and no process holds a lock
+    in it (another run that has just started there)."""
+    for path in folder.rglob("*"):
+        if path.is_dir() and not path.is_symlink():
+            continue
+        if path.name == LOCK_FILE and lock_is_held(path):
+            return False
+        if not (is_scratch(path.name) or path.name in MADE_BEFORE_TRAINING):
+            return False
+    return True
+
+
+def lock_is_held(path: Path) -> bool:
+    """Whether a live process holds the lock file ``path`` (:class:`FolderLock`)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def first_missing(folder: Path) -> Path | None:
+    """The outermost of ``folder`` and its parents that does not exist yet (what creating ``folder`` makes), or None."""
+    missing = None
+    for path in (folder, *folder.parents):
+        if path.exists() or path.is_symlink():
+            break
+        missing = path
+    return missing
+
+
+@contextlib.contextmanager
+def removed_if_refused(folder: Path) -> Iterator[None]:
+    """Around a run or a sweep into ``folder``: when it fails (a refusal, an error, a Ctrl-C before the loop took the
+    signals over) before anything was trained, what it made is removed again (the folders it created; in a folder
+    that was empty, the files it added), so that no half-made folder (a lock or a config.json alone) stays behind.
+    The loop's own stop (:class:`Stopped`) keeps them: its message says to run the same command again."""
+    folder = Path(folder)
+    made, empty_before = first_missing(folder), entries_if_empty(folder)
+    try:
+        yield
+    except (Exception, KeyboardInterrupt) as e:
+        if not isinstance(e, Stopped):
+            if made is not None and made.is_dir() and nothing_trained(made):
+                shutil.rmtree(made, ignore_errors=True)
+            elif empty_before is not None and folder.is_dir() and nothing_trained(folder):
+                for path in folder.iterdir():
+                    if path.name in empty_before:
+                        continue
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        path.unlink(missing_ok=True)
+        raise
+
+
+def entries_if_empty(folder: Path) -> set[str] | None:
+    """The names in ``folder`` when it is an empty folder (:func:`folder_kind`), else None."""
+    try:
+        return {p.name for p in folder.iterdir()} if folder.is_dir() and folder_kind(folder) == "empty" else None
+    except OSError:
+        return None
 
 
 class FolderLock:

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from ..common.errors import ResultsError
-from .files import METRICS_FILE, append_bytes, aside, atomic_write_bytes
+from .files import METRICS_FILE, METRICS_HEADER_LINE, append_bytes, aside, atomic_write_bytes
 
 METRICS_HEADER = ("run", "method", "setting", "seed", "step", "metric", "value")
-HEADER_BYTES = b"run,method,setting,seed,step,metric,value\r\n"
+HEADER_BYTES = METRICS_HEADER_LINE
 
 
 def csv_text(rows: Iterable[Iterable[Any]]) -> str:
