@@ -41,8 +41,8 @@ from .runs.results_folder import is_finished
 PROGRESS_FIELDS = (
     "The progress bar shows, after each chunk: env steps/s (every run's environment steps per second since this "
     "call started training; compiling comes before), test (or train): the median over runs of the chunk's greedy "
-    "test return (or training return; no value until an episode has ended), and states (or rooms): the median number of distinct states (rooms) visited "
-    "so far.")
+    "test return (or training return; no value until an episode has ended), and states (or rooms): the median "
+    "number of distinct states (rooms) visited so far.")
 
 TRAIN_DOC = (
     "Train one or more methods, many seeds each, as one compiled program; write a results folder (config.json, "

@@ -90,12 +90,12 @@ def main(argv: list[str] | None = None) -> None:
             command_line(argv, joined)
         finally:
             end_at_once_on_signals()
-    except KeyboardInterrupt:  # past the command's own handling (or before the line above took the signal): done
+    except KeyboardInterrupt:  # outside the command's own handling: as it parsed its arguments, or as it ended
         flush_output()
         end_now(signal.SIGINT)
 
 
-ENDED = b"opiq-jax: interrupted as the command ended; everything it wrote is whole\n"
+ENDED = b"opiq-jax: interrupted; every file it wrote is whole\n"
 
 
 def end_now(signum: int, frame: Any = None) -> None:
@@ -105,6 +105,7 @@ def end_now(signum: int, frame: Any = None) -> None:
 
 
 def flush_output() -> None:
+    """Flushes what was printed, before the process ends without the interpreter's own flush."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
             stream.flush()

@@ -519,6 +519,22 @@ def test_a_full_disk_or_a_file_size_limit_names_the_file_it_was_writing(tmp_path
     assert not list(out.glob(".*.tmp")) and (out / METRICS_FILE).exists()
 
 
+def test_a_figure_the_renderer_fails_on_is_named(tmp_path, monkeypatch):
+    from opiq_jax.reporting.plotting import file_backend, save_atomically
+
+    plt, _ = file_backend()
+    fig = plt.figure()
+
+    def full_disk(self, target, **kwargs):  # a font cache or a temporary file of the renderer's on a full disk
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(fig), "savefig", full_disk)
+    with pytest.raises(OSError) as caught:
+        save_atomically(fig, tmp_path / "plot_x.png", dpi=50)
+    assert caught.value.filename == str(tmp_path / "plot_x.png") and not list(tmp_path.iterdir())
+    plt.close(fig)
+
+
 def test_ctrl_c_while_plot_draws_ends_with_130_in_one_line_and_leaves_whole_figures(tmp_path, monkeypatch, capsys):
     from opiq_jax.reporting import plotting
 
@@ -571,7 +587,7 @@ def interrupt_at(proc: subprocess.Popen, marker: str) -> tuple[int, str]:
 
 # What a Ctrl-C may meet once the command's work is done: the shutdown, whose own line says so; or the interpreter's
 # last steps, where Python's default handler is back and the process ends by the signal (the shell's 130), silently.
-ENDED = "opiq-jax: interrupted as the command ended; everything it wrote is whole"
+ENDED = "opiq-jax: interrupted; every file it wrote is whole"
 
 
 def test_ctrl_c_at_the_plot_commands_first_figure_exits_130_without_a_traceback(tmp_path):

@@ -35,7 +35,8 @@ from ..registry.environments import environment_label, environment_spec
 from ..registry.methods import METHODS, program_name
 from ..runs.results_folder import experiment_folders, read_metrics
 from ..store.files import (
-    CONFIG_FILE, atomic_write_bytes, older_layout, read_json, run_files_without_config, why_absent, without_config,
+    CONFIG_FILE, atomic_write_bytes, named_after, older_layout, read_json, run_files_without_config, why_absent,
+    without_config,
 )
 from .stats import iqm, iqm_curve_ci, stratified_bootstrap_ci
 
@@ -463,7 +464,11 @@ def save_atomically(fig, path: Path, dpi: int) -> None:
     (:func:`~opiq_jax.store.files.atomic_write_bytes`): a full disk, a file-size limit or a kill mid-write leaves the
     previous figure whole (or none), never a truncated one."""
     image = io.BytesIO()
-    fig.savefig(image, format="png", dpi=dpi)
+    try:
+        fig.savefig(image, format="png", dpi=dpi)
+    except OSError as e:  # whatever the renderer met, the user is told which figure
+        named_after(e, Path(path))
+        raise
     atomic_write_bytes(Path(path), image.getvalue())
 
 

@@ -184,8 +184,6 @@ def older_layout(config: Any) -> OlderLayout | None:
     return next((layout for layout in OLDER_LAYOUTS if layout.recognised(static)), None)
 
 
-
-
 # ------------------------------------------------------------------------------------ checkpoints
 
 
@@ -609,7 +607,7 @@ def why_absent(path: Path) -> str:
     return broken_link(path) if path.is_symlink() and not path.exists() else "does not exist"
 
 
-MADE_BEFORE_TRAINING = (CONFIG_FILE, PRESET_FILE, "plan.json")
+MADE_BEFORE_TRAINING = (CONFIG_FILE, PRESET_FILE, "plan.json")  # a sweep's plan: running.sweeping.PLAN_FILE
 """What a run or a sweep writes before its first chunk: a folder holding only these (and scratch files) has nothing
 trained in it."""
 
