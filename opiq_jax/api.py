@@ -262,6 +262,7 @@ def run_planned(experiment, out: Path, *, progress: bool = LOOP_DEFAULTS["progre
     :func:`train`)."""
     check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,
                        verbose=verbose, max_minutes=max_minutes)
+    require_this_versions_config(Path(out), "resume it")
     with removed_if_refused(Path(out)):
         run_methods(experiment, out, progress=progress, checkpoint_seconds=checkpoint_every,
                     stop_on_nonfinite=stop_on_nonfinite, track=track, verbose=verbose, should_stop=should_stop,
@@ -353,7 +354,8 @@ def sweep(preset: str | Path | Mapping[str, Any], out: str | Path | None = None,
     """Runs (or resumes) a sweep preset: a shipped name (``chain_opiq``, ``maze_baselines``, ...), a JSON file, or
     a dict written like one. Ranks each method's settings by the area under the median curve (the paper's
     protocol) into ``settings.csv`` and ``best.md``; :meth:`Results.ranking` reads them. ``seeds`` and ``steps``
-    replace the preset's, to try it small (the default folder then names them)."""
+    replace the preset's, to try it small (the default folder then names them; where the preset's ``log_every``
+    does not divide ``steps``, the nearest smaller chunk that does is used, and a line says so)."""
     loaded = load_preset(preset, seeds=seeds, steps=steps)
     out = check_out(out)
     if max_batch_runs is not None:

@@ -178,7 +178,9 @@ class Sweep:
     seeds: int | None = None
     """Seeds per setting instead of the preset's, to try it small (the default folder then names them)."""
     steps: int | None = None
-    """Environment steps per run instead of the preset's, to try it small (with --seeds: `--seeds 2 --steps 2000`)."""
+    """Environment steps per run instead of the preset's, to try it small (with --seeds: `--seeds 2 --steps 2000`).
+    Where the preset's log_every does not divide them, the nearest smaller chunk that does is used, and a line says
+    so."""
 
 
 def options_given(args: Any) -> dict[str, Any]:

@@ -72,8 +72,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     links.mkdir()
     (links / "loop").symlink_to("loop")
     (links / "dangling").symlink_to("nowhere")
+    older = root / "older"  # a program of a folder an older opiq-jax wrote (its config.json names a bonus_network)
+    shutil.copytree(ROOT / "docs" / "results" / "precision" / "chain-all-f32" / "plain", older)
     return {"root": root, "existing": root / "existing", "broken": broken, "user": user, "unconfigured": unconfigured,
-            "loop": links / "loop", "dangling": links / "dangling"}
+            "loop": links / "loop", "dangling": links / "dangling", "older": older}
 
 
 def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
@@ -155,6 +157,10 @@ def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["plot", str(f["loop"])], f"{f['loop']} is a symbolic link that loops back on itself"),
         (["train", *SMALL, "--out", str(f["loop"] / "run")], "lies under a symbolic link that loops back on itself"),
         (["train", *SMALL, "--max-minutes", "0"], "--max-minutes must be a finite number > 0, got 0.0"),
+        (["train", "--chain-length", "100", "--seeds", "20", "--no-progress", "--out", str(f["older"])],
+         f"{f['older'] / 'config.json'} was written by an opiq-jax from before 28a7929 (2026-11-26, when the methods "
+         "became parts: it names a bonus_network, not parts): this version reads its metrics (summary, curves, plot) "
+         "but cannot resume it; opiq-jax at commit 28a7929~1 can"),
     ]
 
 
