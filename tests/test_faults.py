@@ -216,6 +216,14 @@ main(["train", "--chain-length", "8", "--seeds", "2", "--steps", "200000", "--lo
 """
 
 
+def wait_for_rows(metrics: Path, timeout: float = 300) -> None:
+    """Returns once ``metrics`` holds a chunk's rows (a condition, not a time: a loaded machine only takes longer)."""
+    deadline = time.monotonic() + timeout
+    while not (metrics.exists() and metrics.read_bytes().count(b"\r\n") > 1):
+        assert time.monotonic() < deadline, f"no chunk reached {metrics}"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("signum, when", [(signal.SIGINT, "training"), (signal.SIGTERM, "training"),
                                           (signal.SIGTERM, "compiling")])
 def test_sigint_and_sigterm_stop_cleanly_with_a_checkpoint_and_one_line(tmp_path, signum, when):
@@ -230,7 +238,7 @@ def test_sigint_and_sigterm_stop_cleanly_with_a_checkpoint_and_one_line(tmp_path
         assert line, f"the child ended early: {proc.communicate()[1][-2000:]}"
         lines.append(line)
     if when == "training":
-        time.sleep(1.0)  # some chunks in
+        wait_for_rows(out / METRICS_FILE)  # a chunk in: whatever the machine's load, there is progress to keep
     proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signum, stderr[-2000:]
