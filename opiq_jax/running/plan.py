@@ -323,12 +323,13 @@ POOL_ONLY = ("envs_per_run", "overlap", "mmc_unfinished")
 
 def static_with(env: str, overrides: dict[str, Any]) -> StaticConfig:
     """The environment's paper configuration with ``overrides`` (field names); steps not divisible by the
-    environment's chunk get one chunk of all their steps, unless the chunk was chosen too."""
+    environment's chunk, unless the chunk was chosen too, get the nearest chunk that divides them
+    (:func:`chunk_for`), which the plan line names (:func:`describe`)."""
     overrides = dict(overrides)
     total = overrides.get("total_steps")
     if total is not None and "log_every" not in overrides:
         default_chunk = StaticConfig(**environment_spec(env).defaults).log_every
-        overrides["log_every"] = default_chunk if total % default_chunk == 0 else total
+        overrides["log_every"] = chunk_for(total, default_chunk)
     foreign = next(((name, owners) for name in overrides if (owners := owners_of(name, env))), None)
     if foreign:  # another environment's own option: it would change nothing here, silently
         name, owners = foreign
@@ -472,15 +473,38 @@ def require_registered(path: Path, env: str, methods: list[str], plugins: list[s
     raise ResultsError(f"{path} was trained with {' and '.join(missing)}, which this process has not registered: {how}")
 
 
+def chunk_for(steps: int, chunk: int, multiple_of: Any = 1) -> int:
+    """The largest divisor of ``steps`` no larger than ``chunk`` and no smaller than half of it (a multiple of
+    ``multiple_of``, the environments per run of a pool): about as many points per run as the chunk meant. None
+    there: ``steps`` itself, a single chunk."""
+    multiple_of = multiple_of if isinstance(multiple_of, int) and multiple_of > 0 else 1
+    near = [d for d in range(chunk, (chunk + 1) // 2 - 1, -1) if d > 0 and steps % d == 0 and d % multiple_of == 0]
+    return near[0] if near else steps
+
+
 def describe(experiment) -> str:
-    """One line: how many runs of which methods on which environment, for how long."""
+    """One line: how many runs of which methods on which environment, for how long, and how often they log where
+    that is not the environment's own chunk (steps it does not divide)."""
     methods = list(dict.fromkeys(r.method for r in experiment.runs))
     settings = len({(r.method, r.setting) for r in experiment.runs})
     static = experiment.static
     runs = len(experiment.runs)
     return (f"{plural(runs, 'run')} ({', '.join(methods)}; {plural(settings, 'setting')}) on "
             f"{environment_label(static.to_dict())}, "
-            f"{static.total_steps:,} steps each")
+            f"{static.total_steps:,} steps each{logging_note(static)}")
+
+
+def logging_note(static: StaticConfig) -> str:
+    """``, logged every N steps (...)`` where the chunk is not the environment's; else nothing."""
+    try:
+        default_chunk = StaticConfig(**environment_spec(static.env).defaults).log_every
+    except (ValueError, TypeError):  # an environment registered in another process: nothing to compare with
+        return ""
+    if static.log_every == default_chunk:
+        return ""
+    points = static.total_steps // static.log_every
+    why = f"; {default_chunk:,} does not divide them" if static.total_steps % default_chunk else ""
+    return f", logged every {static.log_every:,} steps ({plural(points, 'point')} per run{why})"
 
 
 def plural(count: int, noun: str) -> str:

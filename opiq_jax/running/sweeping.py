@@ -49,7 +49,8 @@ from ..runs.results_folder import is_finished, read_metrics, require_same_experi
 from ..store.files import atomic_write_bytes, prepare_folder, read_json
 from .host_loop import run_experiment
 from .plan import (
-    check_count, check_environment, check_seed, check_methods, checked_grid, checked_static, plural, setting_label,
+    check_count, check_environment, check_seed, check_methods, checked_grid, checked_static, chunk_for, plural,
+    setting_label,
     static_with, unknown_option,
 )
 
@@ -122,15 +123,6 @@ def environment_chunk(env: Any) -> int | None:
         return StaticConfig(**environment_spec(env).defaults).log_every
     except (ValueError, TypeError):
         return None
-
-
-def chunk_for(steps: int, chunk: int, multiple_of: Any = 1) -> int:
-    """The largest divisor of ``steps`` no larger than ``chunk`` and no smaller than half of it (a multiple of
-    ``multiple_of``, the environments per run of a pool): about as many points per run as the preset meant. None
-    there: ``steps`` itself, a single chunk."""
-    multiple_of = multiple_of if isinstance(multiple_of, int) and multiple_of > 0 else 1
-    near = [d for d in range(chunk, (chunk + 1) // 2 - 1, -1) if d > 0 and steps % d == 0 and d % multiple_of == 0]
-    return near[0] if near else steps
 
 
 def load_preset(preset: str | Path | Mapping, seeds: int | None = None, steps: int | None = None) -> Preset:
