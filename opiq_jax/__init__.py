@@ -17,9 +17,11 @@ _EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "registry.met
               "register_method": "registry.methods", "EnvironmentSpec": "registry.environments",
               "register_environment": "registry.environments", "Option": "common.config",
               "read_metrics": "runs.results_folder", "optimism_bonus": "parts.optimism"}
+# The compiled core as pure functions (init and train_chunk), for a loop in the caller's hands.
+_CORE = {"make_train": "program", "Program": "program"}
 # What a script must do before JAX starts, as the opiq-jax command does: free the GPU's memory for --programs parallel.
 _BEFORE_JAX = {"share_device_memory": "launch"}
-_MODULE_OF = {**_EXTENSION, **_BEFORE_JAX}
+_MODULE_OF = {**_CORE, **_EXTENSION, **_BEFORE_JAX}
 __all__ = [*_API, *_ERRORS, *_MODULE_OF]
 
 
