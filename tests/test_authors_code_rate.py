@@ -43,13 +43,11 @@ def test_the_settings_are_the_papers_as_this_project_records_them():
 
 
 FAKE_MAIN = '''\
-import sys, time
+import sys
 args = dict(a.split("=", 1) for a in sys.argv[2:])
 print("INFO - Count_Explore - Running command 'main'", flush=True)
-time.sleep(0.3)  # start-up, not timed
 print("CRITICAL - root - Beginning training.", file=sys.stderr, flush=True)
 for t in range(100, int(args["t_max"]) + 1, 100):
-    time.sleep(0.02)
     line = f"WARNING:Main:T: {t:,}, Episode Reward: 0.01" if t == 500 else f"WARNING - Main - T: {t:,}, Episode Reward: 0.00"
     print(line, file=sys.stderr, flush=True)  # t = 500 in sacred's other logging format
 print("CRITICAL - Main - Closing envs", file=sys.stderr, flush=True)
@@ -98,16 +96,33 @@ def test_bad_arguments_are_refused_in_one_line(their_code, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_run_of_a_stand_in_for_their_code_writes_the_rate(their_code, tmp_path, capsys):
+class TickingClock:
+    """A stand-in for the ``time`` module whose ``monotonic`` advances ``tick`` seconds at every reading: the script
+    stamps each line of their log as it reads it, so line ``i`` (from 0) is stamped ``tick * (i + 1)``."""
+
+    def __init__(self, tick: float):
+        self.tick, self.now = tick, 0.0
+
+    def monotonic(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def test_a_run_of_a_stand_in_for_their_code_writes_the_rate(their_code, tmp_path, capsys, monkeypatch):
+    from experiments.bench import authors_code_rate
+
+    monkeypatch.setattr(authors_code_rate, "time", TickingClock(0.1))
     code = their_code
     out = tmp_path / "out"
     assert main(["--code", str(code), "--python", sys.executable, "--env", "chain", "--steps", "1000",
                  "--out", str(out)]) == 0
     result = json.loads((out / "authors_chain.json").read_text())
     s = result["summary"]
-    assert s["steps"] == 1000 and 0.15 <= s["loop_seconds"] < 5  # ten 0.02 s sleeps (stamped as read), start-up excluded
-    assert s["steps_per_second"] == pytest.approx(1000 / s["loop_seconds"], rel=1e-2)
-    assert s["steady_steps_per_second"] > 0 and s["steady_from_step"] == 200
+    # their log: a start-up line (0.1 s), "Beginning training." (0.2), T = 100 ... 1,000 (0.3 ... 1.2), "Closing
+    # envs" (1.3): the loop is 1.3 - 0.2 s, its start-up excluded; the steady rate runs from T = 200 (0.4) to 1,000
+    assert s["steps"] == 1000 and s["loop_seconds"] == pytest.approx(1.1)
+    assert s["steps_per_second"] == pytest.approx(1000 / 1.1, rel=1e-3)
+    assert s["steady_steps_per_second"] == pytest.approx(800 / 0.8) and s["steady_from_step"] == 200
     assert result["code_commit"] == "0123abc" and settings(result["command"])["t_max"] == "1000"
     assert "Beginning training." in (out / "authors_chain.log").read_text()
     assert result["thread_vars"] == "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1" and result["machine"]["cpu"]
