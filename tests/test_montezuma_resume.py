@@ -37,16 +37,27 @@ EXPERIMENT = Experiment(STATIC, tuple(RunSpec("bsp", "paper", s, method_hparams(
 CHILD = """
 import sys
 from tests.test_montezuma_resume import EXPERIMENT
-from opiq_jax.running.host_loop import run_experiment
-print("ready", flush=True)
-run_experiment(EXPERIMENT, sys.argv[1], progress=False, checkpoint_seconds=0, max_episode_steps=30)
+from opiq_jax.running import host_loop
+chunks, finished = int(sys.argv[2]), host_loop.wait_for
+computed = []
+
+def pausing(metrics):  # the chunk after the awaited checkpoint's waits here (its checkpoint finishing) until the kill
+    computed.append(metrics)
+    if len(computed) == chunks + 1:
+        sys.stdin.read()
+    return finished(metrics)
+
+host_loop.wait_for = pausing
+host_loop.run_experiment(EXPERIMENT, sys.argv[1], progress=False, checkpoint_seconds=0, max_episode_steps=30)
 """
 
 
 def kill_after_checkpoint(out: Path, chunks: int) -> None:
-    """Trains in a child until its checkpoint holds ``chunks`` chunks, then SIGKILLs it."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    """Trains in a child until its checkpoint holds ``chunks`` chunks, then SIGKILLs it: the child waits in the chunk
+    after them, so the kill lands there however fast or loaded the machine is."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(out), str(chunks)], cwd=ROOT, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "JAX_PLATFORMS": "cpu"})
     deadline = time.monotonic() + 600
     while True:
         assert child.poll() is None, child.communicate()[1][-3000:]
@@ -65,7 +76,7 @@ def test_a_killed_montezuma_run_resumes_with_the_saved_agent_and_finishes(tmp_pa
     out = tmp_path / "montezuma"
     kill_after_checkpoint(out, chunks=2)
     chunk, saved = read_checkpoint_arrays(out / CHECKPOINT_FILE)
-    assert 2 <= chunk < 4
+    assert chunk == 2
 
     hparams = stack_hparams(EXPERIMENT.hparams())
     run_keys, env_keys = run_keys_for(EXPERIMENT)

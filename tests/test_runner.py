@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -27,12 +26,33 @@ STATIC = static_for_env("chain", chain_length=8, total_steps=3000, log_every=150
 EXPERIMENT = Experiment(STATIC, tuple(RunSpec(m, "paper", s, method_hparams("chain", m)) for m in ("opiq", "dqn_pc") for s in range(2)))
 METRICS = compiled_trainer(EXPERIMENT.static)[0].metric_names
 
-CHILD = """
+KILLED_AT = 4
+CHILD = f"""
 import sys
 from tests.test_runner import EXPERIMENT
-from opiq_jax.running.host_loop import run_experiment
-run_experiment(EXPERIMENT, sys.argv[1], progress=False, checkpoint_seconds=0)
+from opiq_jax.running import host_loop
+chunks, finished = [], host_loop.wait_for
+
+def pausing(metrics):  # chunk {KILLED_AT + 1} was computed: its metrics and checkpoint wait here until the kill
+    chunks.append(metrics)
+    if len(chunks) == {KILLED_AT + 1}:
+        print("mid-chunk", flush=True)
+        sys.stdin.read()
+    return finished(metrics)
+
+host_loop.wait_for = pausing
+host_loop.run_experiment(EXPERIMENT, sys.argv[1], progress=False, checkpoint_seconds=0)
 """
+
+
+def output_until(stream, last: bytes) -> list[bytes]:
+    """A child's output lines up to the one that says ``last`` (all of them, if it closes its output first)."""
+    lines = []
+    for line in iter(stream.readline, b""):
+        lines.append(line.strip())
+        if lines[-1] == last:
+            break
+    return lines
 
 
 def checkpoint_chunk(folder: Path) -> int:
@@ -43,17 +63,14 @@ def checkpoint_chunk(folder: Path) -> int:
 def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     interrupted = tmp_path / "interrupted"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(interrupted)], cwd=Path(__file__).parents[1],
-                             env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    deadline = time.monotonic() + 240
-    while not (interrupted / CHECKPOINT_FILE).exists():
-        assert child.poll() is None, "the training process ended before writing a checkpoint"
-        assert time.monotonic() < deadline, "no checkpoint within 240 s"
-        time.sleep(0.02)
-    time.sleep(0.3)  # let it get into the middle of a later chunk
-    child.send_signal(signal.SIGKILL)
+                             env={**os.environ, "JAX_PLATFORMS": "cpu"}, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    said = output_until(child.stdout, b"mid-chunk")
+    child.send_signal(signal.SIGKILL)  # in the middle of a later chunk (or, had the child failed, after it)
     child.wait()
+    assert said and said[-1] == b"mid-chunk", b"\n".join(said).decode()[-3000:]
     killed_at = checkpoint_chunk(interrupted)
-    assert 1 <= killed_at < STATIC.total_steps // STATIC.log_every, "the kill must land mid-experiment"
+    assert killed_at == KILLED_AT and (interrupted / CHECKPOINT_FILE).exists(), "the kill must land mid-experiment"
 
     resumed_state = run_experiment(EXPERIMENT, interrupted, progress=False, checkpoint_seconds=0)
     straight_state = run_experiment(EXPERIMENT, tmp_path / "straight", progress=False, checkpoint_seconds=0)
