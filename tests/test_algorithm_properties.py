@@ -208,14 +208,14 @@ def test_each_chunks_diagnostics_row_holds_that_chunk_alone(rnd_pool_chunk):
 
 def distinct_codes(count: int, rows: int, width: int) -> np.ndarray:
     """``count`` three-word codes (the first all zeros) whose sketch columns differ from each other in every row."""
+    def columns(code):
+        return np.asarray(counts.sketch_columns(jnp.asarray(code), rows, width))
+
     rng = np.random.default_rng(0)
     codes = [np.zeros(3, np.uint32)]
-    taken = [set(np.asarray(counts.sketch_columns(jnp.asarray(codes[0]), rows, width)).ravel().tolist())]
     while len(codes) < count:
         code = rng.integers(0, 2**32, 3, dtype=np.uint32)
-        columns = np.asarray(counts.sketch_columns(jnp.asarray(code), rows, width))
-        if all(int(columns[r]) not in {int(np.asarray(counts.sketch_columns(jnp.asarray(c), rows, width))[r])
-                                      for c in codes} for r in range(rows)):
+        if not np.any([columns(code) == columns(c) for c in codes]):
             codes.append(code)
     return np.stack(codes)
 
@@ -288,7 +288,7 @@ def test_the_cut_episodes_transitions_are_not_unknown_and_keep_the_mixed_target(
     """After the resume every stored transition's return is settled: the cut episode's counts as 0 for good (the
     paper's rule), so its rows are known (no share of unknown returns) and their targets keep the mixed form
     (1 - beta_mmc) y + beta_mmc * 0 under --mmc-unfinished n_step, as every other row's does."""
-    trainer, cut, resumed = cut_and_resumed
+    trainer, _, resumed = cut_and_resumed
     agent = trainer.agent
     beta = HP["beta_mmc"]
     memory = jax.tree.map(lambda x: x[0], resumed.memory)
@@ -476,12 +476,12 @@ def test_the_execution_defaults_are_the_documented_ones_on_every_path(fake_pool_
     for env in ("chain", "maze", "montezuma", "atari:Venture", fake_pool_env):
         assert dataclasses.asdict(static_for_env(env).execution) == DOCUMENTED_EXECUTION, env
     planned = plan_experiment(fake_pool_env, ["opiq"], 1, options={"buffer_size": 64}).static
-    small = ["--env", fake_pool_env, "--seeds", "1", "--buffer-size", "64"]  # a replay that fits any machine
-    parsed = plan_from_args(tyro.cli(train_command(), args=small))[0].static
-    refused = plan_from_args(tyro.cli(train_command(), args=[*small, "--no-overlap"]))[0].static
+    argv = ["--env", fake_pool_env, "--seeds", "1", "--buffer-size", "64"]  # a replay that fits any machine
+    parsed = plan_from_args(tyro.cli(train_command(), args=argv))[0].static
+    no_overlap = plan_from_args(tyro.cli(train_command(), args=[*argv, "--no-overlap"]))[0].static
     for static in (planned, parsed):
         assert dataclasses.asdict(static.execution) == DOCUMENTED_EXECUTION
-    assert refused.execution.overlap is False
+    assert no_overlap.execution.overlap is False
     small = dict(total_steps=32, log_every=16, buffer_size=64, batch_size=8, network="mlp", hidden=(8,))
     assert make_train(dataclasses.replace(planned, **small), FakePool(1)).path.overlaps is True
-    assert make_train(dataclasses.replace(refused, **small), FakePool(1)).path.overlaps is False
+    assert make_train(dataclasses.replace(no_overlap, **small), FakePool(1)).path.overlaps is False
