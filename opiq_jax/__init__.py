@@ -3,10 +3,6 @@
 # The environments are the subpackage opiq_jax.envs, whose sources are the repository's top-level envs/ folder:
 # pyproject.toml's package-dir maps the one to the other, in a wheel and in an editable install alike.
 
-from .common import old_names as _old_names
-
-_old_names.install()  # the flat layout's module paths keep working, with a DeprecationWarning
-
 # The public API, imported on first use (PEP 562): importing the trainer imports gymnax, which starts JAX's
 # backend, and a run over several hosts must call jax.distributed.initialize before that.
 _API = ("train", "sweep", "load", "rerun", "bench", "methods", "environments", "options", "Results", "FinalState")

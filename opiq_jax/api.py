@@ -394,8 +394,7 @@ class NamedLikeAModule:
     """An API function named as a module of the flat layout was (``opiq_jax.methods``, ``opiq_jax.environments``, now
     in ``opiq_jax.registry``). ``from opiq_jax import environments`` gives the function; a plugin written against the
     module that asks it for one of the module's names is told where the module is now, in one line, instead of
-    "'function' object has no attribute". One meaning per name: the old path ``import opiq_jax.environments``
-    still reaches the module itself (:mod:`opiq_jax.common.old_names`)."""
+    "'function' object has no attribute". One meaning per name."""
 
     def __init__(self, function: Callable[[], dict[str, str]], module: ModuleType):
         functools.update_wrapper(self, function)

@@ -50,7 +50,7 @@ SWEEP_PRESET = {"env": "chain", "seeds": 2, "metric": "test_return",
 # middle of its N-th write to a file whose name holds KIND (half the data written first).
 CHILD = """
 import os, signal, sys
-from opiq_jax import results
+from opiq_jax.store import files as results
 kind, nth = (os.environ.get("OPIQ_FAULT") or ":0").split(":")
 nth, seen = int(nth), [0]
 write = results.write_all

@@ -79,7 +79,7 @@ def restored_arrays(out: Path) -> tuple[int, dict]:
 
 CHILD = """
 import os, signal, sys
-from opiq_jax import results
+from opiq_jax.store import files as results
 kind, nth = os.environ["OPIQ_FAULT"].split(":")
 nth, files = int(nth), [0]
 write = results.write_all
