@@ -1,10 +1,10 @@
-"""``experiments/paper/montezuma_defaults.py``: a cell trained as its own processes, recorded per call."""
+"""``experiments/studies/montezuma_defaults.py``: a cell trained as its own processes, recorded per call."""
 
 import json
 
 import pytest
 
-from experiments.paper.montezuma_defaults import main
+from experiments.studies.montezuma_defaults import main
 
 pytest.importorskip("envpool")
 

@@ -90,7 +90,7 @@ def test_rnd_networks_are_drawn_as_pytorch():
         check_pytorch_layers(params, fan_ins)
 
 
-def test_flax_is_flax_own_init_and_unknown_styles_are_refused():
+def test_flax_is_flax_own_init_and_unknown_names_are_refused():
     network = networks.make_network("maze_conv", 4)
     same = networks.init_variables(network, jax.random.key(5), MAZE_OBS, "flax")
     jax.tree.map(np.testing.assert_array_equal, same, network.init(jax.random.key(5), MAZE_OBS))
@@ -102,8 +102,8 @@ def test_output_bias_is_kept_unless_dqn_bias_sets_it():
     """The authors fill the output bias only when ``final_layer_bias`` is given (DQN Bias): a final bias of 0
     keeps PyTorch's draw, any other value fills it."""
     network = networks.make_network("mlp", 2)
-    kept = networks.init_params(network, jax.random.key(0), CHAIN_OBS[0], jnp.float32(0.0), style="pytorch")
-    filled = networks.init_params(network, jax.random.key(0), CHAIN_OBS[0], jnp.float32(1.0), style="pytorch")
+    kept = networks.init_params(network, jax.random.key(0), CHAIN_OBS[0], jnp.float32(0.0), initialisation="pytorch")
+    filled = networks.init_params(network, jax.random.key(0), CHAIN_OBS[0], jnp.float32(1.0), initialisation="pytorch")
     bias = np.asarray(kept["params"]["head"]["bias"])
     assert np.all(bias != 0) and np.all(np.abs(bias) <= 1 / 16)
     np.testing.assert_array_equal(filled["params"]["head"]["bias"], [1.0, 1.0])

@@ -85,12 +85,12 @@ def nature_observations(args: Args) -> tuple[str, int, jax.Array]:
     return "nature", 18, jnp.asarray(noise)
 
 
-def q_statistics(name: str, outputs: int, obs: jax.Array, style: str, keys: int) -> dict[str, list[float]]:
+def q_statistics(name: str, outputs: int, obs: jax.Array, initialisation: str, keys: int) -> dict[str, list[float]]:
     """Per initial draw: the mean and the largest |Q| over every observation and action."""
     network = make_network(name, outputs)
 
     def one(key, obs):
-        q = network.apply(init_variables(network, key, obs[:1], style), obs)
+        q = network.apply(init_variables(network, key, obs[:1], initialisation), obs)
         return jnp.abs(q).mean(), jnp.abs(q).max()
 
     # the observations are an argument, not a constant that XLA would fold at compile time
@@ -99,8 +99,8 @@ def q_statistics(name: str, outputs: int, obs: jax.Array, style: str, keys: int)
 
 
 def network_row(env: str, name: str, outputs: int, obs: jax.Array, keys: int) -> dict:
-    stats = {style: q_statistics(name, outputs, obs, style, keys) for style in INITIALISATIONS}
-    medians = {style: float(np.median(stats[style]["mean_abs_q"])) for style in INITIALISATIONS}
+    stats = {drawn: q_statistics(name, outputs, obs, drawn, keys) for drawn in INITIALISATIONS}
+    medians = {drawn: float(np.median(stats[drawn]["mean_abs_q"])) for drawn in INITIALISATIONS}
     return {"env": env, "network": name, "observations": int(obs.shape[0]), "draws": stats,
             "median_mean_abs_q": medians, "ratio_flax_to_pytorch": medians["flax"] / medians["pytorch"]}
 

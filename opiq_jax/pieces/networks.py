@@ -334,29 +334,30 @@ def pytorch_default_init(params: chex.ArrayTree, key: chex.PRNGKey) -> chex.Arra
             if isinstance(sub, Mapping) else sub for name, sub in params.items()}
 
 
-def init_variables(network: nn.Module, key: chex.PRNGKey, obs: jax.Array, style: str = "flax") -> chex.ArrayTree:
-    """``network``'s variables for a batch of observations ``obs``, its parameters drawn as ``style`` says
+def init_variables(network: nn.Module, key: chex.PRNGKey, obs: jax.Array,
+                   initialisation: str = "flax") -> chex.ArrayTree:
+    """``network``'s variables for a batch of observations ``obs``, its parameters drawn as ``initialisation`` says
     (:data:`INITIALISATIONS`). ``flax`` is ``network.init`` itself."""
     variables = network.init(key, obs)
-    if style == "flax":
+    if initialisation == "flax":
         return variables
-    if style != "pytorch":
-        raise ValueError(f"unknown initialisation {style!r}; choose {' or '.join(INITIALISATIONS)}")
+    if initialisation != "pytorch":
+        raise ValueError(f"unknown initialisation {initialisation!r}; choose {' or '.join(INITIALISATIONS)}")
     # flax's draw is discarded (and compiled away); a key of its own for the redraw all the same
     return {**variables, "params": pytorch_default_init(variables["params"], jax.random.fold_in(key, 0x7043))}
 
 
 def init_params(network: nn.Module, key: chex.PRNGKey, example_obs: jax.Array, final_bias: jax.Array,
-                head_scale: float = 1.0, style: str = "flax") -> chex.ArrayTree:
-    """Initialises ``network`` on one example observation as ``style`` says, scales its output weights by
+                head_scale: float = 1.0, initialisation: str = "flax") -> chex.ArrayTree:
+    """Initialises ``network`` on one example observation as ``initialisation`` says, scales its output weights by
     ``head_scale`` and sets its output bias (the parameters only: the lean backward pass's probes are not state).
 
     Under ``pytorch`` a ``final_bias`` of 0 (every method but DQN Bias) keeps the drawn output bias, as the
     authors' code leaves it unless its ``final_layer_bias`` is set; any other value fills it, as theirs does."""
-    params = {"params": init_variables(network, key, example_obs[None], style)["params"]}
+    params = {"params": init_variables(network, key, example_obs[None], initialisation)["params"]}
     if head_scale != 1.0:  # a static choice: the default program stays as it was
         params = scale_output_weights(params, head_scale)
-    if style == "pytorch":
+    if initialisation == "pytorch":
         return map_output_layer(params, lambda head: {
             **head, "bias": jnp.where(final_bias != 0, jnp.full_like(head["bias"], final_bias), head["bias"])})
     return set_final_bias(params, final_bias)

@@ -11,7 +11,7 @@ device, the wall-clock and the last step reached; the revision goes into the loo
 Reaches inside: opiq_jax.store.files, for its atomic writes.
 
 Run (several times, until every cell says finished):
-``python -m experiments.paper.montezuma_defaults --out DIR --cells opiq-pytorch --max-minutes 7.5 --revision REV``.
+``python -m experiments.studies.montezuma_defaults --out DIR --cells opiq-pytorch --max-minutes 7.5 --revision REV``.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     for cell in args.cells:
         for base in args.bases:
             log = open(args.out / f"{cell}-base{base}.log", "a")
-            children.append(subprocess.Popen([sys.executable, "-m", "experiments.paper.montezuma_defaults", *own,
+            children.append(subprocess.Popen([sys.executable, "-m", "experiments.studies.montezuma_defaults", *own,
                                               "--cell", f"{cell}:{base}"], stdout=log, stderr=subprocess.STDOUT,
                                              env=environment))
     codes = [child.wait() for child in children]
