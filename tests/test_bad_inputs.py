@@ -86,7 +86,8 @@ def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["train", "--method", "opiq", "nope"], "unknown method 'nope': use any of dqn, dqn_pc"),
         (["train", "--steps", "1000", "--log-every", "300"], "--steps (1000) must be a multiple of --log-every (300)"),
         (["train", "--epsilon-start", "2"], "--epsilon-start must lie in [0, 1], got 2"),
-        (["train", "--env", "mars"], "unknown --env 'mars': use chain, maze, montezuma, gymnax:NAME"),
+        # (other modules of a test process may register environments of their own: the list's start is the paper's)
+        (["train", "--env", "mars"], "unknown --env 'mars': use chain, maze, montezuma, "),
         (["train", "--chain-length", "1"], "--chain-length must be >= 2, got 1"),
         (["train", "--seeds", "0"], "--seeds must be a whole number >= 1, got 0"),
         (["train", "--grid", "bsp_heads=2,3"], "--grid takes hyperparameters only: bsp_heads changes the compiled"),
