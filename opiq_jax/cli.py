@@ -10,14 +10,12 @@ A run stopped by SIGINT or SIGTERM prints one line and exits with 128 + the sign
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import importlib
 import os
 import shlex
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ from .common.errors import NonFiniteRuns, PeerFailed, ProgramFailed, Stopped, Us
 from .registry.methods import METHODS
 from .reporting.plotting import plot_folder
 from .running import multihost
+from .running.stop_signals import EndingAtOnce
 from .running.plan import (
     check_interval, check_out, default_out, describe, every_hparam, option_defaults, parse_grid, plan_experiment,
     plan_rerun, settable_static,
@@ -283,7 +282,7 @@ def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> 
         if not finished_training(out):
             raise
         interrupted_after_training(out, "after training")
-    with ending_at_once_on_signals(after_training(out, "after training")):
+    with EndingAtOnce(after_training(out, "after training")):
         try:
             say_how_far(results, args.max_minutes, time.time() - started)
             headline = ("test_return" if any(r["metric"] == "test_return" for r in results.metrics[:50])
@@ -291,7 +290,7 @@ def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> 
             print(results.summary(headline))
         except KeyboardInterrupt:  # the training is saved; only its table and figures are missing
             interrupted_after_training(out, "after training")
-    with ending_at_once_on_signals(after_training(out, "while drawing the figures")):
+    with EndingAtOnce(after_training(out, "while drawing the figures")):
         try:
             figures = results.plot() if args.plot else []
         except KeyboardInterrupt:  # the training is saved; only the figures not yet renamed into place are missing
@@ -328,33 +327,6 @@ def interrupted_after_training(out: Path, when: str) -> None:
 def after_training(out: Path, when: str) -> str:
     return (f"interrupted {when}; the training is saved in {shell_path(out)}: draw its figures with opiq-jax plot "
             f"{shell_path(out)}")
-
-
-@contextlib.contextmanager
-def ending_at_once_on_signals(message: str):
-    """While nothing is left to lose (the table and the figures of a saved training; figures, each renamed into place
-    whole), a Ctrl-C or SIGTERM ends the process at once, by the handler itself, with ``message`` and 128 + the
-    signal. A KeyboardInterrupt raised while Python runs a garbage-collection callback (JAX registers one) is
-    printed as "ignored" and lost, and the command would go on as if no signal had come (the likely cause of a
-    test's one failure at "finished in"). The handlers found are put back after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    line = f"opiq-jax: {message}\n".encode()
-
-    def end(signum: int, frame: Any) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
-                stream.flush()
-        os.write(2, line)
-        os._exit(128 + signum)
-
-    found = {signum: signal.signal(signum, end) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in found.items():
-            signal.signal(signum, handler)
 
 
 def shell_path(path: Path | str) -> str:
@@ -408,7 +380,7 @@ def plot(args: Plot) -> None:
     extra = {} if args.metrics is None else {"metrics": tuple(args.metrics)}
     message = (f"interrupted while drawing the figures of {shell_path(args.folder)}; those drawn are whole: run the "
                "same command to draw them all")
-    with ending_at_once_on_signals(message):
+    with EndingAtOnce(message):
         try:
             for path in plot_folder(args.folder, statistic=args.statistic, pooled=args.pooled, **extra):
                 print(f"opiq-jax: wrote {path}", flush=True)

@@ -9,7 +9,6 @@ package keeps, and the reason it exists. Everything else imports at the top of i
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -19,6 +18,7 @@ import jax
 
 from .common.errors import UsageError, command_line_message
 from .running.multihost import join_hosts
+from .running.stop_signals import end_with, flush_output
 
 HOST_OPTIONS = ("--coordinator", "--num-processes", "--process-id")
 
@@ -91,7 +91,6 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             end_at_once_on_signals()
     except KeyboardInterrupt:  # outside the command's own handling: as it parsed its arguments, or as it ended
-        flush_output()
         end_now(signal.SIGINT)
 
 
@@ -100,15 +99,7 @@ ENDED = b"opiq-jax: interrupted; every file it wrote is whole\n"
 
 def end_now(signum: int, frame: Any = None) -> None:
     """Ends the process at once with 128 + ``signum`` and one line, skipping the interpreter's exit hooks."""
-    os.write(2, ENDED)
-    os._exit(128 + signum)
-
-
-def flush_output() -> None:
-    """Flushes what was printed, before the process ends without the interpreter's own flush."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
-            stream.flush()
+    end_with(ENDED, signum)
 
 
 def end_at_once_on_signals() -> None:
