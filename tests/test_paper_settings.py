@@ -39,9 +39,8 @@ MONTEZUMA_TRAINING: dict[str, float] = {
     "target_update": 8_000, "gamma": 0.99, "grad_clip": 5.0,
 }
 MONTEZUMA_EXPLORATION: dict[str, float] = {"epsilon_start": 1.0, "epsilon_end": 0.01, "epsilon_decay_steps": 1e6}
-PAPER_LR, MONTEZUMA_LR = 5e-4, 2.5e-4
-"""The paper's learning rate (all experiments) and this project's on Montezuma: at 5e-4 the learner diverged there
-(docs/results/montezuma-divergence), so Montezuma's default is half of it; --lr 0.0005 gives the paper's."""
+PAPER_LR = 5e-4
+"""The paper's learning rate, in every experiment (its appendix; the authors' default.yaml)."""
 
 # The authors' corrected README command for OPIQ on Montezuma, the flags that are numbers of the method.
 AUTHORS_COMMAND = {"count_beta": 0.1, "optim_m": 2.0, "optim_action_tau": 0.1, "optim_bootstrap_tau": 0.01,
@@ -62,17 +61,29 @@ def test_each_montezuma_method_has_the_written_settings(method):
         assert hp[name] == pytest.approx(value), f"montezuma {method} {name}: {hp[name]} where {source} has {value}"
     for name, value in MONTEZUMA_EXPLORATION.items():
         assert hp[name] == pytest.approx(value), f"montezuma {method} {name}"
-    assert hp["lr"] == pytest.approx(MONTEZUMA_LR), f"montezuma {method} lr: {hp['lr']}, this project's is {MONTEZUMA_LR}"
+    assert hp["lr"] == pytest.approx(PAPER_LR), f"montezuma {method} lr: {hp['lr']}, the paper's is {PAPER_LR}"
 
 
-def test_the_learning_rate_is_the_papers_everywhere_but_montezuma_and_its_choice_is_written_down():
+def test_the_learning_rate_is_the_papers_everywhere_and_the_choice_is_written_down():
     from pathlib import Path
 
-    for env in ("chain", "maze"):
+    for env in ("chain", "maze", "montezuma", "atari:Pong"):
         assert method_hparams(env, "opiq")["lr"] == pytest.approx(PAPER_LR), env
-    assert method_hparams("montezuma", "opiq", lr=PAPER_LR)["lr"] == pytest.approx(PAPER_LR)  # --lr restores it
     choices = (Path(__file__).resolve().parents[1] / "docs" / "choices.md").read_text(encoding="utf-8")
-    assert "results/montezuma-divergence" in choices and "2.5e-4" in choices
+    assert "results/montezuma-defaults" in choices
+
+
+@pytest.mark.parametrize("env", ["montezuma", "atari:Pong"])
+def test_the_atari_networks_start_as_the_authors(env):
+    """The authors' PyTorch networks keep PyTorch's default draw, and Montezuma's measurements at the paper's
+    learning rate gave no reason to depart from it."""
+    assert static_for_env(env).network_init == "pytorch"
+    assert static_for_env(env, network_init="flax").network_init == "flax"  # --network-init flax still chooses
+
+
+def test_the_chain_and_the_maze_keep_flaxs_initialisation():
+    for env in ("chain", "maze"):
+        assert static_for_env(env).network_init == "flax", env
 
 
 @pytest.mark.parametrize("method", sorted(MONTEZUMA_METHODS))
@@ -96,7 +107,7 @@ def test_opiq_on_montezuma_is_the_authors_corrected_command():
             **method_hparams("montezuma", "opiq")}
     for theirs, value in AUTHORS_COMMAND.items():
         assert ours[OURS_FOR_THEIRS[theirs]] == pytest.approx(value), f"opiq {OURS_FOR_THEIRS[theirs]} ({theirs})"
-    assert ours["lr"] == pytest.approx(MONTEZUMA_LR)  # theirs is the paper's 5e-4 (their default): see above
+    assert ours["lr"] == pytest.approx(PAPER_LR)  # theirs is the paper's 5e-4: their default, which the command keeps
 
 
 def test_the_authors_code_runs_the_corrected_command():

@@ -14,6 +14,7 @@ import pytest
 from opiq_jax.agent.trainer import Agent, make_train
 from opiq_jax.parts.rnd import RndPredictor, RndTarget
 from opiq_jax.paths.pool import PoolShapes
+from opiq_jax.pieces.networks import init_variables
 from opiq_jax.registry.environments import ENVIRONMENTS, register_environment, static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.running.train_programs import run_methods
@@ -105,10 +106,14 @@ def test_rnd_predictor_trains_on_frames_and_its_target_stays_fixed(trained):
     run0 = jax.tree.map(lambda x: x[0], rnd)
     assert jax.eval_shape(predictor.apply, run0.params, frames).shape == (1, 512)
     assert jax.eval_shape(target.apply, run0.target_params, frames).shape == (1, 512)
-    # the fixed target equals a fresh initialisation from the run's own key; the predictor moved away from its own
-    keys = run_keys(experiment)
-    fresh_target = jax.jit(jax.vmap(lambda k: target.init(Agent.init_key(k, "rnd_target"), frames)))(keys)
-    fresh_predictor = jax.jit(jax.vmap(lambda k: predictor.init(Agent.init_key(k, "predictor"), frames)))(keys)
+    # the fixed target equals a fresh initialisation from the run's own key (drawn as the run's --network-init); the
+    # predictor moved away from its own
+    keys, drawn_as = run_keys(experiment), experiment.static.network_init
+
+    def fresh(network, name):
+        return jax.jit(jax.vmap(lambda k: init_variables(network, Agent.init_key(k, name), frames, drawn_as)))(keys)
+
+    fresh_target, fresh_predictor = fresh(target, "rnd_target"), fresh(predictor, "predictor")
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(fresh_target), rnd.target_params)
     moved = jax.tree.map(lambda a, b: bool(np.any(a != b)), jax.device_get(fresh_predictor), rnd.params)
     assert all(jax.tree.leaves(moved))
@@ -121,7 +126,8 @@ def test_bsp_prior_stays_fixed_on_the_pool_path(trained):
     bsp_static = dataclasses.replace(experiment.static, parts=("pseudocounts", "optimism", "bsp"))
     agent = make_train(bsp_static, PoolShapes()).agent
     obs = jnp.zeros((1, 84, 84, 4), jnp.uint8)
-    fresh_prior = jax.jit(jax.vmap(lambda k: agent.q_network.init(Agent.init_key(k, "prior"), obs)))(run_keys(experiment))
+    fresh_prior = jax.jit(jax.vmap(lambda k: init_variables(agent.q_network, Agent.init_key(k, "prior"), obs,
+                                                            bsp_static.network_init)))(run_keys(experiment))
     runs = states["bsp"].runs
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(fresh_prior), runs.parts["bsp"])
     assert runs.params["params"]["heads"]["head"]["kernel"].shape[:2] == (2, 3)  # [runs, K heads, ...]

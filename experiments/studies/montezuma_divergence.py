@@ -77,27 +77,54 @@ def last_value(steps: np.ndarray, values: np.ndarray, at: int) -> float:
     return float(values[np.searchsorted(steps, at, side="right") - 1])
 
 
-def setting_rows(cells: dict[str, Path]) -> list[str]:
-    """Cells pooled by setting, compared at the last step every run reached: per-run rooms, maximum return and
-    peak |Q| up to that step, with the permutation p of rooms and return against the first setting."""
+def runs_by_setting(cells: dict[str, Path]) -> dict[str, list[dict[str, tuple[np.ndarray, np.ndarray]]]]:
+    """Every run's series, pooled by setting (cells under other base seeds share a setting)."""
     runs: dict[str, list[dict[str, tuple[np.ndarray, np.ndarray]]]] = {}
     for folder in cells.values():
         runs.setdefault(cell_setting(folder), []).extend(cell_series(folder).values())
-    common = min(int(m["loss"][0][-1]) for group in runs.values() for m in group)
-    scores = {setting: {metric: np.array([last_value(*m[metric], common) for m in group])
+    return runs
+
+
+def comparison_steps(runs: dict[str, list[dict]]) -> list[int]:
+    """The last step every run reached, then the last step that every run of at least two settings reached."""
+    reached = {setting: min(int(m["loss"][0][-1]) for m in group) for setting, group in runs.items()}
+    common = min(reached.values())
+    further = sorted({step for step in reached.values() if step > common
+                      and sum(r >= step for r in reached.values()) >= 2})
+    return [common, *further[-1:]]
+
+
+def setting_rows(runs: dict[str, list[dict]], at: int, where: str) -> list[str]:
+    """The settings whose runs all reached ``at``, compared there: per-run rooms, maximum return and peak |Q| up to
+    that step, the runs out of bounds, and p-values against the first setting: the permutation test of rooms and of
+    return, Fisher's exact test of the runs out of bounds, and the exact Mann-Whitney test of the peaks."""
+    from scipy.stats import fisher_exact, mannwhitneyu
+
+    runs = {s: group for s, group in runs.items() if min(int(m["loss"][0][-1]) for m in group) >= at}
+    scores = {setting: {metric: np.array([last_value(*m[metric], at) for m in group])
                         for metric in ("rooms_visited", "max_return")} for setting, group in runs.items()}
-    peaks = {setting: [float(np.nanmax(m["q_abs_max"][1][m["q_abs_max"][0] <= common])) for m in group]
+    peaks = {setting: np.array([float(np.nanmax(m["q_abs_max"][1][m["q_abs_max"][0] <= at])) for m in group])
              for setting, group in runs.items()}
     first = next(iter(scores))
-    lines = [f"At step {common:,}, the last every run reached:", "",
+
+    def against_first(setting: str) -> str:
+        if setting == first:
+            return ""
+        out, out_first = int((peaks[setting] > BOUND).sum()), int((peaks[first] > BOUND).sum())
+        table = [[out, len(peaks[setting]) - out], [out_first, len(peaks[first]) - out_first]]
+        tests = [permutation_p(scores[setting][k], scores[first][k]) for k in ("rooms_visited", "max_return")]
+        tests += [fisher_exact(table)[1], mannwhitneyu(peaks[setting], peaks[first], method="exact").pvalue]
+        return " / ".join(f"{p:.2f}" for p in tests)
+
+    lines = [f"At step {at:,} ({where}):", "",
              f"| setting | runs | rooms per run (median) | max return per run (median) | peak \\|Q\\| per run | "
-             f"p against {first} (rooms, return) |", "|---|---|---|---|---|---|"]
+             f"out of bounds | p against {first} (rooms / return / out of bounds / peaks) |",
+             "|---|---|---|---|---|---|---|"]
     for setting, s in scores.items():
-        p = ("" if setting == first else " / ".join(
-            f"{permutation_p(s[k], scores[first][k]):.2f}" for k in ("rooms_visited", "max_return")))
         lines.append(f"| {setting} | {len(peaks[setting])} | {', '.join(f'{v:.0f}' for v in s['rooms_visited'])} "
                      f"({np.median(s['rooms_visited']):g}) | {', '.join(f'{v:.0f}' for v in s['max_return'])} "
-                     f"({np.median(s['max_return']):g}) | {', '.join(f'{v:.3g}' for v in peaks[setting])} | {p} |")
+                     f"({np.median(s['max_return']):g}) | {', '.join(f'{v:.3g}' for v in peaks[setting])} | "
+                     f"{int((peaks[setting] > BOUND).sum())} of {len(peaks[setting])} | {against_first(setting)} |")
     return lines
 
 
@@ -176,8 +203,11 @@ def main(argv: list[str] | None = None) -> None:
     cells |= {p.name: p for p in sorted(args.folder.iterdir()) if (p / "metrics.csv").exists()}
     if len(cells) == len(args.reference):
         raise SystemExit(f"{args.folder} holds no cell (a subfolder with metrics.csv)")
-    text = [f"# {args.folder.name}: the learner's diagnostics per cell", "", *summary_rows(cells), "",
-            *setting_rows(cells), ""]
+    runs = runs_by_setting(cells)
+    steps = comparison_steps(runs)
+    wheres = ["the last every run reached", "the settings whose runs all reached it"]
+    comparisons = [line for at, where in zip(steps, wheres) for line in (*setting_rows(runs, at, where), "")]
+    text = [f"# {args.folder.name}: the learner's diagnostics per cell", "", *summary_rows(cells), "", *comparisons]
     (args.folder / "summary.md").write_text("\n".join(text), encoding="utf-8")
     draw(cells, args.folder / "divergence.png")
     print("\n".join(text))

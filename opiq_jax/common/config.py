@@ -186,7 +186,8 @@ class StaticConfig:
                                       "instead of one per run (the paper).")
     network_init: str = option("flax", "How every network's weights and biases are first drawn: flax (LeCun normal "
                                "weights, zero biases) or pytorch (uniform in ±1/sqrt(fan_in), weights and biases: "
-                               "PyTorch's default, which the authors' networks keep).", choices=("flax", "pytorch"))
+                               "PyTorch's default, which the authors' networks keep). Default: pytorch on Montezuma and Atari games, flax "
+                               "elsewhere.", choices=("flax", "pytorch"))
     head_init_scale: float = option(1.0, "Factor on the Q-network's initial output-layer weights (1: as "
                                     "--network-init draws them). A smaller factor starts Q nearer 0, whatever the "
                                     "scale of the rewards.", minimum=0.0, open_minimum=True)
