@@ -38,6 +38,7 @@ from pathlib import Path
 
 import tyro
 
+from opiq_jax.reporting import portable, source_revision
 from opiq_jax.store.files import atomic_write_text
 
 MODES = ("none", "at-once", "background")

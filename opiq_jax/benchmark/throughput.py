@@ -235,8 +235,7 @@ def measure_matmul(size: int, dtype: Any = jnp.float32, calls: int = 5, trials: 
     a = jax.random.normal(jax.random.key(1), (size, size), jnp.float32).astype(dtype)
     b = (jax.random.normal(jax.random.key(2), (size, size), jnp.float32) / np.sqrt(size)).astype(dtype)
     matmul = jax.jit(lambda x, w: x @ w)  # w is an argument: a closed-over array would be baked in
-    seconds, x = _best_seconds_per_call(lambda x: matmul(x, b), a, calls, trials)
-    del x, b
+    seconds, _ = _best_seconds_per_call(lambda x: matmul(x, b), a, calls, trials)
     return 2.0 * size**3 / seconds
 
 
