@@ -279,8 +279,21 @@ def check_loop_options(*, checkpoint_every: float, max_minutes: float | None = N
         check_flag(name, value)
 
 
+def environment_name(env: Any) -> str:
+    """``env``'s registered name: a name as given; an environment object with gymnax's API, or an ``(env, params)``
+    pair, registered first under its class's name (:func:`~opiq_jax.registry.environments.register_environment`)."""
+    obj, params = env if isinstance(env, tuple) and len(env) == 2 else (env, None)
+    if not (hasattr(obj, "reset") and hasattr(obj, "step")):
+        return env  # a name, or something the plan refuses as one
+    try:
+        return environment_registry.register_environment(obj, params=params, origin="__main__").name
+    except (ValueError, TypeError, AttributeError) as e:
+        raise UsageError(f"env: {type(obj).__name__} is not an environment with gymnax's API: "
+                         f"{(str(e).splitlines() or [type(e).__name__])[0]}") from None
+
+
 @takes_numpy_numbers
-def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
+def train(env: Any = "chain", methods: Sequence[str] = ("opiq",), seeds: int | Sequence[int] = 4, *,
           steps: int | None = None, out: str | Path | None = None, grid: Mapping[str, Sequence[float]] | None = None,
           seed: int = 0, progress: bool = LOOP_DEFAULTS["progress"],
           checkpoint_every: float = LOOP_DEFAULTS["checkpoint_every"],
@@ -290,7 +303,9 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
     """Trains ``methods`` x ``seeds`` (x every setting of ``grid``) on ``env`` as few compiled programs as possible.
 
     Args:
-      env: ``chain``, ``maze``, ``montezuma`` (EnvPool), ``gymnax:NAME`` or a registered environment.
+      env: ``chain``, ``maze``, ``montezuma`` (EnvPool), ``gymnax:NAME``, a registered environment, or an
+        environment object with gymnax's API (or an ``(env, params)`` pair: navix's ``ToGymnax.wrap(...)``, say),
+        registered under its class's name.
       methods: registered methods (see :func:`methods`); each starts from the paper's setting for ``env``.
       seeds: independent runs per method and setting: a number (seeds 0 to n - 1) or a list of seeds.
       steps: environment steps per run (default: the environment's, e.g. 100k on the chain).
@@ -318,6 +333,7 @@ def train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: int | S
     out = check_out(out)
     check_loop_options(progress=progress, checkpoint_every=checkpoint_every, stop_on_nonfinite=stop_on_nonfinite,
                        verbose=verbose, max_minutes=max_minutes)
+    env = environment_name(env)
     if steps is not None:
         options = {"steps": steps, **options}
     experiment = plan_experiment(env, methods, seeds, seed=seed, grid=grid, options=options)

@@ -14,7 +14,7 @@ from gymnax import registration
 
 from experiments.studies import deepsea
 from opiq_jax.cli import main
-from opiq_jax.envs.gymnax_adapter import GymnaxAdapter
+from opiq_jax.envs.gymnax_adapter import make_gymnax
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.runs.experiment import Experiment, RunSpec
@@ -44,7 +44,7 @@ def rollout(env, params, key, steps):
 
 @pytest.mark.parametrize("name,kwargs", [("DeepSea-bsuite", dict(size=6)), ("MountainCar-v0", {}), ("Breakout-MinAtar", {})])
 def test_adapter_agrees_with_raw_gymnax(name, kwargs):
-    adapter = GymnaxAdapter(name, **kwargs)
+    adapter = make_gymnax(name, **kwargs)
     raw, raw_params = gymnax.make(name, **kwargs)
     steps = 40 if name != "DeepSea-bsuite" else 30  # DeepSea: 5 episodes of 6 steps, auto-resets included
     ours = rollout(adapter, adapter.default_params, jax.random.key(7), steps)
@@ -56,7 +56,7 @@ def test_adapter_agrees_with_raw_gymnax(name, kwargs):
         assert ours[1][2].sum() == 5 and ours[1][2][5::6].all()  # every episode ends after exactly N steps
 
 
-DEEP5 = GymnaxAdapter("DeepSea-bsuite", size=5)
+DEEP5 = make_gymnax("DeepSea-bsuite", size=5)
 STEP5 = jax.jit(DEEP5.step)
 RESET5 = jax.jit(DEEP5.reset)
 
@@ -101,12 +101,12 @@ def test_deep_sea_action_mapping_is_drawn_per_run():
 
 
 def test_keyword_arguments_are_routed_by_name():
-    env = GymnaxAdapter("DeepSea-bsuite", size=5, max_steps_in_episode=7, deterministic=False, action_mapping_key=3)
+    env = make_gymnax("DeepSea-bsuite", size=5, max_steps_in_episode=7, deterministic=False, action_mapping_key=3)
     assert env.env.size == 5 and env.observation_space(env.default_params).shape == (5, 5)
     assert env.default_params.max_steps_in_episode == 7 and env.default_params.deterministic is False
     expected = jax.random.bernoulli(jax.random.key(3), 0.5, (5, 5)).astype(jnp.int32)
     np.testing.assert_array_equal(env.default_params.action_mapping, expected)
-    minatar = GymnaxAdapter("Breakout-MinAtar", use_minimal_action_set=False, max_steps_in_episode=50)
+    minatar = make_gymnax("Breakout-MinAtar", use_minimal_action_set=False, max_steps_in_episode=50)
     assert minatar.num_actions == 6 and minatar.default_params.max_steps_in_episode == 50
     assert minatar.observation_space().shape == (10, 10, 4) and minatar.num_cells == 2**16
     assert not minatar.has_cell_table
@@ -120,13 +120,13 @@ def one_line(error) -> str:
 
 def test_unknown_name_kwarg_action_space_and_missing_package_fail_in_one_line():
     with pytest.raises(ValueError) as e:
-        GymnaxAdapter("DeepSee-bsuite")
+        make_gymnax("DeepSee-bsuite")
     assert "DeepSea-bsuite" in one_line(e) and "MountainCar-v0" in one_line(e)
     with pytest.raises(ValueError) as e:
-        GymnaxAdapter("DeepSea-bsuite", sise=10)
+        make_gymnax("DeepSea-bsuite", sise=10)
     assert "sise" in one_line(e) and "size" in one_line(e) and "max_steps_in_episode" in one_line(e)
     with pytest.raises(ValueError) as e:
-        GymnaxAdapter("Pendulum-v1")
+        make_gymnax("Pendulum-v1")
     assert "discrete" in one_line(e)
 
     def needs_a_package():
@@ -135,7 +135,7 @@ def test_unknown_name_kwarg_action_space_and_missing_package_fail_in_one_line():
     if "OpiqTestNeedsPackage-v0" not in gymnax.registered_envs:
         registration.register("OpiqTestNeedsPackage-v0", needs_a_package)
     with pytest.raises(ImportError) as e:
-        GymnaxAdapter("OpiqTestNeedsPackage-v0")
+        make_gymnax("OpiqTestNeedsPackage-v0")
     assert "pip install opiq_jax_not_a_real_package" in one_line(e)
 
 

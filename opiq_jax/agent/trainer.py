@@ -104,11 +104,17 @@ def make_optimiser(static: StaticConfig) -> optax.GradientTransformation:
     )
 
 
+SMALLEST_CONV_SIDE = 16
+"""The smallest image side ``auto`` gives the maze's conv net: its two VALID 3x3 convolutions of stride 2 leave a
+3x3 map of a 16x16 image, but a single cell of MinAtar's 10x10 or MiniGrid's 7x7 view, which the MLP reads whole."""
+
+
 def network_name(static: StaticConfig, obs_shape: tuple[int, ...]) -> str:
-    """``static.network``, or for ``auto`` an MLP for vector observations and the small conv net for images."""
+    """``static.network``, or for ``auto`` the small conv net for images whose sides are both at least
+    :data:`SMALLEST_CONV_SIDE` and an MLP over the flattened observation for anything else (vectors, small grids)."""
     if static.network != "auto":
         return static.network
-    return "maze_conv" if len(obs_shape) == 3 else "mlp"
+    return "maze_conv" if len(obs_shape) == 3 and min(obs_shape[:2]) >= SMALLEST_CONV_SIDE else "mlp"
 
 
 def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:

@@ -96,9 +96,14 @@ def declare_options(spec: EnvironmentSpec) -> None:
     register_static_options(f"environment {spec.name!r}", spec.static_options)
 
 
-def register_environment(spec: EnvironmentSpec, origin: str | None = None) -> EnvironmentSpec:
+def register_environment(spec: Any, origin: str | None = None, *, params: Any = None,
+                         name: str | None = None) -> EnvironmentSpec:
     """Adds ``spec`` to :data:`ENVIRONMENTS` (replacing an earlier one of that name, but not the paper's); ``origin``:
-    the module registering it (default: the caller's)."""
+    the module registering it (default: the caller's). ``spec`` is an :class:`EnvironmentSpec`, or an environment
+    object with gymnax's API (with its ``params``, default its ``default_params``; ``name``, default its class's):
+    :func:`adapted_environment` makes the spec."""
+    if not isinstance(spec, EnvironmentSpec):
+        spec = adapted_environment(spec, params, name=name)
     if not spec.name or ":" in spec.name:
         raise ValueError(f"an environment's name must be non-empty without ':', got {spec.name!r}")
     if spec.name in PAPER_ENVIRONMENTS and ENVIRONMENTS.get(spec.name) not in (None, spec):
@@ -111,6 +116,18 @@ def register_environment(spec: EnvironmentSpec, origin: str | None = None) -> En
     if spec.name not in PAPER_ENVIRONMENTS:
         ENVIRONMENT_ORIGINS[spec.name] = origin or sys._getframe(1).f_globals.get("__name__", "__main__")
     return spec
+
+
+def adapted_environment(env: Any, params: Any = None, *, name: str | None = None) -> EnvironmentSpec:
+    """The spec of an environment object with gymnax's API (``reset``, ``step`` of 5 or 6 values, a discrete
+    ``action_space``, ``default_params``), adapted once here (a one-line ``ValueError`` if it does not speak the API),
+    with a gymnax environment's settings: the chain's, the network chosen by the observation's shape."""
+    from ..envs.gymnax_adapter import GymnaxAdapter  # imports gymnax only when asked
+
+    adapter = GymnaxAdapter(env, params, name=name)
+    return dataclasses.replace(
+        GYMNAX, name=adapter.name, description=f"{adapter.name}: an environment object with gymnax's API",
+        make=lambda static: adapter, static_options=(), label=None, check=None)
 
 
 def environment_names() -> str:
@@ -183,9 +200,9 @@ def _make_maze(static: StaticConfig):
 
 
 def _make_gymnax(static: StaticConfig):
-    from ..envs.gymnax_adapter import GymnaxAdapter  # imports gymnax's registry only when asked
+    from ..envs.gymnax_adapter import make_gymnax  # imports gymnax's registry only when asked
 
-    return GymnaxAdapter(static.env.removeprefix("gymnax:"), **dict(static.env_kwargs))
+    return make_gymnax(static.env.removeprefix("gymnax:"), **dict(static.env_kwargs))
 
 
 def _check_gymnax(static: StaticConfig) -> None:
@@ -278,5 +295,5 @@ ATARI = dataclasses.replace(
     description="any EnvPool Atari game with the paper's Montezuma settings (pip install -e '.[atari]')")
 
 
-__all__ = ["ATARI", "ENVIRONMENTS", "EnvironmentSpec", "atari_spec", "environment_label", "environment_spec",
-           "register_environment", "static_for_env"]
+__all__ = ["ATARI", "ENVIRONMENTS", "EnvironmentSpec", "adapted_environment", "atari_spec", "environment_label",
+           "environment_spec", "register_environment", "static_for_env"]
