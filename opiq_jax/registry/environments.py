@@ -35,6 +35,7 @@ from ..common.errors import UsageError
 from ..envs import Maze, RandomisedChain
 from ..envs.atari import AtariPool, atari_game, check_game, import_envpool
 from ..envs.maze import MAZE_SIZE
+from ..envs.minigrid import check_task, make_minigrid
 from ..envs.montezuma import MontezumaPool
 from ..paths.compact import CompactPath
 from ..paths.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures
@@ -132,7 +133,7 @@ def adapted_environment(env: Any, params: Any = None, *, name: str | None = None
 
 def environment_names() -> str:
     """The registered names for messages, with the gymnax pattern."""
-    return ", ".join([*ENVIRONMENTS, "gymnax:NAME", "atari:NAME"])
+    return ", ".join([*ENVIRONMENTS, "gymnax:NAME", "atari:NAME", "minigrid:NAME"])
 
 
 class UnknownEnvironment(ValueError):
@@ -148,6 +149,8 @@ def environment_spec(name: str) -> EnvironmentSpec:
         return dataclasses.replace(GYMNAX, name=name)
     if name.startswith("atari:") and len(name) > len("atari:"):
         return atari_spec(name)
+    if name.startswith("minigrid:") and len(name) > len("minigrid:"):
+        return dataclasses.replace(MINIGRID, name=name)
     raise UnknownEnvironment(f"unknown env {name!r}: use {environment_names()}")
 
 
@@ -239,6 +242,11 @@ def atari_spec(name: str) -> EnvironmentSpec:
     return dataclasses.replace(ATARI, name=name, frames=frames)
 
 
+MAZE_DEFAULTS = dict(network="maze_conv", total_steps=1_000_000, log_every=10_000, buffer_size=250_000, batch_size=64,
+                     n_step=3, train_every=1, target_update=1_000, simhash_bits=128)
+MAZE_EXPLORATION = dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=50_000.0)
+"""The maze's static settings and epsilon schedule (the paper's appendix), which MiniGrid's tasks share."""
+
 # The chain's training settings (1-step targets, replay 10k, ...) with an automatically chosen network and
 # 32-bit SimHash codes; override any of them.
 GYMNAX = EnvironmentSpec(
@@ -254,6 +262,28 @@ GYMNAX = EnvironmentSpec(
 )
 declare_options(GYMNAX)  # every gymnax:NAME is resolved from this one spec, never registered by name
 
+
+def _make_minigrid(static: StaticConfig):
+    return make_minigrid(static.env.removeprefix("minigrid:"))  # imports xminigrid (and gymnax) only now
+
+
+def _check_minigrid(static: StaticConfig) -> None:
+    """xminigrid installed and the task among its own, before anything is built."""
+    check_task(static.env.removeprefix("minigrid:"))
+
+
+# MiniGrid's tasks take the maze's settings, the paper's other gridworld with a sparse reward found by exploring:
+# 3-step targets, a 250k replay, epsilon from 1 over 50k steps, 128-bit SimHash codes, 1M steps; the network is
+# chosen by the view's shape (the MLP for its 7x7).
+MINIGRID = EnvironmentSpec(
+    "minigrid:NAME", "MiniGrid's tasks in JAX through xminigrid (pip install -e '.[minigrid]')", _make_minigrid,
+    defaults={**MAZE_DEFAULTS, "network": "auto"},
+    hparams=MAZE_EXPLORATION, settings="maze",
+    label=lambda static: str(static["env"]).removeprefix("minigrid:"), check=_check_minigrid,
+)
+declare_options(MINIGRID)  # every minigrid:NAME is resolved from this one spec
+
+
 register_environment(EnvironmentSpec(
     "chain", "the randomised chain (100 states, horizon 109)", _make_chain,
     defaults=dict(network="mlp", total_steps=100_000, log_every=1_000, buffer_size=10_000, batch_size=64, n_step=1,
@@ -265,9 +295,7 @@ register_environment(EnvironmentSpec(
 ))
 register_environment(EnvironmentSpec(
     "maze", "the 24x24 maze with randomised actions (horizon 250)", _make_maze,
-    defaults=dict(network="maze_conv", total_steps=1_000_000, log_every=10_000, buffer_size=250_000, batch_size=64,
-                  n_step=3, train_every=1, target_update=1_000, simhash_bits=128),
-    hparams=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=50_000.0), settings="maze",
+    defaults=MAZE_DEFAULTS, hparams=MAZE_EXPLORATION, settings="maze",
     label=lambda static: f"maze {MAZE_SIZE}x{MAZE_SIZE}",
 ))
 # The paper's learning rate (5e-4, the default of every environment) and the authors' initialisation (their

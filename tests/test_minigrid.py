@@ -1,0 +1,87 @@
+"""MiniGrid's tasks through xminigrid (``envs/minigrid.py``, the ``minigrid`` extra): the adapter's episodes end at
+the goal or the step limit and restart, ``--env minigrid:NAME`` trains from the API and the command line, and a task
+xminigrid lacks, or the extra missing, is one line."""
+
+import builtins
+import csv
+import json
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("xminigrid")
+
+import opiq_jax  # noqa: E402 (after the skip: the module needs the extra)
+from opiq_jax.cli import main  # noqa: E402
+from opiq_jax.envs.minigrid import make_minigrid, minigrid_tasks  # noqa: E402
+from opiq_jax.registry.environments import static_for_env  # noqa: E402
+
+FORWARD, TURN_RIGHT, TURN_LEFT = 0, 1, 2  # xminigrid's first three actions
+
+
+def test_the_tasks_named_are_xminigrids():
+    tasks = minigrid_tasks()
+    assert {"DoorKey-5x5", "DoorKey-16x16", "FourRooms", "Empty-5x5"} <= set(tasks)
+    assert not any(t.startswith("KeyCorridor") for t in tasks)  # xminigrid 0.9 has none
+
+
+def test_an_episode_ends_at_the_step_limit_and_restarts():
+    env = make_minigrid("Empty-5x5")
+    assert (env.obs_shape, env.num_actions, env.resets_itself) == ((7, 7, 2), 6, False)
+    limit = env.default_params.max_steps_in_episode
+    obs, state = env.reset(jax.random.key(0))
+    step = jax.jit(env.step)
+    first = np.asarray(obs)
+    for t in range(limit):  # turning in place never reaches the goal
+        obs, state, reward, terminated, truncated, info = step(jax.random.key(t), state, TURN_LEFT)
+        assert bool(truncated) == (t == limit - 1) and not bool(terminated) and float(reward) == 0.0
+    assert int(state.env_state.state.step_num) == 0  # restarted
+    np.testing.assert_array_equal(np.asarray(obs), first)  # Empty starts the same way every time
+
+
+def test_the_goal_ends_an_episode_as_a_termination_with_xminigrids_reward():
+    env = make_minigrid("Empty-5x5")  # the agent starts at row 1, column 1 facing east; the goal is at (3, 3)
+    _, state = env.reset(jax.random.key(0))
+    actions = [FORWARD, FORWARD, TURN_RIGHT, FORWARD, FORWARD]  # east twice, turn to the south, south twice
+    for t, action in enumerate(actions):
+        _, state, reward, terminated, truncated, _ = env.step(jax.random.key(t), state, action)
+    limit = env.default_params.max_steps_in_episode
+    assert bool(terminated) and not bool(truncated)
+    assert float(reward) == pytest.approx(1.0 - 0.9 * len(actions) / limit)
+
+
+def test_minigrid_trains_from_the_api_with_the_mazes_settings(tmp_path):
+    static = static_for_env("minigrid:Empty-5x5")
+    assert (static.n_step, static.buffer_size, static.simhash_bits) == (3, 250_000, 128)
+    out = tmp_path / "minigrid, ✓"
+    results = opiq_jax.train(env="minigrid:Empty-5x5", methods=["opiq"], seeds=2, steps=600, log_every=300,
+                             buffer_size=600, out=out, progress=False, verbose=False)
+    assert results.finished
+    config = json.loads((out / "config.json").read_text())
+    assert config["resolved"]["network"] == "mlp"  # the 7x7 view read whole
+    with open(out / "metrics.csv", newline="") as f:
+        assert any(r["metric"] == "states_visited" for r in csv.DictReader(f))
+
+
+def test_an_unknown_task_gets_the_closest_names_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--env", "minigrid:DoorKey-16x61", "--no-progress"])
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and "did you mean minigrid:DoorKey-16x16" in message
+
+
+def test_without_the_extra_the_command_names_it(monkeypatch, capsys):
+    real_import = builtins.__import__
+
+    def without_xminigrid(name, *args, **kwargs):
+        if name == "xminigrid" or name.startswith("xminigrid."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_xminigrid)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--env", "minigrid:DoorKey-5x5", "--no-progress"])
+    assert exit_info.value.code == 2
+    assert "pip install -e '.[minigrid]'" in capsys.readouterr().err
