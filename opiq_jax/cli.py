@@ -432,7 +432,7 @@ def load_plugins(modules: list[str]) -> None:
         except SystemExit as e:  # exit 0 with nothing trained would read as success
             raise UsageError(f"--plugin {name}: importing it called sys.exit({e.code!r}); a plugin registers methods, "
                              "parts or environments and returns") from None
-        except Exception as e:  # noqa: BLE001: whatever the module raises, the user gets one line naming it
+        except Exception as e:  # noqa: BLE001 - whatever the module raises, the user gets one line naming it
             first = (str(e).splitlines() or [""])[0]
             raise UsageError(f"--plugin {name}: importing it failed ({type(e).__name__}: {first})") from None
 

@@ -53,7 +53,7 @@ def backend_problem() -> str | None:
     starts. Checked here, before the command line's modules build their first arrays, where it would be a traceback."""
     try:
         jax.devices()
-    except Exception as e:  # noqa: BLE001: RuntimeError for an unknown name, AssertionError for an absent CUDA
+    except Exception as e:  # noqa: BLE001 - RuntimeError for an unknown name, AssertionError for an absent CUDA
         asked = os.environ.get("JAX_PLATFORMS")
         why = (str(e).splitlines() or [""])[0] or type(e).__name__
         where = f"the backend JAX_PLATFORMS={asked!r} asks for" if asked else "its backend"

@@ -514,7 +514,7 @@ def test_environments_and_methods_of_the_package_list_them_and_name_the_modules_
 
     assert "chain" in environments() and "opiq" in methods()
     with pytest.raises(AttributeError) as caught:
-        environments.register_environment  # noqa: B018: what a plugin of the flat layout wrote
+        environments.register_environment  # noqa: B018 - what a plugin of the flat layout wrote
     assert str(caught.value) == ("opiq_jax.environments is the API's function that lists them, not the module "
                                  "opiq_jax.registry.environments that has register_environment: import it from there")
     with pytest.raises(AttributeError, match="not the module opiq_jax.registry.methods that has METHODS"):

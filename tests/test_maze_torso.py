@@ -39,7 +39,9 @@ def maze_like_obs(key, shape):
 
 
 def gradients(torso, obs, params, cotangent):
-    loss = lambda o, k1, b1, k2, b2, c: jnp.sum(torso(o, k1, b1, k2, b2).astype(jnp.float32) * c)
+    def loss(o, k1, b1, k2, b2, c):
+        return jnp.sum(torso(o, k1, b1, k2, b2).astype(jnp.float32) * c)
+
     return jax.jit(jax.vmap(jax.grad(loss, argnums=(1, 2, 3, 4))))(obs, *params, cotangent)
 
 
@@ -70,7 +72,10 @@ def test_bfloat16_kernels_round_as_xla_does():
                                     gradients(xla_torso, obs, params, cotangent), exact):
         assert got.dtype == jnp.bfloat16
         want = np.asarray(want)  # in numpy: op by op in JAX, each operation would compile on its own
-        error = lambda g: float(np.max(np.abs(np.asarray(g, np.float32) - want)) / np.max(np.abs(want)))
+
+        def error(g):
+            return float(np.max(np.abs(np.asarray(g, np.float32) - want)) / np.max(np.abs(want)))
+
         assert error(got) <= max(1.1 * error(xla), 0.02), name
 
 
@@ -99,7 +104,9 @@ def test_auto_keeps_xla_on_a_cpu_even_in_bfloat16():
 
 
 def test_which_runs_use_the_kernels():
-    maze = lambda **kw: static_for_env("maze", **kw)
+    def maze(**kw):
+        return static_for_env("maze", **kw)
+
     assert uses_pallas_torso(maze(maze_torso="pallas"), "maze_conv")
     assert not uses_pallas_torso(maze(maze_torso="xla", precision="bfloat16"), "maze_conv")
     assert not uses_pallas_torso(static_for_env("chain", maze_torso="pallas"), "mlp")

@@ -40,7 +40,10 @@ def test_opiq_in_mixed_precision_reaches_the_end_of_the_short_chain(trained):
 def test_master_weights_and_optimiser_stay_float32_and_the_copies_follow_them(trained):
     initial, state, _ = trained
     runs = state.runs
-    dtypes = lambda tree: {x.dtype for x in jax.tree.leaves(tree)}
+
+    def dtypes(tree):
+        return {x.dtype for x in jax.tree.leaves(tree)}
+
     assert dtypes(runs.params) == {np.dtype(np.float32)}
     assert dtypes(runs.opt_state) <= {np.dtype(np.float32), np.dtype(np.int32)}
     for copies in (runs.compute_params, runs.target_params):  # hidden layers in bfloat16, the output layer float32
@@ -109,7 +112,10 @@ def test_only_the_q_network_goes_to_bfloat16(method):
     keys = jax.random.split(jax.random.key(0), 1)
     state = jax.eval_shape(make_train(experiment.static).init, keys, keys, stack_hparams(experiment.hparams()))
     runs = state.runs
-    dtypes = lambda tree: {x.dtype for x in jax.tree.leaves(tree)}
+
+    def dtypes(tree):
+        return {x.dtype for x in jax.tree.leaves(tree)}
+
     f32, bf16 = np.dtype(np.float32), np.dtype(jnp.bfloat16)
     assert dtypes(runs.params) == {f32}
     assert bf16 in dtypes(runs.compute_params) and bf16 in dtypes(runs.target_params)

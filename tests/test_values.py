@@ -272,7 +272,10 @@ def test_montezuma_n_step_q_plus_target_with_mixed_monte_carlo_by_hand(pool_chun
     targets, weights, starts = map(np.asarray, sampled(run, key))
     codes = frame_codes(ring["frames"])
     seen = Counter((codes[k - 1], int(ring["action"][k])) for k in range(1, size) if not ring["first"][k])
-    visits = lambda slot, a: seen[(codes[slot], a)]
+
+    def visits(slot, a):
+        return seen[(codes[slot], a)]
+
     ended = ring["terminated"] | ring["truncated"]
     mc = monte_carlo_returns(ring, GAMMA)
     q_target = np.asarray(jax.jit(trainer.network.apply)(  # Q_target at every stored slot's stack

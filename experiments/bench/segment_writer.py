@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     folder = Path(tempfile.mkdtemp(dir=args.scratch))
     rows = []
     try:
-        settings = [("uncompressed (zlib level 0)", 1, 0)] + [(f"zlib level 1", t, 1) for t in args.threads]
+        settings = [("uncompressed (zlib level 0)", 1, 0)] + [("zlib level 1", t, 1) for t in args.threads]
         for name, threads, level in settings:
             runs = [timed_save(frames, threads, level, folder) for _ in range(args.repeats)]
             seconds = statistics.median(s for s, _ in runs)

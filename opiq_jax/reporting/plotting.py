@@ -240,7 +240,7 @@ def file_backend():
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker  # noqa: F401: matplotlib.ticker is used through the returned module
+    import matplotlib.ticker  # noqa: F401 - matplotlib.ticker is used through the returned module
 
     return plt, matplotlib
 

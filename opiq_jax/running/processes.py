@@ -262,7 +262,7 @@ def program_main(argv: list[str]) -> int:
         for module in options.pop("plugins", []):  # the parent's: they register the program's own methods
             try:
                 importlib.import_module(module)
-            except Exception as e:  # noqa: BLE001: whatever the module raises is one line, as in the parent
+            except Exception as e:  # noqa: BLE001 - whatever the module raises is one line, as in the parent
                 raise UsageError(f"importing the plugin {module} failed ({type(e).__name__}: {e})") from None
         run_experiment(experiment_from_configs(folder / CONFIG_FILE), folder, progress=False, **options)
     except Stopped as e:
