@@ -315,7 +315,8 @@ class DevicePools:
         self.game, self.settings = first.game, first.settings
         self.envs_per_device = first.num_envs
         self.num_envs = self.envs_per_device * len(self.pools)
-        self.num_actions, self.obs_shape, self.max_episode_steps = first.num_actions, first.obs_shape, first.max_episode_steps
+        self.num_actions, self.obs_shape, self.max_episode_steps = (first.num_actions, first.obs_shape,
+                                                                    first.max_episode_steps)
         self.by_device = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
 
     def reset(self) -> tuple[jax.Array, StepOutput]:

@@ -6,7 +6,8 @@
 # The public API, imported on first use (PEP 562): importing the trainer imports gymnax, which starts JAX's
 # backend, and a run over several hosts must call jax.distributed.initialize before that.
 _API = ("train", "sweep", "load", "rerun", "bench", "methods", "environments", "options", "Results", "FinalState")
-_ERRORS = ("UsageError", "ResultsError", "DoesNotFit", "PartError", "Stopped", "NonFiniteRuns", "PeerFailed", "ProgramFailed")
+_ERRORS = ("UsageError", "ResultsError", "DoesNotFit", "PartError", "Stopped", "NonFiniteRuns", "PeerFailed",
+           "ProgramFailed")
 # The extension points (docs/design.md): a part, a method made of parts, an environment, an option; and the
 # pieces a part or a script reuses: a metrics table read back, OPIQ's bonus C / (N + 1)^M.
 _EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "registry.methods",

@@ -133,7 +133,8 @@ class Results:
         if len(configs) == 1:
             return configs[0]
         return {**configs[0], "runs": [r for c in configs for r in c["runs"]],
-                "programs": {str(f.relative_to(self.folder)): c["static"].get("parts", []) for f, c in zip(folders, configs)}}
+                "programs": {str(f.relative_to(self.folder)): c["static"].get("parts", [])
+                             for f, c in zip(folders, configs)}}
 
     @property
     def finished(self) -> bool:

@@ -119,7 +119,8 @@ NEEDS = {"weight_storage": {"precision": "bfloat16"},
          "mlp_backward": {"precision": "bfloat16", "weight_storage": "packed"},
          "envs_per_run": {"buffer_size": 4096}, "overlap": {"buffer_size": 4096},
          "mmc_unfinished": {"buffer_size": 4096}}  # Montezuma's, smaller
-POOL_ONLY = ("envs_per_run", "overlap", "mmc_unfinished")  # options of the pool path (Montezuma's): refused on the chain
+# options of the pool path (Montezuma's): refused on the chain
+POOL_ONLY = ("envs_per_run", "overlap", "mmc_unfinished")
 
 
 def test_every_static_option_has_a_structural_case():
@@ -223,8 +224,8 @@ def test_loop_options_are_declared_once_and_every_face_takes_them_from_the_decla
         if name != "allow_nonfinite":
             assert inspect.signature(api.sweep).parameters[name].default == option.default, name
     assert inspect.signature(sweeping.run_sweep).parameters["checkpoint_seconds"].default == 300.0
-    written = {str(p.relative_to(ROOT)): literal_defaults(p.read_text()) for p in sorted((ROOT / "opiq_jax").rglob("*.py"))
-               if p.name != "config.py"}
+    written = {str(p.relative_to(ROOT)): literal_defaults(p.read_text())
+               for p in sorted((ROOT / "opiq_jax").rglob("*.py")) if p.name != "config.py"}
     assert {path: found for path, found in written.items() if found} == {}
     hints = typing.get_type_hints(Bench, include_extras=True)
     for name in BENCH_DEFAULTS:

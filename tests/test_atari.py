@@ -107,7 +107,8 @@ def test_a_game_envpool_lacks_or_a_missing_envpool_is_one_line(monkeypatch, caps
     monkeypatch.setitem(__import__("sys").modules, "envpool", None)
     with pytest.raises(SystemExit):
         main(["train", "--env", "atari:Venture", "--steps", "100"])
-    assert capsys.readouterr().err.strip() == "opiq-jax: error: --env atari:Venture needs EnvPool: pip install -e '.[atari]'"
+    assert capsys.readouterr().err.strip() == ("opiq-jax: error: --env atari:Venture needs EnvPool: "
+                                               "pip install -e '.[atari]'")
 
 
 def test_the_resolved_configuration_says_what_is_counted_on_the_pool_path(two_games):

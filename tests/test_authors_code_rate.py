@@ -1,7 +1,7 @@
-"""``python -m experiments.bench.authors_code_rate`` run end to end: the command it gives the authors' code, its settings
-against this project's record of the paper's, and the rate it reads from the log. Neither their code nor torch is
-needed: the runs use a stand-in main.py that prints the lines their training loop prints (in both of sacred's
-logging formats)."""
+"""``python -m experiments.bench.authors_code_rate`` run end to end: the command it gives the authors' code, its
+settings against this project's record of the paper's, and the rate it reads from the log. Neither their code nor
+torch is needed: the runs use a stand-in main.py that prints the lines their training loop prints (in both of
+sacred's logging formats)."""
 
 import json
 import sys
@@ -48,7 +48,8 @@ args = dict(a.split("=", 1) for a in sys.argv[2:])
 print("INFO - Count_Explore - Running command 'main'", flush=True)
 print("CRITICAL - root - Beginning training.", file=sys.stderr, flush=True)
 for t in range(100, int(args["t_max"]) + 1, 100):
-    line = f"WARNING:Main:T: {t:,}, Episode Reward: 0.01" if t == 500 else f"WARNING - Main - T: {t:,}, Episode Reward: 0.00"
+    line = (f"WARNING:Main:T: {t:,}, Episode Reward: 0.01" if t == 500
+            else f"WARNING - Main - T: {t:,}, Episode Reward: 0.00")
     print(line, file=sys.stderr, flush=True)  # t = 500 in sacred's other logging format
 print("CRITICAL - Main - Closing envs", file=sys.stderr, flush=True)
 '''

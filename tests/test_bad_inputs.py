@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--steps", "600", "--log-every", "300",
          "--seeds", "1", "--no-progress", "--no-plot"]
 SMALL_API = dict(chain_length=6, hidden=(16,), buffer_size=600, steps=600, log_every=300, seeds=1, progress=False)
-GOOD_PRESET = {"env": "chain", "seeds": 1, "static": {"total_steps": 600, "log_every": 300}, "grids": [{"method": "opiq"}]}
+GOOD_PRESET = {"env": "chain", "seeds": 1, "static": {"total_steps": 600, "log_every": 300},
+               "grids": [{"method": "opiq"}]}
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,8 @@ def cli_cases(f: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["sweep", str(root / "unknown_method.json")], "preset unknown_method: unknown method 'opiq_plus'"),
         (["sweep", str(root / "zero_steps.json")], "preset zero_steps: static.total_steps must be >= 1, got 0"),
         (["sweep", str(root / "sets_env.json")], "preset sets_env: static.env cannot be set"),
-        (["sweep", str(root / "structural_grid.json")], "preset structural_grid: grids[bsp] takes hyperparameters only"),
+        (["sweep", str(root / "structural_grid.json")],
+         "preset structural_grid: grids[bsp] takes hyperparameters only"),
         (["sweep", str(root / "foreign_hparam.json")], "preset foreign_hparam: the grid for dqn has hyperparameters"),
         (["sweep", str(root / "unknown_field.json")], "preset unknown_field: unknown field(s) sedes"),
         (["sweep", str(root / "bad_value.json")], "preset bad_value: grids[opiq] c_action must be >= 0, got -1"),
@@ -169,7 +171,8 @@ def api_cases(f: dict[str, Path]) -> list[tuple[callable, str]]:
     existing = f["existing"]
     return [
         (lambda: opiq_jax.train(steps=0, out=existing), "steps must be >= 1, got 0"),
-        (lambda: opiq_jax.train(chain_lenght=6, out=existing), "unknown option chain_lenght; did you mean chain_length"),
+        (lambda: opiq_jax.train(chain_lenght=6, out=existing),
+         "unknown option chain_lenght; did you mean chain_length"),
         (lambda: opiq_jax.train(grid={"m": "0.5"}, out=existing), "grid m: give a non-empty list of values"),
         (lambda: opiq_jax.load(f["root"] / "nowhere"), "does not exist"),
         (lambda: opiq_jax.load(existing).summary("nope"), "has no metric 'nope': it has"),

@@ -205,7 +205,8 @@ def test_bsp_prior_stays_fixed_while_the_heads_learn():
     assert heads0["head"]["kernel"].shape[1] == 3  # [runs, K, ...]
     changed = jax.tree.map(lambda a, b: bool(np.any(a != b)), heads0, heads1)
     assert all(jax.tree.leaves(changed))
-    assert np.any(run0.params["params"]["torso"]["Dense_0"]["kernel"] != run1.params["params"]["torso"]["Dense_0"]["kernel"])
+    assert np.any(run0.params["params"]["torso"]["Dense_0"]["kernel"]
+                  != run1.params["params"]["torso"]["Dense_0"]["kernel"])
     # each head's output is Q_k + beta_bsp p_k, beta_bsp = 100 on the chain
     run, env = first_run(run1), trainer.path.env
     obs = env.obs_from_compact(env.start_compact(run.env.params), run.env.params)[None]

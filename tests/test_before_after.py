@@ -32,7 +32,8 @@ def figure_texts(fig) -> list[str]:
 def test_same_code_twice_is_identical_and_a_change_shows(tmp_path, drawn):
     run_experiment(experiment(), tmp_path / "before", progress=False)
     run_experiment(experiment(), tmp_path / "after", progress=False)
-    rows = main(["--before", str(tmp_path / "before"), "--after", str(tmp_path / "after"), "--out", str(tmp_path / "cmp")])
+    rows = main(["--before", str(tmp_path / "before"), "--after", str(tmp_path / "after"),
+                 "--out", str(tmp_path / "cmp")])
     assert {r["method"] for r in rows} == {"opiq", "dqn_pc"}
     assert all(r["identical"] == 1.0 and r["auc_before"] == r["auc_after"] and r["seed_area_p"] == 1.0 for r in rows)
     assert (tmp_path / "cmp" / "before_after_train_return.png").stat().st_size > 10_000
@@ -73,7 +74,8 @@ NAN = float("nan")
 def flat_rows(areas: dict[str, list[float]]) -> list[dict]:
     """A tidy table whose seeds' curves are flat at the given areas (three logged points each); a NaN area is a seed
     whose curve is all NaN (no finished episode)."""
-    return curve_rows({method: [[area] * 3 for area in per_seed] for method, per_seed in areas.items()}, (100, 200, 300))
+    return curve_rows({method: [[area] * 3 for area in per_seed] for method, per_seed in areas.items()},
+                      (100, 200, 300))
 
 
 def compared(tmp_path, before: list[dict], after: list[dict]) -> dict[str, dict]:

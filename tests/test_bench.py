@@ -97,7 +97,8 @@ def plain_runs():
     plain = cached_plain(STATIC)
     finals = []
     for pair in ((0, 1), (2, 3), (4, 5)):
-        experiment = Experiment(STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq")) for s in pair))
+        experiment = Experiment(STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq"))
+                                              for s in pair))
         run_keys, env_keys = run_keys_for(experiment)
         state = plain.init(run_keys, env_keys, stack_hparams(experiment.hparams()))
         state = run_plain(plain, state, STEPS)
@@ -197,7 +198,8 @@ def test_plain_rows_fall_back_to_the_largest_r_that_fit():
     model = work_model(STATIC)
     rows = [row_summary(t, p, model, None) for t, p in pair_rows(trainer[:1], too_big)]
     device = dict(device_kind="test card", platform="cpu", jax="0")
-    line = next(x for x in markdown_table("chain", rows, device, None, model, STATIC).splitlines() if x.startswith("| chain"))
+    line = next(x for x in markdown_table("chain", rows, device, None, model, STATIC).splitlines()
+                if x.startswith("| chain"))
     assert line.endswith("| would not fit | n/a |")
 
 

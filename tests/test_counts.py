@@ -51,7 +51,8 @@ def walk(request):
     env = RandomisedChain() if request.param == "chain" else Maze()
     compact, actions, codes = random_walk_codes(env, jax.random.key(3), STEPS)
     pair, per_action = sketch_counts(codes, actions)
-    return request.param, np.asarray(compact), np.asarray(actions), np.asarray(codes), np.asarray(pair), np.asarray(per_action)
+    return (request.param, np.asarray(compact), np.asarray(actions), np.asarray(codes), np.asarray(pair),
+            np.asarray(per_action))
 
 
 def test_sketch_equals_exact_dictionary_counts(walk):
@@ -107,7 +108,8 @@ def test_sketch_overcounts_but_never_undercounts_when_tiny():
     @jax.jit
     def run(codes, actions):
         cols = jax.vmap(lambda c: counts.sketch_columns(c, 2, 64))(codes)
-        sketch = jax.lax.fori_loop(0, 3000, lambda i, s: counts.update(s, cols[i], actions[i]), counts.init_sketch(2, 2, 64))
+        sketch = jax.lax.fori_loop(0, 3000, lambda i, s: counts.update(s, cols[i], actions[i]),
+                                   counts.init_sketch(2, 2, 64))
         return jax.vmap(lambda c, a: counts.query(sketch, c, a))(cols, actions)
 
     got = np.asarray(run(codes, actions))
@@ -190,7 +192,8 @@ def test_montezuma_feature_matches_numpy_area_resize():
     for r in range(8):
         for c in range(11):
             expected[r, c] = upsampled[(rows[:, 0] == r)][:, (cols[:, 0] == c)].mean()
-    np.testing.assert_array_equal(counts.montezuma_feature(jnp.asarray(frame)), np.floor(expected / 32 + 1e-4).astype(int))
+    np.testing.assert_array_equal(counts.montezuma_feature(jnp.asarray(frame)),
+                                  np.floor(expected / 32 + 1e-4).astype(int))
 
 
 def test_montezuma_code_distinguishes_frames():

@@ -102,7 +102,8 @@ def test_return_unknown_marks_only_the_running_episode():
         ring = frame_replay.add(ring, jnp.zeros((2, 2), jnp.uint8), jnp.int32(0), jnp.float32(1.0), False, False, False)
     newest = (int(ring.position) - 1) % 8
     slots = jnp.array([(newest - back) % 8 for back in (1, 6, 7)])  # into the newest slot, the 6th newest, the oldest
-    np.testing.assert_array_equal(np.asarray(frame_replay.return_unknown(ring, slots, jnp.int32(6))), [True, True, False])
+    np.testing.assert_array_equal(np.asarray(frame_replay.return_unknown(ring, slots, jnp.int32(6))),
+                                  [True, True, False])
 
 
 def with_valid_rows(batch, rows):

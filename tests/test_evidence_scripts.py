@@ -32,7 +32,8 @@ def test_far_end_counts_a_seed_once_its_best_return_reaches_one(tmp_path, capsys
     # seed 0 reached 1 (its best, not its last), seed 1 did not; only seed 0 saw all 10 states; b logged neither
     assert document["methods"] == {"a": {"seeds": 2, "reached_far_end": 1, "visited_every_state": 1}}
     assert document["options"] == {"folder": source.name, "chain_length": 10}  # no absolute path of the machine
-    assert "| a | 1/2 | 1/2 |" in (tmp_path / "out" / "far_end.md").read_text() and "| a | 1/2 |" in capsys.readouterr().out
+    assert ("| a | 1/2 | 1/2 |" in (tmp_path / "out" / "far_end.md").read_text()
+            and "| a | 1/2 |" in capsys.readouterr().out)
 
 
 def test_aliasing_counts_distinct_codes_per_number_of_bits(tmp_path):

@@ -36,7 +36,8 @@ def test_the_package_reads_a_mode_through_the_execution():
     found = []
     for path in sorted((ROOT / "opiq_jax").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Attribute) and node.attr in MODES and isinstance(node.value, (ast.Name, ast.Attribute))
+            if (isinstance(node, ast.Attribute) and node.attr in MODES
+                    and isinstance(node.value, (ast.Name, ast.Attribute))
                     and (node.value.id if isinstance(node.value, ast.Name) else node.value.attr) == "static"):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == []

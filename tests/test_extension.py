@@ -227,7 +227,8 @@ class Distill(Part):
 
     def intrinsic_reward(self, agent, run, batch):
         state = run.parts[self.name]
-        return run.hparams["beta_distill"] * self.error(agent, state, state.params, batch.reached_obs, batch.actions.ndim)
+        return run.hparams["beta_distill"] * self.error(agent, state, state.params, batch.reached_obs,
+                                                        batch.actions.ndim)
 
     def update(self, agent, run, batch, key):
         state = run.parts[self.name]

@@ -42,7 +42,8 @@ def experiment() -> Experiment:
             make=lambda static, num_envs, seed, **kw: FakePool(num_envs, seed, 20, **kw)))
     static = static_for_env("fake_rings", total_steps=CHUNK * CHUNKS, log_every=CHUNK, buffer_size=CAPACITY,
                             batch_size=8, train_every=4, target_update=32, sketch_width=256)
-    return Experiment(static, tuple(RunSpec(m, "paper", 0, method_hparams("fake_rings", m)) for m in ("opiq", "dqn_pc")))
+    return Experiment(static, tuple(RunSpec(m, "paper", 0, method_hparams("fake_rings", m))
+                                    for m in ("opiq", "dqn_pc")))
 
 
 def listed_segments(path: Path) -> list[dict]:

@@ -42,7 +42,8 @@ def rollout(env, params, key, steps):
     return jax.device_get(run(key))
 
 
-@pytest.mark.parametrize("name,kwargs", [("DeepSea-bsuite", dict(size=6)), ("MountainCar-v0", {}), ("Breakout-MinAtar", {})])
+@pytest.mark.parametrize("name,kwargs", [("DeepSea-bsuite", dict(size=6)), ("MountainCar-v0", {}),
+                                         ("Breakout-MinAtar", {})])
 def test_adapter_agrees_with_raw_gymnax(name, kwargs):
     adapter = make_gymnax(name, **kwargs)
     raw, raw_params = gymnax.make(name, **kwargs)
@@ -187,7 +188,8 @@ def test_opiq_finds_the_deep_sea_treasure_where_epsilon_greedy_dqn_does_not(deep
     found = np.nan_to_num(history[-1]["max_return"], nan=-1.0) > deepsea.FOUND
     opiq = found[[i for i, r in enumerate(experiment.runs) if r.method == "opiq"]]
     dqn = found[[i for i, r in enumerate(experiment.runs) if r.method == "dqn"]]
-    assert opiq.sum() >= 6, f"OPIQ found the treasure in only {opiq.sum()} of {SEEDS} seeds within {BUDGET_EPISODES} episodes"
+    assert opiq.sum() >= 6, (f"OPIQ found the treasure in only {opiq.sum()} of {SEEDS} seeds within "
+                             f"{BUDGET_EPISODES} episodes")
     assert dqn.sum() <= 2, f"epsilon-greedy DQN found the treasure in {dqn.sum()} of {SEEDS} seeds"
     # the treasure's return is 1 - 0.01 exactly, and cells are counted exactly: N (N + 1) / 2 reachable + 1 terminal
     assert np.nanmax(history[-1]["max_return"]) == pytest.approx(0.99)

@@ -130,7 +130,8 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_import_graph_has_no_circle():
     graph = import_graph()
-    assert len(graph) > 40 and "opiq_jax.running.host_loop" in graph["opiq_jax.running.train_programs"]  # the graph was read
+    # the graph was read
+    assert len(graph) > 40 and "opiq_jax.running.host_loop" in graph["opiq_jax.running.train_programs"]
     assert circles(graph) == []
 
 
@@ -160,7 +161,8 @@ def test_the_design_page_draws_every_folder():
 @pytest.mark.parametrize("source, expected", [
     ("import opiq_jax.agent.trainer\n", [["opiq_jax.a", "opiq_jax.agent.trainer"]]),
     ("def f():\n    from .agent.trainer import Agent\n", [["opiq_jax.a", "opiq_jax.agent.trainer"]]),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .agent import trainer\n", [["opiq_jax.a", "opiq_jax.agent.trainer"]]),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .agent import trainer\n",
+     [["opiq_jax.a", "opiq_jax.agent.trainer"]]),
     ("import json\n", []),
 ])
 def test_the_graph_reader_finds_an_import_wherever_it_stands(tmp_path, source, expected):

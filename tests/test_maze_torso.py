@@ -63,8 +63,8 @@ def test_bfloat16_kernels_round_as_xla_does():
     obs = maze_like_obs(jax.random.key(4), (1, 16))
     y = jax.jit(jax.vmap(maze_torso))(obs, *params)
     assert y.dtype == jnp.bfloat16
-    np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(jax.jit(jax.vmap(xla_torso))(obs, *params), np.float32),
-                               atol=1e-2)
+    np.testing.assert_allclose(np.asarray(y, np.float32),
+                               np.asarray(jax.jit(jax.vmap(xla_torso))(obs, *params), np.float32), atol=1e-2)
     # the gradients are at least as close to the float32 computation on the same (rounded) inputs as XLA's
     cotangent = jax.random.normal(jax.random.key(5), y.shape)
     exact = gradients(xla_torso, obs, tuple(p.astype(jnp.float32) for p in params), cotangent)
@@ -87,7 +87,8 @@ def test_maze_network_with_the_kernels_has_the_same_parameters_and_outputs():
     assert jax.tree.structure(fused_params) == jax.tree.structure(params)
     for a, b in zip(jax.tree.leaves(fused_params), jax.tree.leaves(params)):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_allclose(jax.jit(fused.apply)(params, obs), jax.jit(plain.apply)(params, obs), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jax.jit(fused.apply)(params, obs), jax.jit(plain.apply)(params, obs), rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_bad_shapes_are_refused():

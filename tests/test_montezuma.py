@@ -376,7 +376,8 @@ def test_fill_and_sample_under_vmap_with_select():
         ref0 = reference_returns(streams[0], gamma)
         np.testing.assert_allclose(np.asarray(out.mc_return[0, :4]), ref0, rtol=1e-6)
         np.testing.assert_array_equal(np.asarray(out.mc_return[1]), 0.0)
-    batch = jax.jit(jax.vmap(lambda b, k: frame_replay.sample(b, k, 16, 3)))(stacked, jax.random.split(jax.random.key(0), 2))
+    batch = jax.jit(jax.vmap(lambda b, k: frame_replay.sample(b, k, 16, 3)))(stacked,
+                                                                            jax.random.split(jax.random.key(0), 2))
     assert batch.obs.shape == (2, 16, STACK, *FRAME_SHAPE)
     assert bool(batch.valid.all())
 
@@ -452,10 +453,12 @@ def rollouts():
         "terminated": np.stack([r[2] for r in records]),
         "truncated": np.stack([r[3] for r in records]),
     }
-    for key, name in [("elapsed", "elapsed_step"), ("ram", "ram"), ("lives", "lives"), ("env_id", "env_id"), ("game_over", "terminated")]:
+    for key, name in [("elapsed", "elapsed_step"), ("ram", "ram"), ("lives", "lives"), ("env_id", "env_id"),
+                      ("game_over", "terminated")]:
         py[key] = np.stack([r[4][name] for r in records])
     # adapter outputs with the reset prepended: index t = after t steps
-    ad = jax.tree.map(lambda f, o, m: np.concatenate([np.asarray(f)[None], np.asarray(o), np.asarray(m)]), first, outs, more)
+    ad = jax.tree.map(lambda f, o, m: np.concatenate([np.asarray(f)[None], np.asarray(o), np.asarray(m)]),
+                      first, outs, more)
     return pool, ad, py
 
 
@@ -509,7 +512,8 @@ def test_ring_rebuilds_envpool_stacks_across_episodes(rollouts):
         return jax.lax.scan(body, frame_replay.init(capacity), (obs, reward, terminated, truncated, first))
 
     for e in range(NUM_ENVS):
-        buffer, (rebuilt, complete) = store(ad.obs[:, e], ad.reward[:, e], ad.terminated[:, e], ad.truncated[:, e], ad.first[:, e])
+        buffer, (rebuilt, complete) = store(ad.obs[:, e], ad.reward[:, e], ad.terminated[:, e], ad.truncated[:, e],
+                                            ad.first[:, e])
         assert bool(complete.all())
         np.testing.assert_array_equal(np.asarray(rebuilt), ad.obs[:, e])  # every stored step
         # every complete slot of the final (wrapped) ring, and sampled windows
@@ -589,7 +593,8 @@ def test_atari_trainer_learns_and_keeps_returns_unclipped(atari_run):
     assert np.all(np.isfinite(state.runs.stats.chunk.loss_sum))
     first = jax.tree.map(lambda x: x[0], state.runs.params)
     target = jax.tree.map(lambda x: x[0], state.runs.target_params)
-    assert any(np.any(a != b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(target)))  # trained since the copy
+    # trained since the copy
+    assert any(np.any(a != b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(target)))
     assert np.all(np.abs(state.runs.memory.reward) <= 1.0)  # training rewards clipped
 
 

@@ -29,9 +29,11 @@ def summary(folder, capsys) -> list[str]:
 def test_at_the_papers_length_the_claims_direction_and_p_decide(tmp_path, capsys):
     folder, steps = tmp_path / "montezuma, 12.5M ✓", (1_000_000, 12_500_000)
     gpus = ["NVIDIA H200"] * 4
-    call_folder(folder / "call-1", {"opiq": [[1, 5], [1, 6], [1, 7], [1, 8]], "dqn_pc": [[1, 1], [1, 2], [1, 3], [1, 4]]},
+    call_folder(folder / "call-1",
+                {"opiq": [[1, 5], [1, 6], [1, 7], [1, 8]], "dqn_pc": [[1, 1], [1, 2], [1, 3], [1, 4]]},
                 steps, dict(runs=8, env_steps_per_second=50_000.0, gpus=gpus))
-    call_folder(folder / "call-2", {"bsp": [[1, 9], [1, 10], [1, 11], [1, 12]], "dqn_rnd": [[1, 4], [1, 5], [1, 6], [1, 7]]},
+    call_folder(folder / "call-2",
+                {"bsp": [[1, 9], [1, 10], [1, 11], [1, 12]], "dqn_rnd": [[1, 4], [1, 5], [1, 6], [1, 7]]},
                 steps, dict(runs=4, env_steps_per_second=25_000.0, gpus=gpus))
     call_folder(folder / "call-3", {"opiq_no_ob": [[1, 5], [1, 6], [1, 7], [1, 8]]}, steps)
     call_folder(folder / "call-4", {"dqn": [[1], [1], [1], [1]]}, steps[:1])  # cut short: the last common step is 1M

@@ -1,4 +1,5 @@
-"""experiments/bench/multi_gpu_scaling.py on two forced host devices (a subprocess: the device count is fixed at start-up)."""
+"""experiments/bench/multi_gpu_scaling.py on two forced host devices (a subprocess: the device count is fixed at
+start-up)."""
 
 import json
 import os
@@ -18,13 +19,14 @@ try:
     main(["--runs", "3", "--out", sys.argv[1]])
 except SystemExit as error:
     print("refused:", error)
-main(["--env", "chain", "--runs", "2", "--steps", "70", "--repeats", "1", "--precision", "bfloat16", "--out", sys.argv[1],
-      "--partitioners", "per-device", "gspmd"])
+main(["--env", "chain", "--runs", "2", "--steps", "70", "--repeats", "1", "--precision", "bfloat16",
+      "--out", sys.argv[1], "--partitioners", "per-device", "gspmd"])
 """
 
 
 def test_script_times_one_and_two_devices_and_refuses_runs_that_do_not_divide(tmp_path):
-    # the session's XLA flags (tests/conftest.py: the cheapest LLVM level compiles these small programs faster) and 2 devices
+    # the session's XLA flags (tests/conftest.py: the cheapest LLVM level compiles these small programs faster) and 2
+    # devices
     flags = xla_flags_with_host_devices(2)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=Path(__file__).parents[1], env=env,
@@ -41,7 +43,8 @@ def test_script_times_one_and_two_devices_and_refuses_runs_that_do_not_divide(tm
         assert row["one_device"] == 2 * 70 / min(row["one_device_seconds"])
         assert row["all_devices"] == 2 * 70 / min(row["all_devices_seconds"])
         assert row["speedup"] == pytest.approx(row["all_devices"] / row["one_device"])
-    assert "| 2 |" in (tmp_path / "scaling.md").read_text() and "| per-device | 0 |" in (tmp_path / "scaling.md").read_text()
+    assert ("| 2 |" in (tmp_path / "scaling.md").read_text()
+            and "| per-device | 0 |" in (tmp_path / "scaling.md").read_text())
 
 
 def test_collectives_are_counted_in_hlo_text_and_names_that_only_contain_them_are_not():

@@ -77,7 +77,8 @@ def test_every_declared_mutant_still_applies_and_names_its_tests(capsys):
     assert len(MUTANTS) >= 60 and len({m.id for m in MUTANTS}) == len(MUTANTS)
     assert set(CHEAP) <= {m.id for m in MUTANTS}
     for m in MUTANTS:
-        assert m.tests and all("::" in t and (mutation_testing.ROOT / t.split("::")[0]).is_file() for t in m.tests), m.id
+        assert m.tests and all("::" in t and (mutation_testing.ROOT / t.split("::")[0]).is_file()
+                               for t in m.tests), m.id
     mutation_testing.main(["--list"])
     listed = capsys.readouterr().out.splitlines()
     assert len(listed) == len(MUTANTS) and all(line.rstrip().endswith("applies") for line in listed), [

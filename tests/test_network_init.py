@@ -62,7 +62,8 @@ def check_pytorch_layers(params, fan_ins: dict, stacked: int = 0):
 
 
 @pytest.mark.parametrize("name, obs, outputs, fan_ins", [
-    ("mlp", CHAIN_OBS, 2, CHAIN_FAN_IN), ("maze_conv", MAZE_OBS, 4, MAZE_FAN_IN), ("nature", FRAMES, 18, NATURE_FAN_IN)])
+    ("mlp", CHAIN_OBS, 2, CHAIN_FAN_IN), ("maze_conv", MAZE_OBS, 4, MAZE_FAN_IN),
+    ("nature", FRAMES, 18, NATURE_FAN_IN)])
 def test_each_layer_is_uniform_in_one_over_root_fan_in(name, obs, outputs, fan_ins):
     network = networks.make_network(name, outputs)
     params = networks.init_variables(network, jax.random.key(3), obs, "pytorch")["params"]

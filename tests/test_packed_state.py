@@ -183,8 +183,9 @@ def test_learning_step_on_packed_storage_follows_float32_storage():
                          run.compute_params)
     packed = jax.jit(lambda r: learning_step(packed_agent, r, grads, jax.random.key(5)))(run)
     clip_state, rms_state = float32_agent.optimiser.init(master_params(STATIC, run))
-    float32_run = run.replace(params=master_params(STATIC, run), params_low=None, opt_state=(clip_state, rms_state._replace(
-        nu=jax.tree.map(lambda n: n.astype(jnp.float32), accumulator))))
+    float32_run = run.replace(params=master_params(STATIC, run), params_low=None,
+                              opt_state=(clip_state, rms_state._replace(
+                                  nu=jax.tree.map(lambda n: n.astype(jnp.float32), accumulator))))
     expected = jax.jit(lambda r: learning_step(float32_agent, r, grads, jax.random.key(5)))(float32_run)
     for got, want, before in zip(jax.tree.leaves(master_params(STATIC, packed)), jax.tree.leaves(expected.params),
                                  jax.tree.leaves(float32_run.params)):

@@ -1,4 +1,5 @@
-"""opiq_jax.reporting.plotting: strict plot errors, experiments of a folder, IQM bands, titles, legends and the summary's IQM.
+"""opiq_jax.reporting.plotting: strict plot errors, experiments of a folder, IQM bands, titles, legends and the
+summary's IQM.
 
 Results folders are written by hand (config.json and metrics.csv as the runner writes them) so no test trains.
 """

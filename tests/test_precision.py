@@ -150,7 +150,8 @@ def test_the_forward_passes_read_the_copy_not_the_master(trained):
     _, _, train_chunk = compiled_trainer(STATIC)
     # two of the trained runs (runs are independent): a chunk of two costs far less than one of all twelve
     state = state.replace(runs=jax.tree.map(lambda x: x[:2], state.runs))
-    zeroed = state.replace(runs=state.runs.replace(compute_params=jax.tree.map(jnp.zeros_like, state.runs.compute_params)))
+    zeroed = state.replace(runs=state.runs.replace(compute_params=jax.tree.map(jnp.zeros_like,
+                                                                               state.runs.compute_params)))
     _, metrics = train_chunk(jax.tree.map(jnp.copy, state))  # train_chunk donates its argument
     _, metrics_zeroed = train_chunk(jax.tree.map(jnp.copy, zeroed))
     assert not np.allclose(np.asarray(metrics["q_start"]), np.asarray(metrics_zeroed["q_start"]))

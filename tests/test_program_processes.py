@@ -53,7 +53,8 @@ def wait_unlocked(folder: Path, timeout: float = 120.0) -> None:
 def test_parallel_programs_match_sequential_after_their_parent_is_killed(tmp_path):
     reference = train(tmp_path / "sequential").metrics
     out = tmp_path / 'parallel, "ü✓"'  # a comma, a quote and unicode in the folder's name
-    code = f"import opiq_jax; opiq_jax.train(**{EXPERIMENT!r}, out={str(out)!r}, progress=False, checkpoint_every=0, programs='parallel')"
+    code = (f"import opiq_jax; opiq_jax.train(**{EXPERIMENT!r}, out={str(out)!r}, progress=False, checkpoint_every=0, "
+            "programs='parallel')")
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     while max(last_logged_step(out / "plain"), last_logged_step(out / "rnd")) == 0:  # the first chunk of either
@@ -115,7 +116,8 @@ def test_exit_codes_become_one_error():
 
 
 def test_signals_are_passed_on_to_every_running_program():
-    waiter = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); print(flush=True); time.sleep(60)"
+    waiter = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); print(flush=True); "
+              "time.sleep(60)")
     children = {n: subprocess.Popen([sys.executable, "-c", waiter], stdout=subprocess.PIPE) for n in ("a", "b")}
     for child in children.values():
         child.stdout.readline()  # its handler is installed

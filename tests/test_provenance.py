@@ -108,7 +108,8 @@ def problems(folder: Path, seen: set[Path] | None = None) -> list[str]:
     missing = []
     readmes = [f for f in files if f.name in ("README.md", "command.txt")]
     if not any(COMMAND.search(f.read_text()) for f in readmes):
-        missing.append("a command (README.md or command.txt naming `opiq-jax ...`, `python -m experiments...` or `bash .ci/run`)")
+        missing.append("a command (README.md or command.txt naming `opiq-jax ...`, `python -m experiments...` or "
+                       "`bash .ci/run`)")
     comparison = folder / "before_after.md"
     if comparison.exists():
         head = comparison.read_text().splitlines()[:4]
@@ -273,7 +274,8 @@ def unbacked_numbers(table: list[str], folders: list[Path], known=None) -> list[
 
 
 HEADLINE = ROOT / "docs" / "headline.md"  # the headline numbers the README's table of experiments points to
-HEADLINE_TABLES = [(p, t) for page in (ROOT / "README.md", HEADLINE) for p, t in tables_with_paragraphs(page.read_text())
+HEADLINE_TABLES = [(p, t) for page in (ROOT / "README.md", HEADLINE)
+                   for p, t in tables_with_paragraphs(page.read_text())
                    if cited_results(p + "\n" + "\n".join(t), page)]
 
 
@@ -296,7 +298,8 @@ def test_a_changed_number_is_caught(tmp_path, monkeypatch):
     run.mkdir(parents=True)
     (run / "summary.md").write_text("| opiq | 9.1104 | 150k–220k | 5594.2 |\n")
     page = tmp_path / "README.md"
-    good = "Folder: [run](docs/results/run).\n\n| method | a | b | c |\n|---|---|---|---|\n| OPIQ | 9.11 | 150k | 5,594 |\n"
+    good = ("Folder: [run](docs/results/run).\n\n| method | a | b | c |\n|---|---|---|---|\n"
+            "| OPIQ | 9.11 | 150k | 5,594 |\n")
     (paragraph, table), = tables_with_paragraphs(good)
     assert unbacked_numbers(table, cited_results(paragraph, page)) == []
     (paragraph, table), = tables_with_paragraphs(good.replace("9.11", "9.12"))
@@ -305,8 +308,8 @@ def test_a_changed_number_is_caught(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------------------------
 # The README's table of the paper's experiments links doc pages, not results folders. Its verdicts use one
-# vocabulary (reproduced / differs / inconclusive / not run), and every number in a row appears in the page that row links to,
-# whose own numbers the checks above tie to their folders.
+# vocabulary (reproduced / differs / inconclusive / not run), and every number in a row appears in the page that row
+# links to, whose own numbers the checks above tie to their folders.
 
 VERDICTS = ("reproduced", "differs", "inconclusive", "not run")
 EXPERIMENTS_HEADER = "| the paper's experiment |"
@@ -344,9 +347,11 @@ def test_an_experiments_row_with_another_verdict_or_a_number_its_page_lacks_is_c
     page = tmp_path / "README.md"
     good = "| Figure 5 | differs: 24 seeds, 100k steps | [maze](docs/maze.md) |"
     assert experiment_row_problems(good, page) == []
-    assert experiment_row_problems(good.replace("differs", "in part"), page) == ["verdict 'in part: 24 seeds, 100k steps' in row 'Figure 5'"]
+    assert experiment_row_problems(good.replace("differs", "in part"), page) == [
+        "verdict 'in part: 24 seeds, 100k steps' in row 'Figure 5'"]
     assert experiment_row_problems(good.replace("24 seeds", "25 seeds"), page) == ["'25' in row 'Figure 5'"]
-    assert experiment_row_problems(good.replace("docs/maze.md", "docs/none.md"), page) == ["no linked page in row 'Figure 5'"]
+    assert experiment_row_problems(good.replace("docs/maze.md", "docs/none.md"), page) == [
+        "no linked page in row 'Figure 5'"]
 
 
 def test_the_results_index_lists_every_folder_with_its_claim_and_pages():

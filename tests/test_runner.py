@@ -23,7 +23,8 @@ from opiq_jax.store.files import CHECKPOINT_FILE
 from tests.conftest import xla_flags_with_host_devices
 
 STATIC = static_for_env("chain", chain_length=8, total_steps=3000, log_every=150, buffer_size=500, hidden=(16,))
-EXPERIMENT = Experiment(STATIC, tuple(RunSpec(m, "paper", s, method_hparams("chain", m)) for m in ("opiq", "dqn_pc") for s in range(2)))
+EXPERIMENT = Experiment(STATIC, tuple(RunSpec(m, "paper", s, method_hparams("chain", m))
+                                      for m in ("opiq", "dqn_pc") for s in range(2)))
 METRICS = compiled_trainer(EXPERIMENT.static)[0].metric_names
 
 KILLED_AT = 4
@@ -148,8 +149,8 @@ def test_cli_rejects_unknown_env():
 def test_cli_train_and_plot(tmp_path, capsys):
     out = tmp_path / "cli"
     main(["train", "--env", "chain", "--method", "opiq", "dqn", "--seeds", "2", "--steps", "600", "--log-every", "300",
-          "--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--maze-torso", "xla", "--target-values", "table",
-          "--out", str(out), "--no-progress"])
+          "--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--maze-torso", "xla",
+          "--target-values", "table", "--out", str(out), "--no-progress"])
     statics = [json.loads(c.read_text())["static"] for c in out.rglob("config.json")]
     assert {s["maze_torso"] for s in statics} == {"xla"} and {s["target_values"] for s in statics} == {"table"}
     printed = capsys.readouterr().out
@@ -172,15 +173,16 @@ bias = state.runs.params["params"]["head"]["bias"]
 print("shards", len(bias.sharding.device_set), "runs per shard", {s.data.shape[0] for s in bias.addressable_shards})
 """
 SHARD_STATIC = static_for_env("chain", chain_length=8, total_steps=600, log_every=200, buffer_size=300, hidden=(16,))
-SHARD_EXPERIMENT = Experiment(SHARD_STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq")) for s in range(4)))
+SHARD_EXPERIMENT = Experiment(SHARD_STATIC, tuple(RunSpec("opiq", "paper", s, method_hparams("chain", "opiq"))
+                                                  for s in range(4)))
 
 
 def test_runs_sharded_over_four_host_devices_match_one_device(tmp_path):
     # the session's XLA flags (tests/conftest.py: the cheapest LLVM level, as the one-device run below) and 4 devices
     flags = xla_flags_with_host_devices(4)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
-    result = subprocess.run([sys.executable, "-c", SHARDED_CHILD, str(tmp_path / "sharded")], cwd=Path(__file__).parents[1],
-                            env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", SHARDED_CHILD, str(tmp_path / "sharded")],
+                            cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "shards 4 runs per shard {1}" in result.stdout
     run_experiment(SHARD_EXPERIMENT, tmp_path / "single", progress=False)
@@ -210,8 +212,8 @@ def test_two_processes_through_jax_distributed_match_one_process(tmp_path):
     port, env = free_port(), {**os.environ, "JAX_PLATFORMS": "cpu"}
     children = [subprocess.Popen([sys.executable, "-m", "opiq_jax", "train", *common, "--out", str(tmp_path / "multi"),
                                   "--coordinator", f"localhost:{port}", "--num-processes", "2", "--process-id", str(i)],
-                                 cwd=Path(__file__).parents[1], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True) for i in range(2)]
+                                 cwd=Path(__file__).parents[1], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True) for i in range(2)]
     outputs = [child.communicate(timeout=300)[0] for child in children]
     assert all(child.returncode == 0 for child in children), "\n".join(o[-2000:] for o in outputs)
     assert "process 1 of 2 trains 2 of 4 runs" in outputs[1]
@@ -387,7 +389,8 @@ def test_the_grouping_into_programs_and_the_memory_check_happen_once_per_experim
 
     grouped, checked = [], []
     real_groups, real_runs_that_fit = experiment_module.program_groups, memory.runs_that_fit
-    monkeypatch.setattr(experiment_module, "program_groups", lambda runs: grouped.append(len(runs)) or real_groups(runs))
+    monkeypatch.setattr(experiment_module, "program_groups",
+                        lambda runs: grouped.append(len(runs)) or real_groups(runs))
     monkeypatch.setattr(memory, "runs_that_fit", lambda per_run, *args: checked.append(per_run) or
                         real_runs_that_fit(per_run, *args))  # every memory check asks this, whoever imported it
     main(["train", "--chain-length", "8", "--hidden", "16", "--steps", "300", "--log-every", "150", "--buffer-size",

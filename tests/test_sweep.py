@@ -5,7 +5,8 @@ import json
 import pytest
 
 from opiq_jax.cli import main
-from opiq_jax.running.sweeping import best_per_method, expand, load_preset, plan_batches, plan_static, preset_names, split
+from opiq_jax.running.sweeping import (best_per_method, expand, load_preset, plan_batches, plan_static, preset_names,
+                                       split)
 
 TINY = {
     "env": "chain", "seeds": 2, "metric": "test_return",

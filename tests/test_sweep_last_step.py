@@ -1,4 +1,5 @@
-"""``python -m experiments.tools.sweep_last_step``: each setting's seeds at the last step all of them logged, read from batch folders."""
+"""``python -m experiments.tools.sweep_last_step``: each setting's seeds at the last step all of them logged, read
+from batch folders."""
 
 import pytest
 

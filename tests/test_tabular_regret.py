@@ -11,12 +11,14 @@ from experiments.paper.tabular_regret import Args, main
 def test_a_tiny_run_writes_the_table_the_record_and_a_figure_that_states_what_it_shows(tmp_path, drawn, capsys):
     out = tmp_path / "tabular, ✓"  # a comma and unicode in the folder's name
     main(Args(out=out, num_mdps=2, num_seeds=3, num_episodes=50, chunk=25))
-    labels = ["OPIQ (M=0.5)", "OPIQ (M=1)", "OPIQ (M=2)", "OPIQ (M=10)", "UCB-H", "Q-learning + b_N (pessimistic init, greedy)"]
+    labels = ["OPIQ (M=0.5)", "OPIQ (M=1)", "OPIQ (M=2)", "OPIQ (M=10)", "UCB-H",
+              "Q-learning + b_N (pessimistic init, greedy)"]
     with open(out / "regret.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [r["method"] for r in rows] == labels
     for r in rows:  # regret is V* - V^pi per episode: between 0 and H = 10, so 0 to 500 over 50 episodes
-        assert 0 <= float(r["final_regret_q25"]) <= float(r["final_regret_median"]) <= float(r["final_regret_q75"]) <= 500
+        assert (0 <= float(r["final_regret_q25"]) <= float(r["final_regret_median"])
+                <= float(r["final_regret_q75"]) <= 500)
     assert "| UCB-H |" in (out / "regret.md").read_text() and "| UCB-H |" in capsys.readouterr().out
     derived = json.loads((out / "config.json").read_text())["derived"]
     # b_1 = c sqrt(H^3 log(S A K H / p)) = 0.01 sqrt(1000 log(10 * 3 * 50 * 10 / 0.05))

@@ -74,7 +74,8 @@ def test_montezuma_row_times_the_plain_baseline_on_the_pool(tmp_path, monkeypatc
     (row,) = json.loads((out / "throughput.json").read_text())["rows"]
     plain = row["baseline"]
     assert row["runs"] == 2 and plain["steps_per_s"] > 0 and plain["steps_timed"] == 5
-    assert plain["buffer_size"] == 200 and plain["updates_timed_per_run"] == 1  # of 38 steps, the 36th trains, and it is timed
+    # of 38 steps, the 36th trains, and it is timed
+    assert plain["buffer_size"] == 200 and plain["updates_timed_per_run"] == 1
     assert plain["state_bytes_per_run"] > 200 * 2 * 4 * 84 * 84  # both stacks of every transition, whole
     assert row["emulators"]["steps_per_s"] == 900.0 and "plain" in row["baseline_kind"]
     assert (row["this"]["compiles_timed"], plain["compiles_timed"], row["emulators"]["compiles_timed"]) == (1, 0, 0)

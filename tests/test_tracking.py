@@ -1,5 +1,5 @@
-"""opiq_jax.reporting.tracking: per-method aggregates streamed to TensorBoard event files and read back with TensorBoard's
-own reader (the ``tracking`` extra writes them, the ``dev`` extra brings the reader)."""
+"""opiq_jax.reporting.tracking: per-method aggregates streamed to TensorBoard event files and read back with
+TensorBoard's own reader (the ``tracking`` extra writes them, the ``dev`` extra brings the reader)."""
 
 from __future__ import annotations
 

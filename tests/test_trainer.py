@@ -23,15 +23,16 @@ from tests.training import compiled_targets, train_chunks
 
 CHAIN = 20  # horizon 29: a random walk almost never reaches the right end
 SEEDS = 12
-STATIC = static_for_env("chain", chain_length=CHAIN, total_steps=2000, log_every=1000, buffer_size=2000, hidden=(64, 64),
-                        parts=program_parts(["opiq"]))
+STATIC = static_for_env("chain", chain_length=CHAIN, total_steps=2000, log_every=1000, buffer_size=2000,
+                        hidden=(64, 64), parts=program_parts(["opiq"]))
 
 
 def build_runs():
     runs = [RunSpec("opiq", "paper", s, method_hparams("chain", "opiq")) for s in range(SEEDS)]
     runs += [RunSpec("dqn", "paper", s, method_hparams("chain", "dqn")) for s in range(SEEDS)]
     # OPIQ with both optimism scales at zero must be DQN + PC exactly (same seeds 0 and 1).
-    runs += [RunSpec("opiq_c0", "c=0", s, method_hparams("chain", "opiq", c_action=0.0, c_bootstrap=0.0, m=2.0)) for s in range(2)]
+    runs += [RunSpec("opiq_c0", "c=0", s, method_hparams("chain", "opiq", c_action=0.0, c_bootstrap=0.0, m=2.0))
+             for s in range(2)]
     runs += [RunSpec("dqn_pc", "paper", s, method_hparams("chain", "dqn_pc")) for s in range(2)]
     return tuple(runs)
 
@@ -150,7 +151,8 @@ def test_n_step_q_plus_target_by_hand():
     target, _ = targets(run, window, jnp.ones((1, 3), bool))
     assert target.shape == (1, 1)  # [batch, heads]
     env = trainer.path.env
-    q_next = jax.jit(trainer.network.apply)(run.target_params, env.obs_from_compact(jnp.array([4]), run.env.params)[None])[0]
+    q_next = jax.jit(trainer.network.apply)(run.target_params,
+                                            env.obs_from_compact(jnp.array([4]), run.env.params)[None])[0]
     g = 0.99
     rewards = [0.0 + 0.5 / 2, 1.0 + 0.5 / 1, 2.0 + 0.5 / 3]
     boot = max(float(q_next[0]) + 3.0 / 1**2, float(q_next[1]) + 3.0 / 4**2)

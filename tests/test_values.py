@@ -144,7 +144,8 @@ def test_trainer_acts_greedily_on_q_plus_with_c_action_not_c_bootstrap(chain_tra
         seen[(cell, int(action))] += 1
     assert len(set(actions[cells == 1])) == 2  # the bonus made it try both actions in the start state
     n0 = np.array([seen[(1, a)] for a in range(2)], np.float32)
-    assert float(metrics["qplus_start"][0]) == pytest.approx(float(np.max(q_table[1] + 2.0 / (n0 + 1.0) ** 2)), rel=1e-6)
+    assert float(metrics["qplus_start"][0]) == pytest.approx(float(np.max(q_table[1] + 2.0 / (n0 + 1.0) ** 2)),
+                                                             rel=1e-6)
     assert float(metrics["q_start"][0]) == pytest.approx(float(np.max(q_table[1])), rel=1e-6)
 
 
@@ -247,7 +248,8 @@ def test_frame_replay_windows_stop_at_a_restart_that_no_episode_end_precedes():
     assert set(batch.slots.tolist()) == set(expected) and batch.valid.all()
     for slot, included, rewards, next_obs in zip(batch.slots, batch.included, batch.rewards, batch.next_obs):
         np.testing.assert_array_equal(included, expected[int(slot)])
-        np.testing.assert_array_equal(rewards[included], [10 + int(slot) + 1 + i if slot < 3 else 20 + int(slot) - 3 + 1 + i
+        np.testing.assert_array_equal(rewards[included], [10 + int(slot) + 1 + i if slot < 3
+                                                          else 20 + int(slot) - 3 + 1 + i
                                                           for i in range(int(included.sum()))])
         assert int(next_obs[-1, 0, 0]) == (12 if slot < 3 else 20 + int(slot) - 3 + int(included.sum()))
 

@@ -45,8 +45,8 @@ from pathlib import Path
 
 # The paper's settings in the authors' flag names (their src/config/default.yaml). The maze's are the README's
 # OPIQ maze command, less t_max, the test schedule and save; the chain's are the appendix's, as this project
-# records them (opiq_jax.registry.environments "chain" and opiq_jax.registry.methods' best OPIQ setting for the chain; the test
-# checks the two agree). lr is the default of both (5e-4), written out.
+# records them (opiq_jax.registry.environments "chain" and opiq_jax.registry.methods' best OPIQ setting for the chain;
+# the test checks the two agree). lr is the default of both (5e-4), written out.
 PAPER_SETTINGS: dict[str, dict[str, str]] = {
     "chain": {
         "env": "100Chain-v0", "agent": "fc", "batch_size": "64", "buffer_size": "10000", "n_step": "1",
@@ -193,9 +193,9 @@ def markdown(result: dict) -> str:
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     command = " ".join(result["command"])
     return (f"# The OPIQ authors' code, one process: {s['env']}\n\n"
-            "Their own PyTorch code (not part of this project), run as a program by experiments/bench/authors_code_rate.py "
-            "with OPIQ and the paper's settings, test episodes off; the rate is timed between the log lines that open "
-            "and close their training loop.\n\n"
+            "Their own PyTorch code (not part of this project), run as a program by "
+            "experiments/bench/authors_code_rate.py with OPIQ and the paper's settings, test episodes off; the rate is "
+            "timed between the log lines that open and close their training loop.\n\n"
             f"| what | value |\n| --- | --- |\n{table}\n\n"
             f"Command (in the checkout, {result['thread_vars']}):\n\n```\n{command}\n```\n")
 

@@ -1,7 +1,8 @@
 """What checkpoints cost a Montezuma run now: its rate with checkpoints written at once, written while training goes
 on, and with none, in one call on one machine.
 
-    python -m experiments.bench.checkpoint_share --out DIR --seeds 2 --envs-per-run 32 --minutes 1.2 --checkpoint-every 20
+    python -m experiments.bench.checkpoint_share --out DIR --seeds 2 --envs-per-run 32 --minutes 1.2 \\
+        --checkpoint-every 20
 
 trains OPIQ on Montezuma once per mode of ``--modes``, each in a process of its own, for ``--minutes`` of training:
 

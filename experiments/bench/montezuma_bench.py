@@ -237,14 +237,16 @@ def split_lines(layouts: dict) -> list[str]:
                     f"{cell('hidden_by_overlap')} |")
     if not rows:
         return []
-    return ["", "Where a step's time goes (microseconds per environment step; shares of the agent without overlap):", "",
+    return ["", "Where a step's time goes (microseconds per environment step; shares of the agent without overlap):",
+            "",
             "| environments | devices | emulators | acting, counting, storing | updates | hidden by the overlap |",
             "|---|---|---|---|---|---|", *rows]
 
 
 def table(rows: list[dict], device: str) -> str:
     agent = next(r for r in rows if r["kind"] == "agent")
-    layout = f"{agent['runs']} runs x {agent['envs_per_run']} environments" if agent["envs_per_run"] > 1 else "one per run"
+    layout = (f"{agent['runs']} runs x {agent['envs_per_run']} environments" if agent["envs_per_run"] > 1
+              else "one per run")
     lines = [f"Montezuma throughput on {device} (environment steps per second, compiles excluded unless noted below; "
              f"a pool per device when split; environments: {layout}).", "",
              "| environments | devices | raw EnvPool | OPIQ agent | agent / raw | agent without overlap | its ratio "
@@ -255,12 +257,14 @@ def table(rows: list[dict], device: str) -> str:
         lines.append(f"| {size} | {devices} | {rate['raw']:,.0f} | {ratio_cell(rate, 'agent')} | "
                      f"{ratio_cell(rate, 'agent_strict')} | {ratio_cell(rate, 'agent_no_updates')} |")
     lines += split_lines(layouts)
-    lines += ["", f"Device state per run: {agent['paper_state_bytes_per_run'] / 2**30:.2f} GiB with the paper's 1M-frame "
-              f"replay ({agent['state_bytes_per_run'] / 2**20:.0f} MiB at the {agent['buffer_size']:,}-frame replay timed here)."]
+    lines += ["", f"Device state per run: {agent['paper_state_bytes_per_run'] / 2**30:.2f} GiB with the paper's "
+              f"1M-frame replay ({agent['state_bytes_per_run'] / 2**20:.0f} MiB at the {agent['buffer_size']:,}-frame "
+              "replay timed here)."]
     compiled = [r for r in rows if r.get("compiles_timed")]
     if compiled:  # a rate with a compile in its window is too low: say which
         lines += ["", "XLA compiles inside a timed window (those rates include them and are too low): " + "; ".join(
-            f"{r['kind']} at {r['pool_size']} on {r['devices']} device(s): {r['compiles_timed']}" for r in compiled) + "."]
+            f"{r['kind']} at {r['pool_size']} on {r['devices']} device(s): {r['compiles_timed']}" for r in compiled)
+                  + "."]
     return "\n".join(lines)
 
 
@@ -291,9 +295,11 @@ def main(argv: list[str] | None = None) -> None:
         rows += time_size(size, args, 1)
         if args.devices > 1:
             rows += time_size(size, args, args.devices)
-    device = f"{jax.local_device_count()} x {jax.devices()[0].device_kind}" if args.devices > 1 else jax.devices()[0].device_kind
+    device = (f"{jax.local_device_count()} x {jax.devices()[0].device_kind}" if args.devices > 1
+              else jax.devices()[0].device_kind)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "montezuma_bench.json").write_text(json.dumps(dict(device=device, settings=vars(args) | {"out": str(args.out)},
+    (args.out / "montezuma_bench.json").write_text(json.dumps(dict(device=device,
+                                                                   settings=vars(args) | {"out": str(args.out)},
                                                                    rows=rows), indent=1))
     text = table(rows, device)
     (args.out / "montezuma_bench.md").write_text(text + "\n")

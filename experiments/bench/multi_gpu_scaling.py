@@ -59,7 +59,8 @@ class Args:
             raise SystemExit("multi_gpu_scaling: error: --runs, --steps and --repeats must be >= 1")
         uneven = [r for r in self.runs if r % num_devices]
         if uneven:
-            raise SystemExit(f"multi_gpu_scaling: error: --runs {uneven} do not divide over the {num_devices} local devices")
+            raise SystemExit(f"multi_gpu_scaling: error: --runs {uneven} do not divide over the {num_devices} "
+                             "local devices")
 
 
 def rate(num_runs: int, steps: int, seconds: list[float]) -> float:
@@ -121,7 +122,8 @@ def best_single_device(static, num_runs: int, repeats: int,
 
 
 def one_device_note(row: dict) -> str:
-    return "" if row["one_device_runs"] == row["runs"] else f" (at {row['one_device_runs']} runs: {row['runs']} do not fit)"
+    return ("" if row["one_device_runs"] == row["runs"]
+            else f" (at {row['one_device_runs']} runs: {row['runs']} do not fit)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -141,11 +143,12 @@ def main(argv: list[str] | None = None) -> dict:
                              one_device_seconds=one_seconds, all_devices_seconds=many_seconds))
             print(rows[-1], flush=True)
     kind = devices[0].device_kind
-    lines = [f"{args.env}, {args.precision}: environment steps per second on 1 and on {len(devices)} x {kind} (runs split).", "",
+    lines = [f"{args.env}, {args.precision}: environment steps per second on 1 and on {len(devices)} x {kind} "
+             "(runs split).", "",
              f"| runs | 1 device | {len(devices)} devices | speed-up | split by | collectives in the chunk |",
              "|---|---|---|---|---|---|"]
-    lines += [f"| {r['runs']} | {r['one_device']:,.0f}{one_device_note(r)} | {r['all_devices']:,.0f} | {r['speedup']:.2f}x | "
-              f"{r['partitioner']} | {r['collectives']} |" for r in rows]
+    lines += [f"| {r['runs']} | {r['one_device']:,.0f}{one_device_note(r)} | {r['all_devices']:,.0f} | "
+              f"{r['speedup']:.2f}x | {r['partitioner']} | {r['collectives']} |" for r in rows]
     args.out.mkdir(parents=True, exist_ok=True)
     options = dict(env=args.env, runs=list(args.runs), steps=args.steps, repeats=args.repeats, precision=args.precision,
                    partitioners=list(args.partitioners))

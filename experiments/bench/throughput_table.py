@@ -5,8 +5,8 @@ on one card:
 
 * **this project** at its best default-safe setting (:data:`SAFE_SETTINGS`: the defaults plus what
   docs/performance.md found safe for learning on that environment), OPIQ at the paper's settings, every run
-  learning (an update per step; Montezuma: per 4 steps) (``opiq_jax.benchmark.throughput.measure_trainer``; Montezuma: the OPIQ agent on one
-  EnvPool pool, ``experiments.bench.montezuma_bench.time_agent``);
+  learning (an update per step; Montezuma: per 4 steps) (``opiq_jax.benchmark.throughput.measure_trainer``;
+  Montezuma: the OPIQ agent on one EnvPool pool, ``experiments.bench.montezuma_bench.time_agent``);
 * **the plain baseline** of ``opiq-jax bench`` (``opiq_jax/benchmark/plain.py``): a straightforward vmapped, jitted
   DQN with exact counts, one Python dispatch per step, at the same number of runs; on Montezuma its Atari form
   (``opiq_jax/benchmark/plain_atari.py``: the same pool, the Nature network, a hashed count table of the frame
@@ -223,7 +223,8 @@ def measure_torch(env: str, device: str, args: Args, log: dict[str, float]) -> d
     if device == "cuda" and not torch_sees_a_gpu():
         return None
     steps = args.montezuma_torch_steps if env == "montezuma" else args.torch_steps
-    command = [sys.executable, "-m", "experiments.bench.torch_loop", "--env", env, "--steps", str(steps), "--device", device]
+    command = [sys.executable, "-m", "experiments.bench.torch_loop", "--env", env, "--steps", str(steps),
+               "--device", device]
     if env == "montezuma":
         command += ["--buffer-size", str(args.montezuma_buffer)]
     environment = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -333,15 +334,16 @@ def notes(rows: list[dict[str, Any]], args: Args) -> str:
     """The full notes under the table in the folder's README."""
     lines = ["This project's settings: " + "; ".join(f"{NAMES[r['env']]}, {SAFE_REASONS[r['env']]}" for r in rows)
              + ". Every run learns: one update per environment step on the chain and the maze, one per 4 on "
-             "Montezuma. Compiles are excluded, unless a note says one fell inside a timed window.", "", counts_note(rows)]
+             "Montezuma. Compiles are excluded, unless a note says one fell inside a timed window.", "",
+             counts_note(rows)]
     if any(r["env"] == "maze" for r in rows):
         lines += ["", f"The maze's replay holds {args.maze_buffer:,} steps per run in both JAX columns (the plain "
                   "baseline stores whole observations)."]
     lines += [line for r in rows if r["env"] == "montezuma" for line in ("", montezuma_note(r, args))]
     lines += ["", "The PyTorch columns are a PyTorch loop in the authors' structure (one environment per process), "
-              "not their code (`experiments/bench/torch_loop.py`): one run per process, counts in a Python dict (SimHash "
-              "codes on the chain and the maze, the 8 × 11 frame feature on Montezuma), one minibatch update per "
-              "environment step (Montezuma: every 4 steps, without the mixed Monte Carlo return), one torch CPU "
+              "not their code (`experiments/bench/torch_loop.py`): one run per process, counts in a Python dict "
+              "(SimHash codes on the chain and the maze, the 8 × 11 frame feature on Montezuma), one minibatch update "
+              "per environment step (Montezuma: every 4 steps, without the mixed Monte Carlo return), one torch CPU "
               "thread."]
     return "\n".join(lines)
 

@@ -22,11 +22,12 @@ structure to measure what one such process does per second, on a CPU or a GPU:
   settings for the environment (``opiq_jax.registry.environments``), the hyperparameters OPIQ's paper ones.
 
 It prints one JSON line: environment steps per second of this one process, timed after a warm-up.
-Run: ``python -m experiments.bench.torch_loop --env chain --steps 3000 --device cpu`` (``--env montezuma`` needs EnvPool).
+Run: ``python -m experiments.bench.torch_loop --env chain --steps 3000 --device cpu`` (``--env montezuma`` needs
+EnvPool).
 Torch is not a dependency of opiq-jax; without it this exits with a one-line error.
 
-Reaches inside: opiq_jax.envs, opiq_jax.registry.environments and opiq_jax.registry.methods, to step the same environments with the
-paper's settings as the JAX agent.
+Reaches inside: opiq_jax.envs, opiq_jax.registry.environments and opiq_jax.registry.methods, to step the same
+environments with the paper's settings as the JAX agent.
 """
 
 from __future__ import annotations
@@ -226,7 +227,8 @@ def make_learner(torch: Any, env: str, obs_shape, num_actions: int, device: Any,
     target.load_state_dict(online.state_dict())
     optimiser = torch.optim.RMSprop(online.parameters(), lr=hparams["lr"], alpha=static.rms_decay, eps=static.rms_eps)
     settings = dict(gamma=static.gamma, clip=static.grad_clip, n=static.n_step, batch=static.batch_size,
-                    target_update=static.target_update, **{k: hparams[k] for k in ("m", "c_action", "c_bootstrap", "beta")})
+                    target_update=static.target_update,
+                    **{k: hparams[k] for k in ("m", "c_action", "c_bootstrap", "beta")})
     return Learner(torch, device, online, target, optimiser, settings)
 
 
@@ -266,7 +268,8 @@ def update(learner: Learner, replay: Replay, counts: SimHashCounts, rng: np.rand
     learner.optimiser.step()
 
 
-def act(learner: Learner, counts: SimHashCounts, obs: np.ndarray, epsilon: float, rng: np.random.Generator) -> tuple[int, bytes]:
+def act(learner: Learner, counts: SimHashCounts, obs: np.ndarray, epsilon: float,
+        rng: np.random.Generator) -> tuple[int, bytes]:
     """Epsilon-greedy on Q+ with the counts before this step's increment; the action and the state's code."""
     s = learner.settings
     code = counts.codes(obs[None])[0]
@@ -303,7 +306,8 @@ def run_loop(args: Args) -> dict[str, Any]:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             started = time.perf_counter()
-        epsilon = max(hparams["epsilon_end"], hparams["epsilon_start"] - t * (hparams["epsilon_start"] - hparams["epsilon_end"])
+        epsilon = max(hparams["epsilon_end"],
+                      hparams["epsilon_start"] - t * (hparams["epsilon_start"] - hparams["epsilon_end"])
                       / max(hparams["epsilon_decay_steps"], 1.0))
         action, code = act(learner, counts, obs, epsilon, rng)
         next_obs, reward, terminal, done, state, following = env_step(state, action)
@@ -319,9 +323,11 @@ def run_loop(args: Args) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     return dict(label=LABEL, env=args.env, device=name, torch_device=device.type, torch_version=torch.__version__,
-                threads=args.threads, steps_timed=args.steps, seconds=seconds, env_steps_per_second=args.steps / seconds,
+                threads=args.threads, steps_timed=args.steps, seconds=seconds,
+                env_steps_per_second=args.steps / seconds,
                 batch_size=static.batch_size, n_step=static.n_step, train_every=static.train_every,
-                buffer_size=buffer_size, counted="8x11 frame feature" if atari else f"SimHash, {static.simhash_bits} bits")
+                buffer_size=buffer_size,
+                counted="8x11 frame feature" if atari else f"SimHash, {static.simhash_bits} bits")
 
 
 def main(argv: list[str] | None = None) -> None:

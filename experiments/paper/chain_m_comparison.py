@@ -16,7 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-if not __package__:  # run by path (python experiments/paper/chain_m_comparison.py): import as python -m does, from the root
+# Run by path (python experiments/paper/chain_m_comparison.py): import as python -m does, from the root.
+if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import tyro
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     except opiq_jax.ResultsError:  # no folder, or no results in it
         results = None
     if results is None or not results.is_sweep:
-        raise SystemExit(f"chain_m_comparison: error: {args.sweep} holds no sweep batches; run opiq-jax sweep chain_opiq first")
+        raise SystemExit(f"chain_m_comparison: error: {args.sweep} holds no sweep batches; "
+                         "run opiq-jax sweep chain_opiq first")
     rows = results.metrics  # every batch's runs, the batches' padding left out
     chosen = best_setting_per_m(rows, args.method, args.metric)
     selected = [dict(r, method=f"M={m_of(r['setting'])}: {r['setting']}") for r in rows

@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-if not __package__:  # run by path (python experiments/paper/compare_methods.py): import as python -m does, from the root
+# Run by path (python experiments/paper/compare_methods.py): import as python -m does, from the root.
+if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from opiq_jax import share_device_memory

@@ -163,7 +163,8 @@ def markdown(summary: dict[str, dict], pairs: list[dict], result: dict, folder: 
              "over the logged points (goal reward 10); IQM and its 95 % stratified-bootstrap interval over seeds; "
              "IQR: q75 - q25 of the seeds' areas (spread across seeds); dips: after a seed's first logged point "
              "with a training return of 10, the share of later points below 10 (mean over seeds).", "",
-             "| method | reached the goal | first goal: median (95 % CI), range | area: IQM (95 % CI) | area: median (q25, q75) | area IQR | dips |",
+             "| method | reached the goal | first goal: median (95 % CI), range | area: IQM (95 % CI) "
+             "| area: median (q25, q75) | area IQR | dips |",
              "|---|---|---|---|---|---|---|"]
     for m, s in summary.items():
         lines.append(

@@ -52,7 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-if not __package__:  # run by path (python experiments/paper/maze_value_maps.py): import as python -m does, from the root
+# Run by path (python experiments/paper/maze_value_maps.py): import as python -m does, from the root.
+if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax
@@ -84,7 +85,8 @@ class Args:
     steps: int = 10_000
     """Environment steps per run (about 1.5 minutes on a 2-core CPU; try 200000 or more on a GPU)."""
     log_every: int | None = None
-    """Steps per compiled chunk (one metrics row per chunk); default the largest of 10k, 5k, 2k, 1k, 500 dividing --steps."""
+    """Steps per compiled chunk (one metrics row per chunk); default the largest of 10k, 5k, 2k, 1k, 500 dividing
+    --steps."""
     seed: int = 0
     """Seed shared by all runs (same network initialisation, SimHash matrix and action randomisation)."""
     methods: tuple[str, ...] = ()
@@ -173,7 +175,8 @@ def draw_maps(path: Path, maps: np.ndarray, walls: np.ndarray, visited: np.ndarr
     actions = maps.shape[0]
     cols = 2 if actions == 4 else actions
     rows = -(-actions // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols + 1.2, 2.6 * rows + 1.0), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols + 1.2, 2.6 * rows + 1.0), squeeze=False,
+                             layout="constrained")
     for a, ax in enumerate(axes.flat):
         if a >= actions:
             ax.axis("off")
@@ -241,7 +244,8 @@ def save_values(path: Path, runs: Sequence[dict], values: dict[str, np.ndarray],
     np.savez_compressed(
         path, **arrays, counts=n, visited=visited, walls=walls, action_map=action_map,
         methods=np.array([r["method"] for r in runs]), seed=np.array([r["seed"] for r in runs]),
-        c_action=np.array([float(h["c_action"]) for h in hp]), c_bootstrap=np.array([float(h["c_bootstrap"]) for h in hp]),
+        c_action=np.array([float(h["c_action"]) for h in hp]),
+        c_bootstrap=np.array([float(h["c_bootstrap"]) for h in hp]),
         m=np.array([float(h["m"]) for h in hp]), step=np.int64(step),
     )
     return path
@@ -299,7 +303,8 @@ def main(argv: list[str] | None = None) -> dict:
     info["train_seconds_per_invocation"].append(train_seconds)
     info.update(
         device=device.device_kind, platform=device.platform, devices=jax.device_count(), jax=jax.__version__,
-        host=platform.node(), command="python -m experiments.paper.maze_value_maps " + " ".join(sys.argv[1:] if argv is None else argv),
+        host=platform.node(),
+        command="python -m experiments.paper.maze_value_maps " + " ".join(sys.argv[1:] if argv is None else argv),
         methods=[r["method"] for r in final.runs], seed=args.seed, steps=args.steps, step_drawn=step,
         log_every=static["log_every"], count_features=args.count_features,
         buffer_size=static["buffer_size"], total_seconds=sum(info["seconds_per_invocation"]),

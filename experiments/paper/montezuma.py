@@ -10,7 +10,8 @@ Needs the Atari extra: ``pip install -e '.[atari]'``. Run:
 ``python -m experiments.paper.montezuma --steps 500000 --seeds 2 --out results/montezuma``; ``--redraw --out <folder>``
 only draws a finished folder's figures again (no EnvPool needed).
 
-Uses only the public API: ``opiq_jax.train`` and ``opiq_jax.reporting``, for the figures and tables of the Montezuma page.
+Uses only the public API: ``opiq_jax.train`` and ``opiq_jax.reporting``, for the figures and tables of the Montezuma
+page.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ class Args:
 
 
 def metric_table(metric_curves: dict[str, dict[str, np.ndarray]], common: int) -> list[str]:
-    """Per method (its :func:`opiq_jax.reporting.plotting.curves`), a row at the ``common`` step and one at its own last."""
+    """Per method (its :func:`opiq_jax.reporting.plotting.curves`), a row at the ``common`` step and one at its own
+    last."""
     lines = ["| method | step | seeds | median (25 %, 75 %) | IQM [95 % CI] | per seed |", "|---|---|---|---|---|---|"]
     for method in paper_order(list(metric_curves)):
         curve = metric_curves[method]

@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-if not __package__:  # run by path (python experiments/paper/tabular_counterexamples.py): import as python -m does, from the root
+# Run by path (python experiments/paper/tabular_counterexamples.py): import as python -m does, from the root.
+if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax
@@ -92,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     (out / "config.json").write_text(json.dumps(config(result), indent=1))
     device = jax.devices()[0]
     (out / "run_info.json").write_text(json.dumps(dict(
-        device=f"{device.platform.upper()} ({platform.processor() or platform.machine()}, {jax.device_count()} JAX device)",
+        device=(f"{device.platform.upper()} ({platform.processor() or platform.machine()}, "
+                f"{jax.device_count()} JAX device)"),
         seconds=round(seconds, 2), jax=jax.__version__,
         command=f"python -m experiments.paper.tabular_counterexamples --out {portable(str(args.out))}",
         **source_revision()), indent=1))

@@ -46,8 +46,8 @@ resume an interrupted or time-boxed run; ``--max-minutes`` stops cleanly between
 ``--plot-only`` redraws the figure and the tables from the size folders in ``--out``, or, where none is there (a
 committed result keeps only the tables), from ``deepsea_runs.csv``: every run's two numbers, all the figure needs.
 
-Reaches inside: opiq_jax.reporting.plotting, for the paper's method names and the methods' (colour, line style), as every
-figure has them.
+Reaches inside: opiq_jax.reporting.plotting, for the paper's method names and the methods' (colour, line style), as
+every figure has them.
 """
 
 from __future__ import annotations
@@ -155,7 +155,8 @@ def run_measures(rows: list[dict], size: int) -> list[dict]:
     for r in rows:
         if r["metric"] not in ("max_return", "test_return"):
             continue
-        entry = by_run.setdefault(r["run"], {"method": r["method"], "seed": r["seed"], "max_return": {}, "test_return": {}})
+        entry = by_run.setdefault(r["run"], {"method": r["method"], "seed": r["seed"], "max_return": {},
+                                             "test_return": {}})
         entry[r["metric"]][r["step"]] = r["value"]
     measures = []
     for run, entry in sorted(by_run.items()):
@@ -233,7 +234,8 @@ def figure(path: Path, measures: list[dict], table: list[dict], methods: tuple[s
     fig, axes = plt.subplots(1, 2, figsize=(10, 5.0), sharey=True)
     offsets = {m: (i - (len(methods) - 1) / 2) * 0.01 for i, m in enumerate(methods)}  # dex, to unclutter
     for ax, key, name in zip(axes, ("first_found", "reliable"),
-                             ("episodes until the treasure is first found", "episodes until the greedy policy finds it reliably")):
+                             ("episodes until the treasure is first found",
+                              "episodes until the greedy policy finds it reliably")):
         # the budget wide, pale and solid: methods that never succeed lie on it, their own dashes drawn over it
         ax.plot(sizes, [budgets[s] for s in sizes], color="0.82", ls="-", lw=5, zorder=1, label="budget")
         grid = np.linspace(min(sizes), max(sizes), 50)
@@ -375,7 +377,8 @@ def main(argv: list[str] | None = None) -> None:
             device=device.device_kind, platform=device.platform, devices=jax.device_count(), jax=jax.__version__,
             host=platform.node(), command="python -m experiments.studies.deepsea " + " ".join(
                 map(portable, sys.argv[1:] if argv is None else argv)), **source_revision(),
-            sizes_requested=list(args.sizes), methods=list(args.methods), seeds=args.seeds, budget_per_n=args.budget_per_n,
+            sizes_requested=list(args.sizes), methods=list(args.methods), seeds=args.seeds,
+            budget_per_n=args.budget_per_n,
             log_episodes=args.log_episodes, count_features=args.count_features, hidden=list(args.hidden),
             total_seconds=sum(e["seconds"] for e in info["sizes"].values()),
             total_env_steps=sum(e["steps_per_run"] * e["runs"] for e in info["sizes"].values()),

@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.keys < 1 or args.frame_steps < 1:
         raise SystemExit("initial_q_scale: error: --keys and --frame-steps must be at least 1")
     started = time.monotonic()
-    rows = [network_row("chain", *chain_observations(), args.keys), network_row("maze", *maze_observations(), args.keys),
+    rows = [network_row("chain", *chain_observations(), args.keys),
+            network_row("maze", *maze_observations(), args.keys),
             network_row(f"{args.frames} frames", *nature_observations(args), args.keys)]
     text = table(rows)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -150,10 +150,12 @@ def parse_cells(cells: tuple[str, ...]) -> list[tuple[float, float, float]]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| reward scale c | lr | lr / c | output layer's init | peak max\\|Q\\| / bound | last max\\|Q\\| / bound | "
+    lines = ["| reward scale c | lr | lr / c | output layer's init | peak max\\|Q\\| / bound | "
+             "last max\\|Q\\| / bound | "
              "last mean \\|Q - Q*\\| / bound |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['scale']:g} | {r['lr']:g} | {r['lr'] / r['scale']:g} | x{r['head']:g} | {max(r['q_abs_max']):.3g} | "
+        lines.append(f"| {r['scale']:g} | {r['lr']:g} | {r['lr'] / r['scale']:g} | x{r['head']:g} | "
+                     f"{max(r['q_abs_max']):.3g} | "
                      f"{r['q_abs_max'][-1]:.3g} | {r['q_error'][-1]:.3g} |")
     return "\n".join(lines)
 
@@ -170,7 +172,8 @@ def draw(rows: list[dict], args: Args, path: Path) -> None:
         style = "-" if r["scale"] == max(x["scale"] for x in rows) else "--"
         for ax, key in zip(axes, ("q_abs_max", "q_error")):
             head = f", head x{r['head']:g}" if r["head"] != 1 else ""
-            ax.plot(steps, r[key], style, label=f"c {r['scale']:g}, lr {r['lr']:g} (lr/c {r['lr'] / r['scale']:g}){head}")
+            ax.plot(steps, r[key], style,
+                    label=f"c {r['scale']:g}, lr {r['lr']:g} (lr/c {r['lr'] / r['scale']:g}){head}")
     for ax, title in zip(axes, ("largest |Q| / (c / (1 - γ))", "mean |Q - Q*| / (c / (1 - γ))")):
         ax.set_yscale("log")
         ax.set_xlabel("updates")

@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "run_info.json").write_text(json.dumps({
         "command": "python -m experiments.studies.unknown_returns " + " ".join(
             map(portable, sys.argv[1:] if argv is None else argv)), **source_revision(),
-        "device": f"{platform.machine()} CPU, {os.cpu_count()} cores (no accelerator)", "date": time.strftime("%Y-%m-%d"),
+        "device": f"{platform.machine()} CPU, {os.cpu_count()} cores (no accelerator)",
+        "date": time.strftime("%Y-%m-%d"),
         "wall_seconds": round(time.monotonic() - started, 1)}, indent=1), encoding="utf-8")
     print(text)
 

@@ -11,8 +11,9 @@ into ``--out`` (default: the ``--after`` folder):
   from after and thirteen methods' lines in one axes hid one another;
 * ``before_after.md``: per method and metric, the final median and the area under the median curve
   before and after, the share of (seed, step) points whose value is identical, the mean of the seeds'
-  own areas before and after, and the p-value of a two-sided rank-sum (Mann-Whitney) test that the seeds' own areas (the mean of the metric over the
-  run) come from one distribution: a small p says the change moved the learning beyond what the
+  own areas before and after, and the p-value of a two-sided rank-sum (Mann-Whitney) test that the seeds' own
+  areas (the mean of the metric over the run) come from one distribution: a small p says the change moved the
+  learning beyond what the
   seeds' spread explains. A change that alters the floating-point path (another precision, another
   kernel) makes each seed's run a different sample, so the seeds' spread is the scale to judge by;
 * also from the seeds' own areas (:mod:`opiq_jax.reporting.stats`, Agarwal et al. 2021): the interquartile mean before
@@ -27,8 +28,9 @@ changed.
 ``--figures-only`` redraws the figures of a comparison whose table is already written (the table is left as it
 was).
 
-Reaches inside: opiq_jax.reporting.plotting and opiq_jax.reporting.stats, for the per-seed areas and the paired statistics that its
-tables are made of (the API gives curves, not these), and for the figures' names, titles and layout.
+Reaches inside: opiq_jax.reporting.plotting and opiq_jax.reporting.stats, for the per-seed areas and the paired
+statistics that its tables are made of (the API gives curves, not these), and for the figures' names, titles and
+layout.
 """
 
 from __future__ import annotations
@@ -136,7 +138,8 @@ def comparison_rows(before: list[dict], after: list[dict], metric: str) -> list[
         rows.append(dict(method=method, metric=metric, final_before=float(a["median"][-1]),
                          final_after=float(b["median"][-1]), auc_before=area_under_median(a),
                          auc_after=area_under_median(b), identical=float(np.mean(same)),
-                         seed_area_mean_before=float(np.mean(areas_before)), seed_area_mean_after=float(np.mean(areas_after)),
+                         seed_area_mean_before=float(np.mean(areas_before)),
+                         seed_area_mean_after=float(np.mean(areas_after)),
                          seed_area_change=change, seed_area_change_low=change_low, seed_area_change_high=change_high,
                          seed_area_p=rank_sum_p_value(areas_before, areas_after),
                          **robust_comparison(areas_before, areas_after)))

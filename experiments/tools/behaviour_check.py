@@ -154,8 +154,10 @@ def main(args: Args) -> int:
                 table += [dict(env=env, **row) for row in compare(args.out / f"{env}-old", args.out / f"{env}-new")]
         finally:
             subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(old_tree)], check=False)
-    lines = [f"Behaviour of this working tree against {args.against} (CPU, float32, {args.seeds} seeds per method):", "",
-             "| env | program | metric rows compared | equal | rows only in the old | parameter arrays | equal | first difference |",
+    lines = [f"Behaviour of this working tree against {args.against} (CPU, float32, {args.seeds} seeds per method):",
+             "",
+             "| env | program | metric rows compared | equal | rows only in the old | parameter arrays | equal "
+             "| first difference |",
              "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['env']} | {r['program']} | {r['rows']} | {r['equal']} | {r['only_old']} | {r['params']} | "
               f"{r['params_equal']} | {r['first_difference']} |" for r in table]

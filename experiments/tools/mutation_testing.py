@@ -35,7 +35,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-if not __package__:  # run by path (python experiments/tools/mutation_testing.py): import as python -m does, from the root
+# Run by path (python experiments/tools/mutation_testing.py): import as python -m does, from the root.
+if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from experiments.tools.mutants import CHEAP, MUTANTS, Mutant  # noqa: E402
@@ -123,7 +124,8 @@ def markdown(outcomes: Sequence[Outcome], revision: str, date: str, wall_seconds
          f"{len(outcomes)} mutants, {summary}; wall-clock {wall_seconds / 60:.1f} min (CPU, JAX_PLATFORMS=cpu)."),
         "",
         ("Each mutant is one small slip in the core, applied to a copy of the project; its few targeted tests run "
-         "there and the first that fails killed it. The mutants and their tests are in `experiments/tools/mutants.py`."),
+         "there and the first that fails killed it. The mutants and their tests are in "
+         "`experiments/tools/mutants.py`."),
         "",
         "| mutant | where | description | result | killing test | s |",
         "|---|---|---|---|---|---|",
@@ -195,7 +197,8 @@ def check_imports_from(copy: Path, env: dict[str, str]) -> None:
 
 def run_mutant(mutant: Mutant, root: Path = ROOT, files: Sequence[str] | None = None, cache: Path | None = None,
                timeout: float = DEFAULT_TIMEOUT) -> Outcome:
-    """Applies ``mutant`` to a fresh copy of the project (``files``: listed now if not given) and runs its tests there."""
+    """Applies ``mutant`` to a fresh copy of the project (``files``: listed now if not given) and runs its tests
+    there."""
     started = time.monotonic()
     files = project_files(root) if files is None else files
     source = root / mutant.file
@@ -212,7 +215,8 @@ def run_mutant(mutant: Mutant, root: Path = ROOT, files: Sequence[str] | None = 
         (copy / mutant.file).write_text(mutated)
         env = test_environment(copy, cache)
         check_imports_from(copy, env)
-        command = [sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider", *XDIST_OFF, *mutant.tests]
+        command = [sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider", *XDIST_OFF,
+                   *mutant.tests]
         try:
             done = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout,
                                   check=False)
@@ -252,13 +256,15 @@ def revision(root: Path = ROOT) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> list[Outcome]:
-    parser = argparse.ArgumentParser(prog="python -m experiments.tools.mutation_testing", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.tools.mutation_testing",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", default=[], metavar="ID", help="run these mutants only")
     parser.add_argument("--sample", type=int, metavar="K", help="run K mutants drawn at random")
     parser.add_argument("--cheap", action="store_true", help="draw from the mutants whose tests take seconds")
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (each pytest uses its own cores)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per mutant before it counts as timeout")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help="seconds per mutant before it counts as timeout")
     parser.add_argument("--out", type=Path, help="write the markdown table here (e.g. docs/mutation.md)")
     parser.add_argument("--list", action="store_true", help="list the mutants and whether each still applies")
     args = parser.parse_args(argv)

@@ -63,7 +63,8 @@ else:  # the flat layout: the host layer in modules of its own, or all in runner
         from opiq_jax.runner import _start_shapes
 
         def start_shapes(static, num_envs):
-            return _start_shapes(type("Shaped", (), dict(static=static, runs=(None,) * (num_envs // static.envs_per_run)))())
+            return _start_shapes(type("Shaped", (), dict(static=static,
+                                                         runs=(None,) * (num_envs // static.envs_per_run)))())
 
 
 def lowerable(program):
@@ -140,8 +141,8 @@ def program_hashes(tree: Path, args: Args) -> dict[str, str]:
 
 def device_name(args: Args) -> str:
     """The first device of ``args.platform``, as JAX names it (a process of its own)."""
-    found = subprocess.run([sys.executable, "-c", "import jax; print(jax.devices()[0].device_kind)"], capture_output=True,
-                           text=True, env={**os.environ, "JAX_PLATFORMS": args.platform})
+    found = subprocess.run([sys.executable, "-c", "import jax; print(jax.devices()[0].device_kind)"],
+                           capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": args.platform})
     return found.stdout.strip() or "unknown device"
 
 

@@ -74,7 +74,8 @@ def main(args: Args) -> None:
         table = last_step_table(sweep_rows(args.sweep), args.metrics)
     except ValueError as e:  # no batches there, or a metric the sweep did not log
         raise SystemExit(f"sweep_last_step: error: {args.sweep}: {e}") from None
-    text = ("Every setting at the last step its batch reached (written by `python -m experiments.tools.sweep_last_step`)."
+    text = ("Every setting at the last step its batch reached "
+            "(written by `python -m experiments.tools.sweep_last_step`)."
             "\n\n" + table)
     atomic_write_bytes(args.sweep / "last_step.md", text.encode())
     print(text)

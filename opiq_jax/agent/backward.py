@@ -2,8 +2,8 @@
 
 * :class:`XlaBackward`: XLA's backward pass of the loss, its gradients and nothing else;
 * :class:`LeanBackward` (``mlp_backward``: ``pallas``, or ``auto`` on a GPU under packed storage): the probed
-  layers' weight gradients come from :mod:`opiq_jax.kernels.mlp_backward`'s Pallas kernel with their sums of squares, which
-  the packed storage's clip reads instead of the gradients.
+  layers' weight gradients come from :mod:`opiq_jax.kernels.mlp_backward`'s Pallas kernel with their sums of squares,
+  which the packed storage's clip reads instead of the gradients.
 
 Each owns how the loss is differentiated and the gradient bytes it spares the bench's work model.
 """

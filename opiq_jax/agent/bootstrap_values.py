@@ -49,7 +49,8 @@ class TargetValues(abc.ABC):
         """``[B, K, A]``: the target network's values at the batch's bootstrap states, per head."""
 
     @abc.abstractmethod
-    def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float, runs: Any) -> tuple[float, float, float]:
+    def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float,
+             runs: Any) -> tuple[float, float, float]:
         """Per environment step of one run: the target's bytes, the bytes of the observations it rebuilds, and its
         forward passes (on one observation each); ``runs``: one run's state, as shapes."""
 
@@ -65,7 +66,8 @@ class NetworkTargets(TargetValues):
     def next_values(self, agent: AgentView, run: RunState, batch: Batch) -> jax.Array:
         return agent.head_values(run, run.target_params, batch.next_obs, agent.batch_cells(batch, "next_cells"))
 
-    def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float, runs: Any) -> tuple[float, float, float]:
+    def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float,
+             runs: Any) -> tuple[float, float, float]:
         per_update, per_copy, b = 1.0 / static.train_every, 1.0 / static.target_update, static.batch_size
         # read once for the bootstrap forward; copied (read + write) every target_update steps
         return compute_bytes * per_update + 2 * compute_bytes * per_copy, 2 * b * obs_bytes * per_update, b * per_update
@@ -84,7 +86,8 @@ class TableTargets(TargetValues):
         del agent
         return run.target_table[batch.next_cells]
 
-    def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float, runs: Any) -> tuple[float, float, float]:
+    def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float,
+             runs: Any) -> tuple[float, float, float]:
         per_update, per_copy = 1.0 / static.train_every, 1.0 / static.target_update
         table = runs.target_table
         table_bytes, cells = float(table.size * table.dtype.itemsize), table.shape[1]

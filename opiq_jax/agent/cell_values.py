@@ -30,7 +30,8 @@ def one_run_tables(trainer, run) -> dict[str, jax.Array]:
     return tables
 
 
-def optimistic_values(q: jax.Array, q_target: jax.Array, n: jax.Array, c_action, c_bootstrap, m) -> dict[str, jax.Array]:
+def optimistic_values(q: jax.Array, q_target: jax.Array, n: jax.Array, c_action, c_bootstrap,
+                      m) -> dict[str, jax.Array]:
     """``acting`` and ``bootstrap`` values for tables ``[runs, cells, actions]``; the hyperparameters are per run."""
     chex.assert_rank([q, q_target, n], 3)
     per_run = lambda x: jnp.asarray(x, jnp.float32)[:, None, None]  # noqa: E731

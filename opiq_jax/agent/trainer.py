@@ -66,15 +66,16 @@ METRIC_DOCS = {
     "env_restarts": "times a resume restarted the run's emulators with fresh episodes (pool environments)",
     "td_error_max": "largest |y - Q(s, a)| over the valid rows of the chunk's updates (pool environments)",
     "q_abs_max": "largest |Q(s, a)| over the sampled start states and every action of the chunk's updates (pool)",
-    "acted_intrinsic": "mean intrinsic reward (every part's) of the (s, a) the run acted in, with the counts just after "
-                       "each step (pool)",
+    "acted_intrinsic": "mean intrinsic reward (every part's) of the (s, a) the run acted in, with the counts just "
+                       "after each step (pool)",
     "acted_bonus": "mean action bonus (every part's) of the actions the run chose, as the choice saw it (pool)",
     "sampled_bonus": "mean action bonus (every part's) of the sampled (s_t, a_t), with the counts at the update (pool)",
     "unknown_return_share": "share of the sampled transitions whose episode had not ended, so their Monte Carlo "
                             "return was still unknown (pool)",
     "sketch_overcount": "mean over-count of the count-min sketch (sketch minus exact) over the probe's (code, action) "
                         "pairs (pool)",
-    "sketch_false_visits": "share of the probe's never-taken (code, action) pairs that the sketch reads as taken (pool)",
+    "sketch_false_visits": "share of the probe's never-taken (code, action) pairs that the sketch reads as taken "
+                           "(pool)",
     "probe_codes": "codes whose exact counts the probe keeps (pool; at most opiq_jax.paths.pool.PROBE_SLOTS)",
 }
 """What each metric of the results' ``metrics.csv`` means."""
@@ -121,7 +122,8 @@ def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:
     """Whether the maze network's convolutions run as Pallas kernels (``Execution.maze_torso``)."""
     if net_name != "maze_conv" or static.execution.maze_torso == "xla":
         return False
-    return static.execution.maze_torso == "pallas" or (static.execution.precision == "bfloat16" and jax.default_backend() == "gpu")
+    return static.execution.maze_torso == "pallas" or (static.execution.precision == "bfloat16"
+                                                       and jax.default_backend() == "gpu")
 
 
 def uses_lean_backward(static: StaticConfig, net_name: str, parts: tuple, weights: WeightStorage) -> bool:
@@ -447,8 +449,9 @@ def acted_diagnostics(agent: Agent, run: RunState, run_counts: Counts | None, de
     """The run's diagnostics with this step's acted (s, a) added: every part's intrinsic reward there, with the counts
     just after the step (what the stored transition earns if sampled now), and the bonus its choice saw."""
     envs = agent.envs_per_run
-    acted = Batch(actions=decision.actions[:, None], rewards=jnp.zeros((envs, 1)), terminated=outcome.terminated[:, None],
-                  included=jnp.ones((envs, 1), bool), lazy=agent.path.acted_fields(decision, outcome))
+    acted = Batch(actions=decision.actions[:, None], rewards=jnp.zeros((envs, 1)),
+                  terminated=outcome.terminated[:, None], included=jnp.ones((envs, 1), bool),
+                  lazy=agent.path.acted_fields(decision, outcome))
     if run_counts is not None:
         sketch = run_counts.sketch
         acted.add_lazy(step_counts=lambda: jax.vmap(lambda cols, a: counts.query(sketch, cols, a))(
@@ -608,7 +611,8 @@ def due_to_copy(agent: Agent, stored: jax.Array) -> jax.Array:
 
 def copy_target_if_due(agent: Agent, runs: RunState, stored: jax.Array) -> RunState:
     with jax.named_scope("target_copy"):
-        return jax.lax.cond(due_to_copy(agent, stored), jax.vmap(functools.partial(copy_target, agent)), lambda r: r, runs)
+        return jax.lax.cond(due_to_copy(agent, stored), jax.vmap(functools.partial(copy_target, agent)), lambda r: r,
+                            runs)
 
 
 def act_and_record(agent: Agent, state: TrainState) -> tuple[Any, RunState]:
@@ -666,7 +670,8 @@ def overlapped_steps(agent: Agent, state: TrainState, length: int) -> TrainState
 
     decision, outcome = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(first_step, state))
     carry = (state, (decision, outcome, jnp.bool_(False)))
-    state, (decision, outcome, _) = jax.lax.scan(functools.partial(overlapped_step, agent), carry, None, length=length)[0]
+    state, (decision, outcome, _) = jax.lax.scan(functools.partial(overlapped_step, agent), carry, None,
+                                                 length=length)[0]
     return state.replace(runs=record_all(agent, state.runs, decision, outcome))
 
 

@@ -40,7 +40,8 @@ class WeightStorage(abc.ABC):
 
     name: ClassVar[str]
     takes_square_sums: ClassVar[bool] = False
-    """Whether its step takes the lean backward pass's square sums of the gradients (:mod:`opiq_jax.kernels.mlp_backward`)."""
+    """Whether its step takes the lean backward pass's square sums of the gradients
+    (:mod:`opiq_jax.kernels.mlp_backward`)."""
 
     def __init__(self, static: StaticConfig, optimiser: optax.GradientTransformation | None = None):
         self.static, self.optimiser = static, optimiser

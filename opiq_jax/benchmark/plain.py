@@ -225,7 +225,8 @@ def init_run(static: StaticConfig, env: Any, network: Any, run_key: jax.Array, e
 
 def ring_positions(replay: Any, ages: jax.Array) -> jax.Array:
     """The ring positions of the stored transitions of ``ages`` (0 the oldest, ``size - 1`` the newest) in a replay
-    ring with ``position``, ``size`` and a leading ``capacity`` axis on ``obs`` (this module's and :mod:`.plain_atari`'s)."""
+    ring with ``position``, ``size`` and a leading ``capacity`` axis on ``obs`` (this module's and
+    :mod:`.plain_atari`'s)."""
     capacity = replay.obs.shape[0]
     oldest = (replay.position - replay.size) % capacity
     return (oldest + ages) % capacity
@@ -287,7 +288,8 @@ def td_targets(static: StaticConfig, network: Any, run: PlainRun, ages: jax.Arra
 
 
 def update_on_windows(static: StaticConfig, network: Any, run: Any, key: jax.Array,
-                      targets_of: Callable[[StaticConfig, Any, Any, jax.Array], jax.Array]) -> tuple[Any, Any, jax.Array]:
+                      targets_of: Callable[[StaticConfig, Any, Any, jax.Array], jax.Array],
+                      ) -> tuple[Any, Any, jax.Array]:
     """One RMSProp step on ``batch`` uniformly drawn windows of ``n`` consecutive transitions, with targets from
     ``targets_of(static, network, run, ages)``: the new parameters, optimiser state and TD loss (the mean squared
     error, as the paper). This module's runs and :mod:`.plain_atari`'s alike."""

@@ -255,7 +255,8 @@ def is_accelerator() -> bool:
 
 
 def measure_peaks(probe_bytes: int | None = None, matmul_size: int | None = None) -> DevicePeaks:
-    """Measures bandwidth and matmul rates; sizes default to 2 GiB and 8192 on an accelerator, 256 MiB and 1024 on CPU."""
+    """Measures bandwidth and matmul rates; sizes default to 2 GiB and 8192 on an accelerator, 256 MiB and 1024 on
+    CPU."""
     accel = is_accelerator()
     probe_bytes = probe_bytes or (2 * GIB if accel else 256 * 2**20)
     probe_bytes = int(min(probe_bytes, available_device_bytes() // 4))  # the array, its result, headroom
@@ -416,7 +417,8 @@ def cached_plain(static: StaticConfig) -> Plain:
     return make_plain(static)
 
 
-def measure_plain(static: StaticConfig, num_runs: int, steps: int, method: str = "opiq", repeats: int = 2) -> Measurement:
+def measure_plain(static: StaticConfig, num_runs: int, steps: int, method: str = "opiq",
+                  repeats: int = 2) -> Measurement:
     """Compile time and steady-state rate of the plain baseline: ``steps`` dispatches per timed interval."""
     result = Measurement(runs=num_runs, state_bytes=plain_state_bytes_per_run(static) * num_runs)
     experiment = bench_experiment(static, num_runs, method)
@@ -507,7 +509,8 @@ def sweep_plain(options: Bench, static: StaticConfig, run_counts: Sequence[int])
     return measured
 
 
-def pair_rows(trainer: list[Measurement], plain: dict[int, Measurement]) -> list[tuple[Measurement, Measurement | None]]:
+def pair_rows(trainer: list[Measurement],
+              plain: dict[int, Measurement]) -> list[tuple[Measurement, Measurement | None]]:
     """Each trainer row with the plain row at the same R, else the largest R the baseline managed, else the plain
     row's error at that R (so the report says "would not fit" rather than nothing), else None (not measured)."""
     ok = sorted((r, m) for r, m in plain.items() if not m.error)
@@ -526,12 +529,14 @@ def row_summary(t: Measurement, p: Measurement | None, model: WorkModel, peaks: 
                 precision: str = "float32") -> dict[str, Any]:
     """One row of the report as plain numbers (None where not measured); compute as a fraction of the matmul
     peak of the trainer's precision."""
-    row: dict[str, Any] = {"runs": t.runs, "trainer": dataclasses.asdict(t), "plain": dataclasses.asdict(p) if p else None}
+    row: dict[str, Any] = {"runs": t.runs, "trainer": dataclasses.asdict(t),
+                           "plain": dataclasses.asdict(p) if p else None}
     rate = t.steps_per_s
     row["bytes_per_s"] = model.total_bytes * rate if rate else None
     row["flops_per_s"] = model.total_flops * rate if rate else None
     row["bandwidth_fraction"] = row["bytes_per_s"] / peaks.bandwidth if rate and peaks else None
-    flops_peak = (peaks.flops_bf16 if precision == "bfloat16" and peaks.flops_bf16 else peaks.flops_f32) if peaks else None
+    flops_peak = ((peaks.flops_bf16 if precision == "bfloat16" and peaks.flops_bf16 else peaks.flops_f32)
+                  if peaks else None)
     row["compute_fraction"] = row["flops_per_s"] / flops_peak if rate and peaks else None
     row["speedup"] = rate / p.steps_per_s if rate and p and p.steps_per_s else None
     return row
@@ -565,7 +570,8 @@ def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any],
         f"### {env} on {device['device_kind']} ({device['platform']}, JAX {device['jax']})",
         "",
         f"Paper settings: batch {static.batch_size}, n-step {static.n_step}, replay {static.buffer_size:,}, "
-        f"target update {static.target_update}, counts: {static.count_features}, precision: {static.execution.precision} "
+        f"target update {static.target_update}, counts: {static.count_features}, "
+        f"precision: {static.execution.precision} "
         f"(the plain baseline: float32){form_note(static, env)}; one update per environment step.",
         f"Work per step per run: {model.params:,} parameters, {model.total_bytes / 1e6:.3f} MB, "
         f"{model.total_flops / 1e6:.3f} MFLOP.",
@@ -600,7 +606,8 @@ def markdown_table(env: str, rows: list[dict[str, Any]], device: dict[str, Any],
         "steps/s: environment steps per second summed over all runs, training on every step. peak GiB: the device's "
         "memory high-water mark since the process started (n/a on CPU). XLA GiB: the compiled chunk's arguments + "
         "outputs + temporaries - donated. GB/s and TFLOP/s: the work model times steps/s, as % of the measured peaks "
-        "above. The trainer's timed chunk includes its one greedy test episode per run (not counted as steps). plain: the per-step jitted baseline at the same runs (or the largest R it fits, in brackets).",
+        "above. The trainer's timed chunk includes its one greedy test episode per run (not counted as steps). "
+        "plain: the per-step jitted baseline at the same runs (or the largest R it fits, in brackets).",
     ]
     return "\n".join(lines + compiles_timed_lines(rows))
 
@@ -639,7 +646,8 @@ def run_bench(options: Bench) -> dict[str, Any]:
     }
     tables = []
     for env, (static, model, trainer_rows, plain_rows) in measured.items():
-        rows = [row_summary(t, p, model, peaks, static.execution.precision) for t, p in pair_rows(trainer_rows, plain_rows)]
+        rows = [row_summary(t, p, model, peaks, static.execution.precision)
+                for t, p in pair_rows(trainer_rows, plain_rows)]
         report["envs"][env] = {
             "static": static.to_dict(), "work_model": model.to_json(),
             "plain_replay_item_bytes": plain_replay_item_bytes(static), "rows": rows,

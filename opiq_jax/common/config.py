@@ -108,7 +108,8 @@ class Option:
 def _shown(value: Any) -> str:
     if isinstance(value, tuple):
         return " ".join(map(str, value)) or "none"
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000 else str(value)
+    return (f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000
+            else str(value))
 
 
 def option(default: Any, doc: str, **kw: Any) -> Any:
@@ -186,8 +187,8 @@ class StaticConfig:
                                       "instead of one per run (the paper).")
     network_init: str = option("flax", "How every network's weights and biases are first drawn: flax (LeCun normal "
                                "weights, zero biases) or pytorch (uniform in ±1/sqrt(fan_in), weights and biases: "
-                               "PyTorch's default, which the authors' networks keep). Default: pytorch on Montezuma and Atari games, flax "
-                               "elsewhere.", choices=("flax", "pytorch"))
+                               "PyTorch's default, which the authors' networks keep). Default: pytorch on Montezuma "
+                               "and Atari games, flax elsewhere.", choices=("flax", "pytorch"))
     head_init_scale: float = option(1.0, "Factor on the Q-network's initial output-layer weights (1: as "
                                     "--network-init draws them). A smaller factor starts Q nearer 0, whatever the "
                                     "scale of the rewards.", minimum=0.0, open_minimum=True)
@@ -257,7 +258,8 @@ class StaticConfig:
         e = self.envs_per_run
         relations = [
             (self.total_steps % self.log_every == 0,
-             f"{name['total_steps']} ({self.total_steps}) must be a multiple of {name['log_every']} ({self.log_every})"),
+             f"{name['total_steps']} ({self.total_steps}) must be a multiple of {name['log_every']} "
+             f"({self.log_every})"),
             (self.buffer_size > self.batch_size,
              f"{name['buffer_size']} ({self.buffer_size}) must exceed {name['batch_size']} ({self.batch_size})"),
             (all(getattr(self, f) % e == 0 for f in ("log_every", "target_update", "batch_size", "buffer_size")),
@@ -429,7 +431,8 @@ LOOP_OPTIONS: dict[str, Option] = {option.name: option for option in (
     Option("progress", True, "Show a progress bar.", type=bool),
 )}
 """How an experiment is run, not what it trains: declared once for the command line, the Python API and the loop
-(:func:`opiq_jax.running.host_loop.run_experiment`), which take their names, defaults, documentation and checks from here."""
+(:func:`opiq_jax.running.host_loop.run_experiment`), which take their names, defaults, documentation and checks from
+here."""
 
 SWEEP_OPTIONS: dict[str, Option] = {
     **{name: LOOP_OPTIONS[name] for name in ("track", "allow_nonfinite", "progress")},

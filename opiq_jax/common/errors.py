@@ -83,4 +83,5 @@ class PeerFailed(RuntimeError):
     """Another process of a run over several hosts failed; this one stopped at a safe point with its checkpoint."""
 
 
-__all__ = ["DoesNotFit", "NonFiniteRuns", "PartError", "PeerFailed", "ProgramFailed", "ResultsError", "Stopped", "UsageError"]
+__all__ = ["DoesNotFit", "NonFiniteRuns", "PartError", "PeerFailed", "ProgramFailed", "ResultsError", "Stopped",
+           "UsageError"]

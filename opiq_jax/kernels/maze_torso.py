@@ -203,7 +203,8 @@ def _forward(obs, k1, b1, k2, b2) -> jax.Array:
     """``[B, 5, 5, 16]``: the output."""
     batch = obs.shape[0]
     operands = (*_kernel_operands(obs, k1, b1, k2), b2.reshape(1, FEATURES))
-    flat = _call(_forward_kernel, FORWARD, operands, jax.ShapeDtypeStruct((batch * POSITIONS * FEATURES,), k1.dtype), batch)
+    flat = _call(_forward_kernel, FORWARD, operands, jax.ShapeDtypeStruct((batch * POSITIONS * FEATURES,), k1.dtype),
+                 batch)
     return flat.reshape(batch, OUT_SIDE, OUT_SIDE, FEATURES)
 
 
@@ -229,8 +230,10 @@ def _maze_torso_bwd(residuals, dy):
     programs = batch // _split(batch, BACKWARD)[0]
     shapes = [jax.ShapeDtypeStruct((programs, *s), jnp.float32) for s in
               ((PIXELS, FEATURES), (1, FEATURES), (TAPS, FEATURES, FEATURES), (1, FEATURES))]
-    dw1, db1, dw2, db2 = (g.sum(axis=0).astype(k1.dtype) for g in _call(_backward_kernel, BACKWARD, operands, shapes, batch))
-    return jnp.zeros_like(obs), dw1[:TAPS].reshape(k1.shape), db1.reshape(b1.shape), dw2.reshape(k2.shape), db2.reshape(-1)
+    dw1, db1, dw2, db2 = (g.sum(axis=0).astype(k1.dtype)
+                          for g in _call(_backward_kernel, BACKWARD, operands, shapes, batch))
+    return (jnp.zeros_like(obs), dw1[:TAPS].reshape(k1.shape), db1.reshape(b1.shape), dw2.reshape(k2.shape),
+            db2.reshape(-1))
 
 
 maze_torso.defvjp(_maze_torso_fwd, _maze_torso_bwd)

@@ -107,11 +107,13 @@ class Part:
         return q
 
     def resolved(self, agent: AgentView) -> Mapping[str, str]:
-        """What its ``auto`` options chose for ``agent``, in words, for ``config.json``'s ``resolved`` (default: none)."""
+        """What its ``auto`` options chose for ``agent``, in words, for ``config.json``'s ``resolved`` (default:
+        none)."""
         del agent
         return {}
 
-    def action_bonus(self, agent: AgentView, run: RunState, obs: jax.Array, counts: jax.Array | None) -> jax.Array | None:
+    def action_bonus(self, agent: AgentView, run: RunState, obs: jax.Array,
+                     counts: jax.Array | None) -> jax.Array | None:
         """``[E, A]`` added to the action values when acting in ``obs`` (``[E, *obs_shape]``); ``counts`` is
         ``N(s, .)`` (``[E, A]``, when a part of the program uses counts)."""
         del agent, run, obs, counts

@@ -133,7 +133,8 @@ class Dora(Part):
         state, static, network = run.parts[self.name], agent.static, self.network(agent)
         windows, exists = replay.sample_windows(state.buffer, key, static.batch_size, static.n_step + 1)
         lead = windows.action.ndim
-        next_e = jax.nn.sigmoid(agent.apply_flat(network, state.params, agent.path.obs_of(run, windows.next_compact), lead))
+        next_e = jax.nn.sigmoid(agent.apply_flat(network, state.params, agent.path.obs_of(run, windows.next_compact),
+                                                 lead))
         targets, _ = jax.vmap(dora_sarsa_target, in_axes=(0, 0, 0, 0, 0, None))(
             next_e, windows.action, windows.done, windows.terminated, exists, static.dora_gamma
         )

@@ -30,8 +30,8 @@ class Optimism(Part):
     hparams = (
         Option("m", 2.0, "Exponent M of the optimism bonus C/(N+1)^M.", minimum=0.0),
         Option("c_action", 0.0, "C_action: optimism added to Q for action selection (0: act on plain Q).", minimum=0.0),
-        Option("c_bootstrap", 0.0, "C_bootstrap: optimism added to the target's values when bootstrapping (0: plain max).",
-               minimum=0.0),
+        Option("c_bootstrap", 0.0,
+               "C_bootstrap: optimism added to the target's values when bootstrapping (0: plain max).", minimum=0.0),
     )
     uses_counts = True
     shares_program = True

@@ -103,7 +103,8 @@ class Rnd(Part):
     def static_problems(self, static, name):
         if static.rnd_batch <= static.buffer_size:
             return []
-        return [f"{name['rnd_batch']} ({static.rnd_batch}) must not exceed {name['buffer_size']} ({static.buffer_size})"]
+        return [f"{name['rnd_batch']} ({static.rnd_batch}) must not exceed {name['buffer_size']} "
+                f"({static.buffer_size})"]
 
     def networks(self, agent):
         """``(predictor, target)`` for this agent's observations."""

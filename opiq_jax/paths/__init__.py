@@ -86,7 +86,8 @@ class Batch:
     def __getattr__(self, name: str) -> Any:
         lazy = self.__dict__.get("_lazy", {})
         if name not in lazy:
-            raise AttributeError(f"this batch has no {name!r} (its path provides {', '.join(sorted(lazy)) or 'nothing lazy'})")
+            raise AttributeError(f"this batch has no {name!r} "
+                                 f"(its path provides {', '.join(sorted(lazy)) or 'nothing lazy'})")
         value = lazy.pop(name)()
         setattr(self, name, value)
         return value

@@ -103,8 +103,8 @@ class CompactPath(ObservationPath):
 
         def one(env: EnvData, actions: jax.Array, key: jax.Array) -> tuple[EnvData, Outcome]:
             obs, state, reward, terminated, truncated, info = self.env.step(key, env.state, actions[0], env.params)
-            outcome = Outcome(obs=obs[None], reward=reward[None], terminated=terminated[None], truncated=truncated[None],
-                              first=jnp.zeros((1,), bool),
+            outcome = Outcome(obs=obs[None], reward=reward[None], terminated=terminated[None],
+                              truncated=truncated[None], first=jnp.zeros((1,), bool),
                               extra={"next_compact": info["compact"][None], "cell_id": info["cell_id"][None]})
             return env.replace(state=state, obs=obs), outcome
 

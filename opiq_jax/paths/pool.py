@@ -237,7 +237,8 @@ class PoolPath(ObservationPath):
         return runs.replace(memory=memory)
 
     def bonus_obs(self, obs: jax.Array) -> jax.Array:
-        """What bonus networks (RND) read of an observation ``[..., 84, 84, 4]``: the newest frame, ``[..., 84, 84, 1]``."""
+        """What bonus networks (RND) read of an observation ``[..., 84, 84, 4]``: the newest frame,
+        ``[..., 84, 84, 1]``."""
         return obs[..., -1:]
 
     def sample(self, run: Any, key: jax.Array) -> Batch:
@@ -273,7 +274,8 @@ class PoolPath(ObservationPath):
                     reached_obs=lambda: newest_frame(outcome.obs)[:, None, ..., None])
 
     def recent_reached_obs(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
-        """The newest ``count`` frames (an equal share from each ring), ``[count, 84, 84, 1]``, and whether each is stored."""
+        """The newest ``count`` frames (an equal share from each ring), ``[count, 84, 84, 1]``, and whether each is
+        stored."""
         share = max(1, count // self.envs_per_run)
         frames, stored = jax.vmap(frame_replay.newest_frames, in_axes=(0, None))(run.memory, share)
         return frames.reshape((-1,) + self.frame_shape)[..., None], stored.reshape(-1).astype(jnp.float32)

@@ -235,7 +235,7 @@ def probe_overcount(probe: CountProbe, sketch: jax.Array) -> dict[str, jax.Array
     over = jnp.where(owned, read - probe.counts, 0).astype(jnp.float32)
     return {
         "overcount": jnp.where(pairs > 0, jnp.sum(over) / jnp.maximum(pairs, 1), jnp.nan),
-        "false_visits": jnp.where(jnp.sum(untaken) > 0, jnp.sum(untaken & (read > 0)) / jnp.maximum(jnp.sum(untaken), 1),
-                                  jnp.nan),
+        "false_visits": jnp.where(jnp.sum(untaken) > 0,
+                                  jnp.sum(untaken & (read > 0)) / jnp.maximum(jnp.sum(untaken), 1), jnp.nan),
         "codes": jnp.sum(probe.owned).astype(jnp.float32),
     }

@@ -4,8 +4,8 @@
 method is one module of parts plus one line of registration. The settings are one table (``SETTINGS``): the
 paper's best hyperparameters (appendix, "The best hyperparameters we found were") per settings family, ``chain``,
 ``maze`` and ``montezuma`` (a gymnax environment uses the chain's, an Atari game Montezuma's; see
-:mod:`opiq_jax.registry.environments`), then per method. Where the paper gives no best value for a variant the nearest one
-it gives is used, and ``SETTING_NOTES`` says so.
+:mod:`opiq_jax.registry.environments`), then per method. Where the paper gives no best value for a variant the nearest
+one it gives is used, and ``SETTING_NOTES`` says so.
 
 Methods whose parts all share programs (pseudocounts, optimism, or none) train side by side in one
 compiled program, as a vmap over runs; a method with a part of its own (DORA, RND, BSP) compiles into a
@@ -287,7 +287,8 @@ def method_hparams(env: str, method: str, **overrides: float) -> dict[str, float
     options = get_method(method).options()
     unknown = sorted(set(overrides) - set(options))
     if unknown:
-        raise ValueError(f"{method} has no hyperparameter {', '.join(unknown)}; its hyperparameters: {', '.join(options)}")
+        raise ValueError(f"{method} has no hyperparameter {', '.join(unknown)}; "
+                         f"its hyperparameters: {', '.join(options)}")
     for name, value in overrides.items():
         options[name].check(value)
     values = {name: option.default for name, option in options.items()}

@@ -18,7 +18,8 @@ file is written so that no stop loses it is :mod:`opiq_jax.store.files`' busines
 the loop at the next chunk's end with a checkpoint (:class:`Stopped`).
 
 This loop trains one program (an :class:`~opiq_jax.runs.experiment.Experiment`); a mix of methods is one program per
-group (:func:`opiq_jax.running.train_programs.run_methods`), and :mod:`opiq_jax.runs.results_folder` reads such a folder as one experiment.
+group (:func:`opiq_jax.running.train_programs.run_methods`), and :mod:`opiq_jax.runs.results_folder` reads such a
+folder as one experiment.
 
 Every environment goes through the same loop; a pool environment (Montezuma) also starts its pool of
 emulators here, and on resume restarts it with fresh episodes (``PoolPath.restart``).
@@ -124,7 +125,8 @@ def start_pool(experiment: Experiment, resumed_at: int, **pool_overrides):
     the chunk it resumes at, so a resumed run does not replay the first episodes' randomness)."""
     static = experiment.static
     seed = experiment.seed if resumed_at == 0 else experiment.seed + 1_000_003 * resumed_at
-    make, num_envs, devices = environment_spec(static.env).make, len(experiment.runs) * static.envs_per_run, jax.local_devices()
+    make, num_envs, devices = (environment_spec(static.env).make, len(experiment.runs) * static.envs_per_run,
+                               jax.local_devices())
     if len(devices) == 1 or len(experiment.runs) % len(devices):
         return make(static, num_envs, seed, **pool_overrides)
     return pools_per_device(make, static, num_envs, seed, devices, **pool_overrides)
@@ -221,8 +223,9 @@ def run_experiment(experiment: Experiment, out: str | Path, progress: bool = LOO
       background_checkpoints: write the interval's checkpoints of a state with frame rings (a pool environment's)
         while training goes on, one at a time (the last, a stop's and ``max_seconds``' are written at once).
       pool_overrides: options of a pool environment's emulators (EnvPool's, e.g. ``max_episode_steps``).
-    Its device memory is checked by the caller, once, before anything is written (:func:`opiq_jax.running.train_programs.run_methods`,
-    a sweep's batches, the parent of programs in processes of their own: :func:`opiq_jax.runs.memory.check_fits`).
+    Its device memory is checked by the caller, once, before anything is written
+    (:func:`opiq_jax.running.train_programs.run_methods`, a sweep's batches, the parent of programs in processes of
+    their own: :func:`opiq_jax.runs.memory.check_fits`).
     Returns the final training state (None when the folder's metrics show the run finished and it keeps no
     checkpoint: nothing was trained). Raises :class:`Stopped` after SIGINT or SIGTERM (progress checkpointed).
     """
@@ -303,7 +306,8 @@ def _train(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
     if started is None:
         return None
     trainer, state, progress = started
-    step_chunk = compile_chunk(trainer, state, f"{static.env} ({num_runs} runs; parts: {', '.join(static.parts) or 'none'})",
+    step_chunk = compile_chunk(trainer, state,
+                               f"{static.env} ({num_runs} runs; parts: {', '.join(static.parts) or 'none'})",
                                loop.say)
     if signals.signum is not None:  # asked to stop while compiling: nothing new to keep
         raise Stopped(progress.chunk * static.log_every, static.total_steps, signals.signum)
@@ -363,7 +367,8 @@ def _chunks(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop,
             bar.update(static.log_every)
             if stop or peer:
                 bar.close()
-                raise Stopped(chunk * static.log_every, static.total_steps, signals.signum) if stop else PeerFailed(peer)
+                raise (Stopped(chunk * static.log_every, static.total_steps, signals.signum) if stop
+                       else PeerFailed(peer))
             if out_of_time or (loop.stop_after_chunks is not None and done_here >= loop.stop_after_chunks):
                 break
     finally:

@@ -338,8 +338,8 @@ def static_with(env: str, overrides: dict[str, Any]) -> StaticConfig:
     pool_only = [name for name in POOL_ONLY if name in overrides and overrides[name] != STATIC_OPTIONS[name].default]
     if pool_only and environment_spec(env).kind != "pool":  # an environment in the program steps one per run
         raise UsageError(f"{STATIC_OPTIONS[pool_only[0]].label()} applies to environments stepped "
-                         f"through a pool of emulators (montezuma, atari:NAME) only, not to {env} (a folder trained with it "
-                         "before resumes with --config FOLDER --out FOLDER)")
+                         f"through a pool of emulators (montezuma, atari:NAME) only, not to {env} (a folder trained "
+                         "with it before resumes with --config FOLDER --out FOLDER)")
     if overrides.get("count_features", "simhash") != "simhash" and environment_spec(env).kind == "pool":
         raise UsageError(f"{STATIC_OPTIONS['count_features'].label()} applies to the chain, the maze "
                          f"and gymnax environments only: {env} counts its frames' feature, and has no cell ids")

@@ -205,9 +205,9 @@ def start_programs(todo: dict, folders: dict[str, Path], options: dict, signals:
 def run_programs_at_once(todo: dict, out: Path, *, progress: bool = LOOP_DEFAULTS["progress"], say=print,
                          **options) -> None:
     """Trains every program of ``todo`` (the unfinished ones of ``Experiment.programs``) at once, each in a
-    process of its own writing ``out/<program>``; ``options``: :func:`opiq_jax.running.host_loop.run_experiment`'s loop options
-    (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track) and ``plugins``, the modules each process
-    imports first (they register the methods, parts and environments not of the paper). The processes rebuild
+    process of its own writing ``out/<program>``; ``options``: :func:`opiq_jax.running.host_loop.run_experiment`'s
+    loop options (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track) and ``plugins``, the modules each
+    process imports first (they register the methods, parts and environments not of the paper). The processes rebuild
     their programs from ``config.json``.
 
     Raises :class:`Stopped` after SIGINT or SIGTERM (each program checkpointed), :class:`NonFiniteRuns`,

@@ -87,7 +87,8 @@ def read_preset(preset: str | Path | Mapping) -> tuple[str, dict]:
             raise UsageError(f"preset file {path} does not exist")
         return path.stem, read_json(path)
     if str(preset) in preset_names():
-        return str(preset), json.loads(resources.files("opiq_jax.running.presets").joinpath(f"{preset}.json").read_text())
+        return str(preset), json.loads(resources.files("opiq_jax.running.presets").joinpath(f"{preset}.json")
+                                       .read_text())
     raise UsageError(f"unknown preset {str(preset)!r}: use a JSON file or one of {', '.join(preset_names())}")
 
 
@@ -435,9 +436,9 @@ def write_tables(out: Path, ranking: list[dict], metric: str) -> None:
     atomic_write_bytes(out / "settings.csv", table.getvalue().encode())
     lower = metric in LOWER_IS_BETTER
     order = " (the smallest: lower is better for it)" if lower else ""
-    lines = [f"Best setting per method by area under the median {metric} curve{order} (the paper's protocol), with its 95% "
-             "bootstrap interval over seeds. Settings whose interval reaches the best's are tied with it: the seeds "
-             "do not tell them apart.", "",
+    lines = [f"Best setting per method by area under the median {metric} curve{order} (the paper's protocol), with "
+             "its 95% bootstrap interval over seeds. Settings whose interval reaches the best's are tied with it: the "
+             "seeds do not tell them apart.", "",
              f"| method | best setting | area under median {metric} (95% CI) | final median | settings tried | "
              "tied with the best |",
              "|---|---|---|---|---|---|"]

@@ -31,8 +31,8 @@ def run_methods(experiment: Experiment, out: str | Path, programs: str = LOOP_DE
                 keep_states: bool = False, **kwargs) -> dict[str, object]:
     """Runs ``experiment`` (any mix of methods) as one program per group; a single program uses ``out`` itself.
 
-    Each program's memory was checked when the experiment was planned (:func:`opiq_jax.running.plan.check_memory`). Keyword
-    arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call. ``programs``:
+    Each program's memory was checked when the experiment was planned (:func:`opiq_jax.running.plan.check_memory`).
+    Keyword arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call. ``programs``:
     ``sequential`` trains the programs one after another in this process; ``parallel`` trains them at once,
     each in a process of its own (:mod:`opiq_jax.running.processes`; on one GPU under NVIDIA MPS). Returns the
     final state of a single program. Of several trained one after another, each program's state leaves the

@@ -108,7 +108,8 @@ def run_keys_for(experiment: Experiment) -> tuple[jax.Array, jax.Array]:
 
 
 def program_groups(runs: tuple[RunSpec, ...]) -> dict[str, tuple[RunSpec, ...]]:
-    """The runs of each compiled program (:func:`opiq_jax.registry.methods.method_program`), in order of first appearance."""
+    """The runs of each compiled program (:func:`opiq_jax.registry.methods.method_program`), in order of first
+    appearance."""
     groups: dict[str, list[RunSpec]] = {}
     for run in runs:
         groups.setdefault(method_program(run.method), []).append(run)

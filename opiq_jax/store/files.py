@@ -418,7 +418,8 @@ def restore_into(template: Any, arrays: dict[str, np.ndarray], path: Path) -> An
     expected = {jax.tree_util.keystr(p): (tuple(np.shape(x)), jnp.dtype(x.dtype)) for p, x in leaves}
     found = {k: (v.shape, v.dtype) for k, v in arrays.items()}
     if expected != found:
-        missing = sorted(set(expected) - set(found))[:2] or sorted(k for k in expected if expected[k] != found.get(k))[:2]
+        missing = (sorted(set(expected) - set(found))[:2]
+                   or sorted(k for k in expected if expected[k] != found.get(k))[:2])
         raise IncompatibleCheckpoint(
             f"{path} does not fit this experiment's training state (first differences: {', '.join(missing)}): it was "
             "written by another version of opiq-jax; resume it with that version, or move it away to start over")
@@ -709,7 +710,8 @@ class FolderLock:
             self.warn(f"opiq-jax: {self.path.parent} had a lock of {stale}, which no longer runs; taking it over")
         os.lseek(fd, 0, os.SEEK_SET)
         os.ftruncate(fd, 0)
-        os.write(fd, f"process {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        os.write(fd, f"process {os.getpid()} on {socket.gethostname()} since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
         self.fd = fd
         return self
 

@@ -53,7 +53,8 @@ BLOCK_FRAMES = 4_096
 """Frames of one block (about 28 MiB of 84x84 frames), fetched and compressed by one thread: the host holds
 ``writer threads`` blocks at a time, never a segment."""
 COMPRESSION_LEVEL = 1
-"""zlib's fastest level: on Atari frames it already shrinks them many times over (``experiments.bench.segment_writer``)."""
+"""zlib's fastest level: on Atari frames it already shrinks them many times over
+(``experiments.bench.segment_writer``)."""
 
 
 def writer_threads() -> int:
@@ -96,7 +97,8 @@ def slots(start: int, count: int, capacity: int) -> np.ndarray:
     return (start + np.arange(count, dtype=np.int64)) % capacity
 
 
-def written_ranges(before: np.ndarray | None, now: np.ndarray, capacity: int, bound: int) -> tuple[np.ndarray, np.ndarray]:
+def written_ranges(before: np.ndarray | None, now: np.ndarray, capacity: int,
+                   bound: int) -> tuple[np.ndarray, np.ndarray]:
     """Per ring, ``(starts, counts)`` of the slots written since the positions ``before`` (None: since the rings
     were empty) to the positions ``now``, given that at most ``bound`` frames per ring were written in between.
     When ``bound`` reaches the capacity the positions cannot tell, and the whole ring is taken (oldest first)."""
@@ -106,7 +108,8 @@ def written_ranges(before: np.ndarray | None, now: np.ndarray, capacity: int, bo
     return before % capacity, (now - before) % capacity
 
 
-def segment_blocks(frames: jax.Array, starts: np.ndarray, counts: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
+def segment_blocks(frames: jax.Array, starts: np.ndarray,
+                   counts: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
     """The blocks of a segment in file order: per ring (its index in the leading axes), up to :data:`BLOCK_FRAMES`
     of its slots."""
     lead, capacity = frames.shape[:-3], frames.shape[-3]
@@ -153,7 +156,8 @@ def segment_head(frames: jax.Array, starts: np.ndarray, counts: np.ndarray) -> b
     return COMPRESSED_MAGIC + struct.pack("<Q", len(header)) + header
 
 
-def segment_stream(head: bytes, fetchers: list[Callable[[], np.ndarray]], threads: int | None = None) -> Iterator[bytes]:
+def segment_stream(head: bytes, fetchers: list[Callable[[], np.ndarray]],
+                   threads: int | None = None) -> Iterator[bytes]:
     """A segment file as a stream: its head, each block compressed (``threads`` fetch and compress them,
     :func:`writer_threads` by default, at most that many blocks ahead of the one written), then the SHA-256 of
     all that comes before."""
@@ -294,7 +298,8 @@ class FrameRings:
                 yield piece
 
         (folder / SEGMENTS_FOLDER).mkdir(exist_ok=True)
-        write_chunks(folder / SEGMENTS_FOLDER / pending.name, remembering(segment_stream(pending.head, pending.fetchers)))
+        write_chunks(folder / SEGMENTS_FOLDER / pending.name,
+                     remembering(segment_stream(pending.head, pending.fetchers)))
         segment = Segment(pending.name, pending.starts.tolist(), pending.counts.tolist(), last["piece"].hex())
         self.segments = still_needed([*self.segments, segment], pending.capacity)
         return {"segments": [s.to_json() for s in self.segments]}

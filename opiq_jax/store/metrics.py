@@ -140,7 +140,8 @@ def repair_behind_ledger(path: Path, ledger: MetricsLedger) -> str | None:
     kept = aside(path, "changed") if path.exists() else None
     atomic_write_bytes(path, zlib.decompress(ledger.copy()))
     return (f"opiq-jax: {path} was {'changed' if kept else 'deleted'} while the run went on: put back its "
-            f"{ledger.rows:,} rows from this run's copy" + (f" (the file found is kept as {kept.name})" if kept else ""))
+            f"{ledger.rows:,} rows from this run's copy"
+            + (f" (the file found is kept as {kept.name})" if kept else ""))
 
 
 # ------------------------------------------------------------------------------------ resuming
