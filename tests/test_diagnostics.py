@@ -25,8 +25,10 @@ HP = {"m": 2.0, "c_action": 0.1, "c_bootstrap": 0.01, "beta": 0.01, "beta_mmc": 
 
 
 def pool_trainer(**overrides):
+    # flax's draw, so that a bonus read at the greedy action instead of the chosen one shows: under the authors'
+    # draw (Montezuma's default) the two bonuses agreed at every step of this chunk and that mistake went unseen
     static = static_for_env("montezuma", total_steps=STEPS, log_every=STEPS, buffer_size=128, train_every=4,
-                            target_update=32, sketch_width=512, network="mlp", hidden=(16,),
+                            target_update=32, sketch_width=512, network="mlp", hidden=(16,), network_init="flax",
                             parts=program_parts(["opiq"]), **{"batch_size": 64, **overrides})
     pool = FakePool(1, max_episode_steps=20, reward=5.0)
     return make_train(static, pool), pool
