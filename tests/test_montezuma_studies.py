@@ -27,13 +27,18 @@ def cell(folder, peaks_by_seed, last_step, network_init, rooms):
     (folder / "run_info.json").write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "env_steps_per_second": 1}))
 
 
-def test_cells_are_compared_where_all_runs_are_and_where_the_longer_ones_are(tmp_path):
+def test_cells_are_compared_where_all_runs_are_and_where_the_longer_ones_are(tmp_path, capsys):
     folder = tmp_path / "cells, ✓"
     cell(folder / "authors", [5.0, 6.0], 200, "pytorch", rooms=[5, 6])
     cell(folder / "flax", [500.0, 10.0], 200, "flax", rooms=[2, 3])
     cell(folder / "short", [1.0, 2.0], 100, "flax-short", rooms=[1, 1])
+    # a program of two methods timed beside the cells (seed 0 of each): no cell, whose seeds would mix the methods
+    write_folder(folder / "timed", [tidy_row(run, method, 0, 100, "loss", 0.01)
+                                    for run, method in enumerate(("opiq", "dqn_pc"))])
     compare([str(folder)])
+    assert "timed: not a cell (its runs train several methods), left out" in capsys.readouterr().out
     summary = (folder / "summary.md").read_text(encoding="utf-8")
+    assert "| timed |" not in summary
     at_all, at_longer = summary.split("At step 100 (the last every run reached)")[1].split(
         "At step 200 (the settings whose runs all reached it)")
     assert "flax-short init" in at_all and "flax-short init" not in at_longer

@@ -67,6 +67,13 @@ def cell_setting(folder: Path) -> str:
             f"{static.get('network_init', 'flax')} init")
 
 
+def one_method(folder: Path) -> bool:
+    """Whether ``folder``'s runs all train one method, as a cell's do: its series are keyed by seed, which the runs of
+    several methods would share (a program of several methods, timed beside the cells, is no cell)."""
+    runs = json.loads((folder / "config.json").read_text())["runs"]
+    return len({run["method"] for run in runs}) == 1
+
+
 def base_seed(folder: Path) -> int:
     """The cell's base seed (``--seed``): runs 0 and 1 under base seed 1 are other runs than under base seed 0."""
     return int(json.loads((folder / "config.json").read_text())["seed"])
@@ -85,12 +92,17 @@ def runs_by_setting(cells: dict[str, Path]) -> dict[str, list[dict[str, tuple[np
     return runs
 
 
+def reached(group: list[dict]) -> int:
+    """The last step every run of ``group`` reached."""
+    return min(int(m["loss"][0][-1]) for m in group)
+
+
 def comparison_steps(runs: dict[str, list[dict]]) -> list[int]:
     """The last step every run reached, then the last step that every run of at least two settings reached."""
-    reached = {setting: min(int(m["loss"][0][-1]) for m in group) for setting, group in runs.items()}
-    common = min(reached.values())
-    further = sorted({step for step in reached.values() if step > common
-                      and sum(r >= step for r in reached.values()) >= 2})
+    reached_by = {setting: reached(group) for setting, group in runs.items()}
+    common = min(reached_by.values())
+    further = sorted({step for step in reached_by.values() if step > common
+                      and sum(r >= step for r in reached_by.values()) >= 2})
     return [common, *further[-1:]]
 
 
@@ -100,18 +112,18 @@ def setting_rows(runs: dict[str, list[dict]], at: int, where: str) -> list[str]:
     return, Fisher's exact test of the runs out of bounds, and the exact Mann-Whitney test of the peaks."""
     from scipy.stats import fisher_exact, mannwhitneyu
 
-    runs = {s: group for s, group in runs.items() if min(int(m["loss"][0][-1]) for m in group) >= at}
+    runs = {s: group for s, group in runs.items() if reached(group) >= at}
     scores = {setting: {metric: np.array([last_value(*m[metric], at) for m in group])
                         for metric in ("rooms_visited", "max_return")} for setting, group in runs.items()}
     peaks = {setting: np.array([float(np.nanmax(m["q_abs_max"][1][m["q_abs_max"][0] <= at])) for m in group])
              for setting, group in runs.items()}
+    out = {setting: int((p > BOUND).sum()) for setting, p in peaks.items()}
     first = next(iter(scores))
 
     def against_first(setting: str) -> str:
         if setting == first:
             return ""
-        out, out_first = int((peaks[setting] > BOUND).sum()), int((peaks[first] > BOUND).sum())
-        table = [[out, len(peaks[setting]) - out], [out_first, len(peaks[first]) - out_first]]
+        table = [[out[setting], len(peaks[setting]) - out[setting]], [out[first], len(peaks[first]) - out[first]]]
         tests = [permutation_p(scores[setting][k], scores[first][k]) for k in ("rooms_visited", "max_return")]
         tests += [fisher_exact(table)[1], mannwhitneyu(peaks[setting], peaks[first], method="exact").pvalue]
         return " / ".join(f"{p:.2f}" for p in tests)
@@ -124,7 +136,7 @@ def setting_rows(runs: dict[str, list[dict]], at: int, where: str) -> list[str]:
         lines.append(f"| {setting} | {len(peaks[setting])} | {', '.join(f'{v:.0f}' for v in s['rooms_visited'])} "
                      f"({np.median(s['rooms_visited']):g}) | {', '.join(f'{v:.0f}' for v in s['max_return'])} "
                      f"({np.median(s['max_return']):g}) | {', '.join(f'{v:.3g}' for v in peaks[setting])} | "
-                     f"{int((peaks[setting] > BOUND).sum())} of {len(peaks[setting])} | {against_first(setting)} |")
+                     f"{out[setting]} of {len(peaks[setting])} | {against_first(setting)} |")
     return lines
 
 
@@ -200,9 +212,12 @@ def main(argv: list[str] | None = None) -> None:
     if missing := [str(p) for p in (args.folder, *args.reference) if not p.is_dir()]:
         raise SystemExit(f"no such folder: {', '.join(missing)}")
     cells = {os.path.relpath(p, args.folder): p for p in args.reference}
-    cells |= {p.name: p for p in sorted(args.folder.iterdir()) if (p / "metrics.csv").exists()}
+    found = [p for p in sorted(args.folder.iterdir()) if (p / "metrics.csv").exists()]
+    for other in [p for p in found if not one_method(p)]:
+        print(f"{other.name}: not a cell (its runs train several methods), left out")
+    cells |= {p.name: p for p in found if one_method(p)}
     if len(cells) == len(args.reference):
-        raise SystemExit(f"{args.folder} holds no cell (a subfolder with metrics.csv)")
+        raise SystemExit(f"{args.folder} holds no cell (a subfolder with metrics.csv, its runs of one method)")
     runs = runs_by_setting(cells)
     steps = comparison_steps(runs)
     wheres = ["the last every run reached", "the settings whose runs all reached it"]
