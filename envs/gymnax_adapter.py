@@ -306,8 +306,8 @@ class GymnaxAdapter(CompactEnvironment):
             obs, env_state, reward, terminated, truncated, info = self.env.step(key, state.env_state, action, params)
             final = info["final_observation"]
         else:
-            final, env_state, reward, terminated, truncated, info = self._step_then_reset(key, state, action, params)
-            obs = jax.tree.map(lambda r, s: jax.lax.select(terminated | truncated, r, s), info.pop("reset_obs"), final)
+            obs, final, env_state, reward, terminated, truncated, info = self._step_then_reset(key, state, action,
+                                                                                                params)
         final, compact = self.flatten(final), self.flatten(obs)
         info = {**info, "compact": final, "cell_id": self.cell_id(final)}
         return (
@@ -320,8 +320,9 @@ class GymnaxAdapter(CompactEnvironment):
         )
 
     def _step_then_reset(self, key: jax.Array, state: AdapterState, action: jax.Array, params):
-        """An environment that does not reset on its own: its step, then its reset where the episode ended (the
-        reset's observation in ``info["reset_obs"]``)."""
+        """An environment that does not reset on its own: its step, then its reset where the episode ended. Returns
+        the observation and state after any reset, the step's own observation (before it), then reward, terminated,
+        truncated and info."""
         key_step, key_reset = jax.random.split(key)
         out = self.env.step(key_step, state.env_state, action, params)
         if self.step_values == 5:
@@ -331,8 +332,12 @@ class GymnaxAdapter(CompactEnvironment):
             obs, env_state, reward, terminated, truncated, info = out
         terminated, truncated = jnp.asarray(terminated, bool), jnp.asarray(truncated, bool)
         obs_re, state_re = self.env.reset(key_reset, params)
-        env_state = jax.tree.map(lambda r, s: jax.lax.select(terminated | truncated, r, s), state_re, env_state)
-        return obs, env_state, reward, terminated, truncated, {**info, "reset_obs": obs_re}
+
+        def after_reset(reset, stepped):
+            return jax.tree.map(lambda r, s: jax.lax.select(terminated | truncated, r, s), reset, stepped)
+
+        return (after_reset(obs_re, obs), obs, after_reset(state_re, env_state), reward, terminated, truncated,
+                info)
 
     def step_env(self, key, state, action, params):
         raise TypeError("GymnaxAdapter has no step_env: call step, which runs the wrapped environment's own step")

@@ -282,19 +282,21 @@ def train_here(args: Any, process: tuple[int, int] | None, should_stop=None) -> 
         if not finished_training(out):
             raise
         interrupted_after_training(out, "after training")
-    with EndingAtOnce(after_training(out, "after training")):
+    message = after_training(out, "after training")
+    with EndingAtOnce(message):
         try:
             say_how_far(results, args.max_minutes, time.time() - started)
             headline = ("test_return" if any(r["metric"] == "test_return" for r in results.metrics[:50])
                         else "train_return")
             print(results.summary(headline))
         except KeyboardInterrupt:  # the training is saved; only its table and figures are missing
-            interrupted_after_training(out, "after training")
-    with EndingAtOnce(after_training(out, "while drawing the figures")):
+            fail(message, 130)
+    message = after_training(out, "while drawing the figures")
+    with EndingAtOnce(message):
         try:
             figures = results.plot() if args.plot else []
         except KeyboardInterrupt:  # the training is saved; only the figures not yet renamed into place are missing
-            interrupted_after_training(out, "while drawing the figures")
+            fail(message, 130)
     say_where(out, figures, results.programs(), args.plugin)
     return out, results.nonfinite_runs()
 
@@ -325,6 +327,7 @@ def interrupted_after_training(out: Path, when: str) -> None:
 
 
 def after_training(out: Path, when: str) -> str:
+    """The line of a Ctrl-C after training (``when``), saying what is kept and how to draw the figures."""
     return (f"interrupted {when}; the training is saved in {shell_path(out)}: draw its figures with opiq-jax plot "
             f"{shell_path(out)}")
 
