@@ -11,14 +11,14 @@ from tests.results_folders import tidy_row, write_folder
 DIAGNOSTICS = ("loss", "td_error_max", "sketch_overcount", "unknown_return_share")
 
 
-def cell(folder, peaks_by_seed, last_step, network_init, rooms):
-    """A cell of OPIQ runs logged every 100 steps to ``last_step``, each seed's |Q| at its peak throughout."""
+def cell(folder, peaks_by_seed, last_step, network_init, rooms, method="opiq"):
+    """A cell of ``method``'s runs logged every 100 steps to ``last_step``, each seed's |Q| at its peak throughout."""
     rows = []
     for seed, peak in enumerate(peaks_by_seed):
         for step in range(100, last_step + 1, 100):
             values = dict.fromkeys(DIAGNOSTICS, 0.01) | dict(q_abs_max=peak, rooms_visited=rooms[seed],
                                                              max_return=100 * rooms[seed])
-            rows += [tidy_row(seed, "opiq", seed, step, metric, value) for metric, value in values.items()]
+            rows += [tidy_row(seed, method, seed, step, metric, value) for metric, value in values.items()]
     write_folder(folder, rows, precision="float32", envs_per_run=8, network_init=network_init)
     config = json.loads((folder / "config.json").read_text())
     for run in config["runs"]:
@@ -32,6 +32,8 @@ def test_cells_are_compared_where_all_runs_are_and_where_the_longer_ones_are(tmp
     cell(folder / "authors", [5.0, 6.0], 200, "pytorch", rooms=[5, 6])
     cell(folder / "flax", [500.0, 10.0], 200, "flax", rooms=[2, 3])
     cell(folder / "short", [1.0, 2.0], 100, "flax-short", rooms=[1, 1])
+    # another method, listed first: its runs are no reference for OPIQ's settings
+    cell(folder / "a-baseline", [1.0, 2.0, 3.0], 200, "pytorch", rooms=[1, 1, 1], method="dqn_pc")
     # a program of two methods timed beside the cells (seed 0 of each): no cell, whose seeds would mix the methods
     write_folder(folder / "timed", [tidy_row(run, method, 0, 100, "loss", 0.01)
                                     for run, method in enumerate(("opiq", "dqn_pc"))])
@@ -49,6 +51,8 @@ def test_cells_are_compared_where_all_runs_are_and_where_the_longer_ones_are(tmp
     # against the first setting (the authors'): rooms, returns and peaks each split 2 against 2 with no overlap, the
     # most extreme 2 of the 6 splits (p = 0.33); 1 of 2 out against 0 of 2 by Fisher's exact test (p = 1)
     assert flax.rstrip().endswith("| 0.33 / 0.33 / 1.00 / 0.33 |")
+    [baseline] = [line for line in at_longer.splitlines() if line.startswith("| DQN + PC")]
+    assert baseline.rstrip().endswith("| 0 of 3 |  |")
     assert (folder / "divergence.png").stat().st_size > 0
 
 

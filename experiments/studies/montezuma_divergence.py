@@ -67,6 +67,11 @@ def cell_setting(folder: Path) -> str:
             f"{static.get('network_init', 'flax')} init")
 
 
+def method_of(setting: str) -> str:
+    """The method's name that :func:`cell_setting` puts first."""
+    return setting.split(", ", 1)[0]
+
+
 def one_method(folder: Path) -> bool:
     """Whether ``folder``'s runs all train one method, as a cell's do: its series are keyed by seed, which the runs of
     several methods would share (a program of several methods, timed beside the cells, is no cell)."""
@@ -108,8 +113,9 @@ def comparison_steps(runs: dict[str, list[dict]]) -> list[int]:
 
 def setting_rows(runs: dict[str, list[dict]], at: int, where: str) -> list[str]:
     """The settings whose runs all reached ``at``, compared there: per-run rooms, maximum return and peak |Q| up to
-    that step, the runs out of bounds, and p-values against the first setting: the permutation test of rooms and of
-    return, Fisher's exact test of the runs out of bounds, and the exact Mann-Whitney test of the peaks."""
+    that step, the runs out of bounds, and p-values against the first setting of the same method (a method against
+    another would mix the method with the setting): the permutation test of rooms and of return, Fisher's exact test
+    of the runs out of bounds, and the exact Mann-Whitney test of the peaks."""
     from scipy.stats import fisher_exact, mannwhitneyu
 
     runs = {s: group for s, group in runs.items() if reached(group) >= at}
@@ -118,9 +124,12 @@ def setting_rows(runs: dict[str, list[dict]], at: int, where: str) -> list[str]:
     peaks = {setting: np.array([float(np.nanmax(m["q_abs_max"][1][m["q_abs_max"][0] <= at])) for m in group])
              for setting, group in runs.items()}
     out = {setting: int((p > BOUND).sum()) for setting, p in peaks.items()}
-    first = next(iter(scores))
+    firsts = {}
+    for setting in scores:
+        firsts.setdefault(method_of(setting), setting)
 
     def against_first(setting: str) -> str:
+        first = firsts[method_of(setting)]
         if setting == first:
             return ""
         table = [[out[setting], len(peaks[setting]) - out[setting]], [out[first], len(peaks[first]) - out[first]]]
@@ -129,8 +138,8 @@ def setting_rows(runs: dict[str, list[dict]], at: int, where: str) -> list[str]:
         return " / ".join(f"{p:.2f}" for p in tests)
 
     lines = [f"At step {at:,} ({where}):", "",
-             f"| setting | runs | rooms per run (median) | max return per run (median) | peak \\|Q\\| per run | "
-             f"out of bounds | p against {first} (rooms / return / out of bounds / peaks) |",
+             "| setting | runs | rooms per run (median) | max return per run (median) | peak \\|Q\\| per run | "
+             "out of bounds | p against the method's first setting (rooms / return / out of bounds / peaks) |",
              "|---|---|---|---|---|---|---|"]
     for setting, s in scores.items():
         lines.append(f"| {setting} | {len(peaks[setting])} | {', '.join(f'{v:.0f}' for v in s['rooms_visited'])} "
