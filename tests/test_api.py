@@ -112,7 +112,7 @@ STRUCTURAL = dict(
     sketch_width=1024, shared_action_mask=True, grad_clip=1.0, rms_decay=0.95, rms_eps=1e-6, bsp_heads=5,
     rnd_outputs=64, rnd_batch=16, dora_buffer_factor=2, dora_gamma=0.9, precision="bfloat16", maze_torso="xla",
     target_values="network", envs_per_run=2, overlap=False, env_kwargs=(("size", 8),), weight_storage="packed",
-    mlp_backward="pallas", prior_values="table", mmc_unfinished="n_step", head_init_scale=0.5, network_init="pytorch",
+    mlp_backward="pallas", prior_values="table", mmc_unfinished="n_step", head_init_scale=0.5, network_init="flax",
 )
 # Options valid only beside another's non-default value: that value is set with them.
 NEEDS = {"weight_storage": {"precision": "bfloat16"},

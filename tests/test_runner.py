@@ -257,6 +257,22 @@ def test_a_config_written_before_a_static_field_existed_still_matches():
     assert not same_experiment(config, other.to_json())
 
 
+def test_a_config_written_before_network_init_existed_trained_with_flaxs_draw(tmp_path):
+    """Every network was drawn as flax draws it until ``--network-init`` came: such a folder re-runs that way, and a
+    resume under today's default (the authors' draw) is another experiment."""
+    from opiq_jax.running.plan import experiment_from_configs
+    from opiq_jax.runs.results_folder import same_experiment
+
+    config = json.loads(json.dumps(EXPERIMENT.to_json()))
+    older = {**config, "static": {k: v for k, v in config["static"].items() if k != "network_init"}}
+    assert EXPERIMENT.static.network_init == "pytorch"
+    assert not same_experiment(older, EXPERIMENT.to_json())
+    drawn_as_flax = Experiment(dataclasses.replace(STATIC, network_init="flax"), EXPERIMENT.runs)
+    assert same_experiment(older, drawn_as_flax.to_json())
+    (tmp_path / "config.json").write_text(json.dumps(older))
+    assert experiment_from_configs(tmp_path).static.network_init == "flax"
+
+
 ODD_LABELS = ("m=2,c_action=10", 'say "hi", then, go', "β=0.1 ✓ 日本")
 
 

@@ -185,10 +185,11 @@ class StaticConfig:
                                maximum=1 << 30)  # hashed into 32-bit columns; 2**30 of them are 4 GiB a row already
     shared_action_mask: bool = option(False, "One action randomisation shared by all runs (the reference code) "
                                       "instead of one per run (the paper).")
-    network_init: str = option("flax", "How every network's weights and biases are first drawn: flax (LeCun normal "
-                               "weights, zero biases) or pytorch (uniform in ±1/sqrt(fan_in), weights and biases: "
-                               "PyTorch's default, which the authors' networks keep). Default: pytorch on Montezuma "
-                               "and Atari games, flax elsewhere.", choices=("flax", "pytorch"))
+    network_init: str = option("pytorch", "How every network's weights and biases are first drawn: pytorch "
+                               "(uniform in ±1/sqrt(fan_in), weights and biases: PyTorch's default, which the "
+                               "authors' networks keep) or flax (LeCun normal weights, zero biases: flax's "
+                               "default, and this project's on the chain and the maze until 2026-12-06).",
+                               choices=("flax", "pytorch"))
     head_init_scale: float = option(1.0, "Factor on the Q-network's initial output-layer weights (1: as "
                                     "--network-init draws them). A smaller factor starts Q nearer 0, whatever the "
                                     "scale of the rewards.", minimum=0.0, open_minimum=True)
@@ -297,6 +298,17 @@ def _declared_fields(config: type) -> dict[str, Option]:
 
 
 STATIC_OPTIONS: dict[str, Option] = _declared_fields(StaticConfig)
+
+VALUE_BEFORE_DECLARED: dict[str, Any] = {"network_init": "flax"}
+"""What a static field was, where it differs from today's default, in a ``config.json`` written before the field
+existed: such a file's runs trained that way, so a re-run or a resume of it must too. Every network was drawn as
+flax draws it until ``--network-init`` came."""
+
+
+def saved_defaults() -> dict[str, Any]:
+    """The value of each static field that a saved ``config.json`` lacks: :data:`VALUE_BEFORE_DECLARED`'s where it
+    names one, else the default."""
+    return {**StaticConfig().to_dict(), **VALUE_BEFORE_DECLARED}
 """Every static option by name: :class:`StaticConfig`'s fields, then the registered parts' own (which
 :func:`register_static_options` adds), so the command line, the API and the checks take them alike."""
 

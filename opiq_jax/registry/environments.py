@@ -298,15 +298,15 @@ register_environment(EnvironmentSpec(
     defaults=MAZE_DEFAULTS, hparams=MAZE_EXPLORATION, settings="maze",
     label=lambda static: f"maze {MAZE_SIZE}x{MAZE_SIZE}",
 ))
-# The paper's learning rate (5e-4, the default of every environment) and the authors' initialisation (their
-# networks keep PyTorch's default draw). Measured at 5e-4 to 2M steps (docs/results/montezuma-defaults): with the
+# The paper's learning rate (5e-4) and the authors' initialisation (their networks keep PyTorch's default draw),
+# as every environment has by default. Measured at 5e-4 to 2M steps (docs/results/montezuma-defaults): with the
 # authors' initialisation no OPIQ run's |Q| passed the largest return the clipped rewards allow (0 of 4), with flax's
 # 1 of 4 did (3 of 8 with the 32-environment runs of docs/results/montezuma-divergence); too few runs to call either
 # safer (Fisher p = 0.49), so both follow the paper.
 register_environment(EnvironmentSpec(
     "montezuma", "Montezuma's Revenge through EnvPool (pip install -e '.[atari]')", _make_montezuma,
     defaults=dict(network="nature", total_steps=12_500_000, log_every=50_000, buffer_size=1_000_000, batch_size=32,
-                  n_step=3, train_every=4, target_update=8_000, rnd_outputs=512, network_init="pytorch"),
+                  n_step=3, train_every=4, target_update=8_000, rnd_outputs=512),
     hparams=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=1_000_000.0),
     settings="montezuma",
     kind="pool", frames=dataclasses.replace(ATARI_FRAMES, num_rooms=NUM_ROOMS),

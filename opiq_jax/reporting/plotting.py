@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.config import StaticConfig
+from ..common.config import StaticConfig, saved_defaults
 from ..common.errors import UsageError
 from ..registry.environments import environment_label, environment_spec
 from ..registry.methods import METHODS, program_name
@@ -394,8 +394,8 @@ def steps_reached(rows: list[dict]) -> tuple[int, int]:
 
 def _experiment_identity(config: dict) -> str:
     """What must agree for folders to be one experiment: everything but the runs and the program's parts.
-    Static fields missing from an older config count as their defaults (as the runner's resume check does)."""
-    static = {**json.loads(json.dumps(StaticConfig().to_dict())), **config.get("static", {})}
+    Static fields missing from an older config count as they were then (as the runner's resume check does)."""
+    static = {**json.loads(json.dumps(saved_defaults())), **config.get("static", {})}
     static.pop("parts", None)
     for name in getattr(older_layout(config), "per_program", ()):  # an older layout's programs set these apart
         static.pop(name, None)

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..common.config import RUNNER_SET, STATIC_OPTIONS, Option, StaticConfig, hparam_options, static_option
+from ..common.config import (RUNNER_SET, STATIC_OPTIONS, VALUE_BEFORE_DECLARED, Option, StaticConfig, hparam_options,
+                             static_option)
 from ..common.errors import ResultsError, UsageError, message_of, option_name
 from ..parts import PARTS, get_part
 from ..registry.environments import (
@@ -392,7 +393,7 @@ def saved_static(static: Mapping[str, Any]) -> StaticConfig:
     """A saved ``static`` section through the command line's checks: each value against its declaration, then the
     relations between them; a :class:`UsageError` naming the field as the file does."""
     values = {}
-    for name, value in static.items():
+    for name, value in {**VALUE_BEFORE_DECLARED, **static}.items():  # an older file trained as the code was then
         if name == "parts" or name not in STATIC_OPTIONS:  # the parts come from the methods
             continue
         values[name] = value if name == "env" else checked_static(STATIC_OPTIONS[name], value,

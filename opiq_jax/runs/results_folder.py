@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ..common.config import StaticConfig
+from ..common.config import saved_defaults
 from ..common.errors import ResultsError
 from ..store.files import CHECKPOINT_FILE, CONFIG_FILE, checkpoint_chunk, is_scratch, read_json
 from ..store.metrics import read_metric_dicts
@@ -73,10 +73,10 @@ def program_finished(folder: Path) -> bool:
 
 
 def same_experiment(saved: dict, config: dict) -> bool:
-    """Whether a saved ``config.json`` describes ``config``; static fields added since it was written
-    (absent from it) count as their defaults, and neither where its plugins live nor what ``auto`` resolved to
-    (``resolved``: a run resumed on another device may resolve it otherwise) matters."""
-    defaults = StaticConfig().to_dict()
+    """Whether a saved ``config.json`` describes ``config``; static fields added since it was written (absent from
+    it) count as they were before (:func:`saved_defaults`), and neither where its plugins live nor what ``auto``
+    resolved to (``resolved``: a run resumed on another device may resolve it otherwise) matters."""
+    defaults = saved_defaults()
     static = {k: v for k, v in config["static"].items()
               if k in saved.get("static", {}) or json.loads(json.dumps(v)) != json.loads(json.dumps(defaults.get(k)))}
     def unplugged(c: dict) -> dict:  # where plugins live, and what auto resolved to on a device, may differ
