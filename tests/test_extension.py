@@ -232,7 +232,7 @@ class Distill(Part):
 
     def update(self, agent, run, batch, key):
         state = run.parts[self.name]
-        obs, stored = agent.path.recent_reached_obs(run, agent.static.batch_size)
+        obs, stored = agent.replay.recent(run, agent.static.batch_size)
         grads = jax.grad(lambda p: jnp.sum(self.error(agent, state, p, obs, 1) * stored))(state.params)
         params, opt_state = agent.sgd_step(state.params, state.opt_state, grads, run.hparams["lr"])
         return state.replace(params=params, opt_state=opt_state)

@@ -155,7 +155,7 @@ def test_a_checkpoint_with_its_rings_inline_loads_and_the_next_writes_them_whole
     """As older versions wrote them: the whole state in checkpoint.msgpack."""
     exp = experiment()
     with monkeypatch.context() as patch:
-        patch.setattr("opiq_jax.paths.pool.PoolPath.rings_apart", None)
+        patch.setattr("opiq_jax.paths.pool.FrameRingReplay.rings_apart", None)
         run_experiment(exp, tmp_path, progress=False, checkpoint_seconds=0, stop_after_chunks=4)
     assert not (tmp_path / SEGMENTS_FOLDER).exists()
     assert all("segments" not in leaf for leaf in checkpoint_header(tmp_path / CHECKPOINT_FILE)["leaves"])

@@ -208,24 +208,34 @@ def test_the_opiq_jax_command_enters_through_the_launcher_which_refuses_half_a_h
                                     "none of them, where the cluster is detected)")
 
 
-def test_the_trainer_and_the_parts_read_the_path_through_its_declared_contract():
-    """Both paths implement every method of ``ObservationPath``; what the trainer and the parts read of a path is
-    declared there (capabilities included: never probed with getattr), and the trainer never types it ``Any``."""
+def test_the_trainer_and_the_parts_read_the_path_and_the_replay_through_their_declared_contracts():
+    """Both paths implement every method of ``ObservationPath`` and both replays every method of ``Replay``; what the
+    trainer and the parts read of either is declared there (capabilities included: never probed with getattr),
+    the trainer never types them ``Any``, and no part reads a replay item's field by name."""
     import re
 
-    from opiq_jax.paths import ObservationPath
-    from opiq_jax.paths.compact import CompactPath
-    from opiq_jax.paths.pool import PoolPath
+    from opiq_jax.paths import ObservationPath, Replay
+    from opiq_jax.paths.compact import CompactPath, CompactReplay
+    from opiq_jax.paths.pool import FrameRingReplay, PoolPath
 
     for path in (CompactPath, PoolPath):
         assert issubclass(path, ObservationPath) and not path.__abstractmethods__, path
+    for replay in (CompactReplay, FrameRingReplay):
+        assert issubclass(replay, Replay) and not replay.__abstractmethods__, replay
     readers = [ROOT / "opiq_jax" / "agent" / "trainer.py", *sorted((ROOT / "opiq_jax" / "parts").glob("*.py"))]
     sources = {p.name: p.read_text() for p in readers}
-    read = {name for text in sources.values() for name in re.findall(r"\bpath\.([a-z_]+)", text)}
-    declared = {*dir(ObservationPath), *ObservationPath.__annotations__}
-    assert len(read) > 20 and read <= declared, sorted(read - declared)
-    assert not re.search(r"getattr\((agent\.|self\.)?path\b", "".join(sources.values()))
-    assert not re.search(r"path: Any\b", sources["trainer.py"])
+    # the replay as the agent holds it (``pieces.replay``, the ring's functions, is a module of the same name)
+    for name, reader, contract, least in (("path", r"\bpath", ObservationPath, 20),
+                                          ("replay", r"\b(?:agent|self|path)\.replay", Replay, 6)):
+        read = {field for text in sources.values() for field in re.findall(reader + r"\.([a-z_]+)", text)}
+        declared = {*dir(contract), *contract.__annotations__}
+        assert len(read) >= least and read <= declared, (name, sorted(read - declared))
+        assert not re.search(rf"getattr\((agent\.|self\.)?{name}\b", "".join(sources.values()))
+        assert not re.search(rf"{name}: Any\b", sources["trainer.py"])
+    # the compact replay's Transition fields (not flax's ``nn.compact``, nor the module ``paths.compact``): the parts
+    # see Steps instead
+    item_field = r"(?<!nn)(?<!paths)\.((?:next_)?compact)\b"
+    assert not [(n, f) for n, text in sources.items() for f in re.findall(item_field, text)]
 
 
 def test_experiments_use_the_public_api_or_say_in_one_line_why_they_reach_inside():

@@ -12,7 +12,7 @@
 
 The agent is DQN with the exploration parts of ``static.parts`` (:mod:`opiq_jax.parts`), called at
 fixed places; nothing here names a method. What differs between environments (how they are stepped,
-what the replay stores, what is counted) is the observation path's (:mod:`opiq_jax.paths`).
+what is counted) is the observation path's, and what the replay stores is its replay's (:mod:`opiq_jax.paths`).
 
 Order within one environment step: choose the action with the counts as they are, step the
 environment, increment ``N(s_t, a_t)``, store the transition, then train (a pool path may overlap
@@ -159,14 +159,16 @@ def make_path(static: StaticConfig, env: Any = None) -> ObservationPath:
 
 
 class Agent:
-    """What the trainer's functions and the exploration parts share: configuration, networks, optimiser, path."""
+    """What the trainer's functions and the exploration parts share: configuration, networks, optimiser, path and
+    its replay."""
 
     def __init__(self, static: StaticConfig, path: ObservationPath):
-        self.static, self.path = static, path
+        self.static, self.path, self.replay = static, path, path.replay
         self.parts = tuple(get_part(name) for name in static.parts)
         for part in self.parts:
-            if path.kind not in part.paths:
-                raise ValueError(f"the part {part.name} does not work with {static.env} ({path.kind} environments)")
+            if part.keeps_steps and not path.replay.keeps_steps:
+                raise ValueError(f"the part {part.name} keeps replay steps of its own, which {static.env}'s replay "
+                                 "does not keep whole")
         self.num_actions, self.envs_per_run = path.num_actions, path.envs_per_run
         heads = [part.heads(static) for part in self.parts if part.heads(static) > 1]
         if len(heads) > 1:
@@ -329,12 +331,12 @@ def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, 
     head = jax.random.randint(agent.init_key(run_key, "head"), (agent.envs_per_run,), 0, agent.num_heads)
     run = RunState(
         key=k_loop, hparams=hp, params=None, target_params=None, opt_state=None, env=env,
-        memory=path.init_memory(env, start), counts=run_counts, stats=stats, active_head=head, parts={},
+        memory=agent.replay.init(env, start), counts=run_counts, stats=stats, active_head=head, parts={},
     )
     run = with_initial_weights(agent, run, params, agent.init_key(run_key, "packing"))
     # traced for every program on a cell-table path; XLA drops it where no part's init reads it
     cell_obs = path.cell_table_obs(run) if path.has_cell_table else None
-    example = Example(obs=obs, item=path.example_item(env), cell_obs=cell_obs)
+    example = Example(obs=obs, item=agent.replay.example_item(env), cell_obs=cell_obs)
     states = {part.name: part.init(agent, run_key, example) for part in agent.parts}
     run = run.replace(parts={name: state for name, state in states.items() if state is not None})
     return with_target(agent, run, agent.forward_params(run))
@@ -407,7 +409,7 @@ def choose_actions(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunSta
 def record_step(agent: Agent, run: RunState, decision: Decision, outcome: Outcome) -> RunState:
     """Counts each real ``(s_t, a_t)``, stores the step, updates the statistics and lets the parts see it."""
     run_counts = counted(agent, run.counts, decision, outcome)
-    memory, item = agent.path.remember(run, decision, outcome)
+    memory, item = agent.replay.add(run, decision, outcome)
     stats = run.stats
     if stats.diagnostics is not None:
         stats = stats.replace(diagnostics=acted_diagnostics(agent, run, run_counts, decision, outcome))
@@ -451,7 +453,7 @@ def acted_diagnostics(agent: Agent, run: RunState, run_counts: Counts | None, de
     envs = agent.envs_per_run
     acted = Batch(actions=decision.actions[:, None], rewards=jnp.zeros((envs, 1)),
                   terminated=outcome.terminated[:, None], included=jnp.ones((envs, 1), bool),
-                  lazy=agent.path.acted_fields(decision, outcome))
+                  lazy=agent.replay.acted(decision, outcome))
     if run_counts is not None:
         sketch = run_counts.sketch
         acted.add_lazy(step_counts=lambda: jax.vmap(lambda cols, a: counts.query(sketch, cols, a))(
@@ -466,8 +468,8 @@ def acted_diagnostics(agent: Agent, run: RunState, run_counts: Counts | None, de
 
 
 def sample_batch(agent: Agent, run: RunState, key: jax.Array) -> Batch:
-    """The path's minibatch, with the counts the parts read at training time."""
-    return with_counts(agent, run, agent.path.sample(run, key))
+    """The replay's minibatch, with the counts the parts read at training time."""
+    return with_counts(agent, run, agent.replay.sample(run, key))
 
 
 def with_counts(agent: Agent, run: RunState, batch: Batch) -> Batch:
@@ -599,9 +601,10 @@ def train_if_due(agent: Agent, runs: RunState, iterations: jax.Array) -> RunStat
 
 
 def record_all(agent: Agent, runs: RunState, decision: Decision, outcome: Outcome) -> RunState:
-    """Every run records its step, then the path does what follows a step (a pool fills Monte Carlo returns)."""
+    """Every run records its step, then the replay does what follows a step (a frame ring fills Monte Carlo
+    returns)."""
     runs = jax.vmap(functools.partial(record_step, agent))(runs, decision, outcome)
-    return agent.path.after_record(runs, outcome)
+    return agent.replay.settle(runs, outcome)
 
 
 def due_to_copy(agent: Agent, stored: jax.Array) -> jax.Array:

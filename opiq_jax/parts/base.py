@@ -17,17 +17,18 @@ from ..common.config import CORE_HPARAMS, Option, StaticConfig, register_static_
 from ..common.errors import PartError
 
 if TYPE_CHECKING:  # types only: a part reads the run's state and the path's records, never the trainer
-    from ..paths import Batch, ObservationPath, StepRecord
+    from ..paths import Batch, ObservationPath, Replay, StepRecord
     from ..pieces.state import RunState
 
 
 class AgentView(Protocol):
     """What a part's hooks read of the agent they are given (the trainer's ``Agent`` is one): the configuration,
-    the Q-network and its optimiser, the observation path, and helpers to build and apply networks like the
-    Q-network's. A part that needs more than this reaches past its interface."""
+    the Q-network and its optimiser, the observation path and its replay, and helpers to build and apply networks
+    like the Q-network's. A part that needs more than this reaches past its interface."""
 
     static: StaticConfig
     path: ObservationPath
+    replay: Replay
     num_actions: int
     num_heads: int
     network_name: str
@@ -52,7 +53,7 @@ class Example(NamedTuple):
     path with a cell table, every cell's observation (BSP tabulates its prior over them)."""
 
     obs: jax.Array  # [*obs_shape]: an observation as the Q-network reads it
-    item: Any  # one item of the observation path's replay (the compact path's Transition), or None
+    item: Any  # one item of the replay (the compact replay's Transition), or None
     cell_obs: jax.Array | None = None  # [num_cells, *obs_shape]: every cell's observation, where the path has a
     # cell table (chain, maze), else None
 
@@ -78,8 +79,10 @@ class Part:
     off: ClassVar[Mapping[str, float]] = {}
     """Where ``shares_program`` is set: values of its hyperparameters that switch it off. A run of a method that
     does not name the part gets them (not the defaults), so the part does nothing there."""
-    paths: ClassVar[tuple[str, ...]] = ("compact", "pool")
-    """The observation paths it works with (``compact``: in-program environments; ``pool``: EnvPool frames)."""
+    keeps_steps: ClassVar[bool] = False
+    """Whether it keeps replay items of its own (:class:`Example`'s ``item``, ``StepRecord.item``) and reads them
+    back through ``agent.replay.steps`` and ``obs_of``: only a replay that keeps whole steps serves it (the compact
+    one; the frame ring stores single frames)."""
     metric_names: ClassVar[tuple[str, ...]] = ()
     """The metrics its :meth:`metrics` returns, in the order they are written."""
 

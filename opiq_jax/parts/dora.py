@@ -103,7 +103,7 @@ class Dora(Part):
         Option("dora_gamma", 0.99, "DORA: discount of the E-values' SARSA.", minimum=0.0, maximum=1.0),
     )
     random_streams = {"e_network": 1}
-    paths = ("compact",)
+    keeps_steps = True
 
     def network(self, agent):
         """The E-network: the Q-network's architecture with one logit per action, computing as the Q-network does
@@ -131,14 +131,15 @@ class Dora(Part):
     def update(self, agent, run, batch, key):
         """One n-step SARSA step of the E-values (zero reward) on a batch from DORA's ring of recent steps."""
         state, static, network = run.parts[self.name], agent.static, self.network(agent)
-        windows, exists = replay.sample_windows(state.buffer, key, static.batch_size, static.n_step + 1)
+        items, exists = replay.sample_windows(state.buffer, key, static.batch_size, static.n_step + 1)
+        windows = agent.replay.steps(items)
         lead = windows.action.ndim
-        next_e = jax.nn.sigmoid(agent.apply_flat(network, state.params, agent.path.obs_of(run, windows.next_compact),
+        next_e = jax.nn.sigmoid(agent.apply_flat(network, state.params, agent.replay.obs_of(run, windows.reached),
                                                  lead))
         targets, _ = jax.vmap(dora_sarsa_target, in_axes=(0, 0, 0, 0, 0, None))(
             next_e, windows.action, windows.done, windows.terminated, exists, static.dora_gamma
         )
-        obs = agent.path.obs_of(run, windows.compact[:, 0])
+        obs = agent.replay.obs_of(run, windows.state[:, 0])
 
         def loss_fn(params):
             logits = network.apply(params, obs)

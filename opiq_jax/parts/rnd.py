@@ -132,7 +132,7 @@ class Rnd(Part):
     def update(self, agent, run, batch, key):
         """One predictor step on the ``rnd_batch`` most recently reached states."""
         state, (predictor, target) = run.parts[self.name], self.networks(agent)
-        obs, stored = agent.path.recent_reached_obs(run, agent.static.rnd_batch)
+        obs, stored = agent.replay.recent(run, agent.static.rnd_batch)
         fixed = target.apply(state.target_params, obs)
         grads = jax.grad(lambda params: rnd_loss(predictor.apply(params, obs), fixed, stored))(state.params)
         params, opt_state = agent.sgd_step(state.params, state.opt_state, grads, run.hparams["lr"])

@@ -1,7 +1,8 @@
 """Observation paths: what differs between environments in how they are stepped, stored and seen.
 
-The one trainer (:mod:`opiq_jax.agent.trainer`) is written against :class:`ObservationPath`, the declared contract;
-two paths implement it:
+The one trainer (:mod:`opiq_jax.agent.trainer`) is written against two declared contracts: :class:`ObservationPath`
+(how the environments step, what is counted and seen) and :class:`Replay` (what a run's replay keeps, how a step is
+stored in it and what a minibatch of it is), which every path carries as ``path.replay``. Two paths implement them:
 
 * :class:`~opiq_jax.paths.compact.CompactPath`: environments stepped inside the compiled program, one
   per run under ``vmap`` (chain, maze, gymnax environments, your own); the replay stores compact
@@ -9,8 +10,8 @@ two paths implement it:
 * :class:`~opiq_jax.paths.pool.PoolPath`: one EnvPool pool holding every run's emulators (Montezuma),
   stepped through EnvPool's XLA interface; the replay stores single frames and rebuilds stacks.
 
-A path keeps per-run environment data (``run.env``), per-run replay (``run.memory``) and, for the pool,
-the pool's handle shared by all runs (``TrainState.env``). Acting sees ``envs_per_run`` environments per
+A path keeps per-run environment data (``run.env``) and, for the pool, the pool's handle shared by all runs
+(``TrainState.env``); its replay keeps the per-run ``run.memory``. Acting sees ``envs_per_run`` environments per
 run (``E``, 1 for compact paths). This module holds the types the trainer and the parts share.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 from flax import struct
@@ -53,7 +54,7 @@ class StepRecord:
 
     decision: Decision
     outcome: Outcome
-    item: Any  # what the path's replay stored (the compact path's Transition), or None
+    item: Any  # what the replay stored (the compact replay's Transition), or None
 
 
 class Batch:
@@ -93,10 +94,81 @@ class Batch:
         return value
 
 
+class Steps(NamedTuple):
+    """Stored steps as a replay that keeps them whole reads them out (:meth:`Replay.steps`), whatever its items'
+    layout: a part with a ring of the replay's items of its own (DORA's) reads them through this."""
+
+    action: jax.Array  # int32[...]
+    terminated: jax.Array  # bool[...]: the step reached a true terminal
+    done: jax.Array  # bool[...]: the episode ended at this step
+    state: jax.Array  # [..., *state]: s_t as the replay stores it (see :meth:`Replay.obs_of`)
+    reached: jax.Array  # [..., *state]: s_{t+1} before any auto-reset, likewise
+
+
+class Replay(abc.ABC):
+    """What a run's replay keeps (``run.memory``), how one step goes in and what comes out: a minibatch of ``n``-step
+    windows, the newest states reached. Where the items sit in the ring is the replay's own business: the trainer
+    and the parts see :class:`Batch`, :meth:`recent` and :meth:`steps`, never a slot or a field of an item.
+
+    Per-run methods run under the trainer's ``vmap`` over runs (``run`` is one run's state); :meth:`settle` sees
+    every run at once.
+    """
+
+    rings_apart: tuple[str, str] | None = None
+    """A replay of frames too large to rewrite at every checkpoint: the key paths of its frames leaf and its
+    positions leaf in the training state, which checkpoints save as what changed (:mod:`opiq_jax.store.frames`)."""
+    keeps_steps: ClassVar[bool] = False
+    """Whether its items are whole steps a part may keep and read back (:meth:`example_item`, :meth:`steps`,
+    :meth:`obs_of`)."""
+
+    @abc.abstractmethod
+    def init(self, env: Any, start: Any) -> Any:
+        """One run's empty replay (``run.memory``), from its environment data and what the reset returned."""
+
+    @abc.abstractmethod
+    def example_item(self, env: Any) -> Any:
+        """One item as a part's ``init`` may shape its state after (None where the replay keeps no whole steps)."""
+
+    @abc.abstractmethod
+    def add(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[Any, Any]:
+        """``(replay, item)``: one run's replay with the step stored, and what was stored (None if nothing a part may
+        keep)."""
+
+    def settle(self, runs: Any, outcome: Outcome) -> Any:
+        """Every run after its step was stored: what follows once an episode ends (the frame ring writes the Monte
+        Carlo returns of the episodes that just ended); the default does nothing."""
+        del outcome
+        return runs
+
+    @abc.abstractmethod
+    def sample(self, run: Any, key: jax.Array) -> Batch:
+        """A minibatch of ``n``-step windows from one run's replay."""
+
+    @abc.abstractmethod
+    def recent(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
+        """The states that the newest ``count`` stored steps reached, as bonus networks read them (the path's
+        ``bonus_obs``), and float32 1.0 for each that is stored yet (0.0 where the ring holds fewer)."""
+
+    def acted(self, decision: Decision, outcome: Outcome) -> dict[str, Callable[[], Any]]:
+        """What a batch of one step's acted ``(s_t, a_t)`` (``[E, 1]`` windows) holds beyond actions and counts, as
+        lazy fields (``step_obs``, ``reached_obs``), so the parts' intrinsic rewards read there as at sampling
+        (paths that record diagnostics; the default offers none)."""
+        del decision, outcome
+        return {}
+
+    def steps(self, items: Any) -> Steps:
+        """The stored steps ``items`` (any leading shape) read out (``keeps_steps`` only)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no whole steps (keeps_steps is False)")
+
+    def obs_of(self, run: Any, states: jax.Array) -> jax.Array:
+        """The observations of states as :meth:`steps` gives them (``keeps_steps`` only)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no whole steps (keeps_steps is False)")
+
+
 class ObservationPath(abc.ABC):
-    """What the trainer asks of an environment family: how its environments are stepped, what the replay keeps, what
-    is counted and what is seen. The trainer is written against this class alone; :class:`~opiq_jax.paths.compact.
-    CompactPath` and :class:`~opiq_jax.paths.pool.PoolPath` implement it.
+    """What the trainer asks of an environment family: how its environments are stepped, what is counted and what is
+    seen, and its replay (``replay``, a :class:`Replay`). :class:`~opiq_jax.paths.compact.CompactPath` and
+    :class:`~opiq_jax.paths.pool.PoolPath` implement it.
 
     What a path can do beyond the common contract is declared, never probed: ``has_test_episode``,
     ``has_cell_table`` and ``overlaps`` say which of the optional methods below it implements. Per-run methods run
@@ -117,9 +189,8 @@ class ObservationPath(abc.ABC):
     """Its own metrics, returned by :meth:`metrics`."""
     counted: str = ""
     """What its counts count, in words, as a results folder's ``config.json`` records it."""
-    rings_apart: tuple[str, str] | None = None
-    """A replay of frames too large to rewrite at every checkpoint: the key paths of its frames leaf and its
-    positions leaf in the training state, which checkpoints save as what changed (:mod:`opiq_jax.store.frames`)."""
+    replay: Replay
+    """Its runs' replay."""
     has_test_episode: ClassVar[bool] = False
     """Whether a greedy test episode is played in the program (:meth:`test_return`)."""
     has_cell_table: bool = False
@@ -142,10 +213,6 @@ class ObservationPath(abc.ABC):
         """One run's environment data (``run.env``)."""
 
     @abc.abstractmethod
-    def init_memory(self, env: Any, start: Any) -> Any:
-        """One run's replay (``run.memory``)."""
-
-    @abc.abstractmethod
     def init_count_features(self, hash_key: jax.Array, env: Any) -> Any:
         """What turns one run's states into sketch columns (``run.counts.features``)."""
 
@@ -155,20 +222,9 @@ class ObservationPath(abc.ABC):
         del num_actions
         return None
 
-    def acted_fields(self, decision: Decision, outcome: Outcome) -> dict[str, Callable[[], Any]]:
-        """What a batch of one step's acted ``(s_t, a_t)`` (``[E, 1]`` windows) holds beyond actions and counts, as
-        lazy fields (``step_obs``, ``reached_obs``), so the parts' intrinsic rewards read there as at sampling
-        (``records_diagnostics`` paths only; the default offers none)."""
-        del decision, outcome
-        return {}
-
     def count_code(self, key: jax.Array) -> jax.Array:
         """The ``uint32`` code of one state's count key (paths with a probe only)."""
         raise NotImplementedError(f"the {self.kind} path keeps no count probe")
-
-    @abc.abstractmethod
-    def example_item(self, env: Any) -> Any:
-        """One item of the replay as a part's ``init`` may shape its state after (None where the replay has none)."""
 
     @abc.abstractmethod
     def initial_visits(self, env: Any, start: Any) -> dict[str, jax.Array]:
@@ -204,31 +260,15 @@ class ObservationPath(abc.ABC):
         """Ends the step that :meth:`send` started (``overlaps`` only)."""
         raise NotImplementedError(f"the {self.kind} path does not overlap its step (overlaps is False)")
 
-    # ---------------------------------------------------------------- remembering
-    @abc.abstractmethod
-    def remember(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[Any, Any]:
-        """``(replay, item)``: one run's replay with the step stored, and what was stored (None if nothing)."""
-
-    @abc.abstractmethod
-    def after_record(self, runs: Any, outcome: Outcome) -> Any:
-        """Every run after its step was stored (the pool path refills the stacks of episodes that ended)."""
-
+    # ---------------------------------------------------------------- what a step visited
     @abc.abstractmethod
     def visits(self, run: Any, decision: Decision, outcome: Outcome) -> dict[str, jax.Array]:
         """Per visit metric, the indices one run's step reached."""
 
-    # ---------------------------------------------------------------- learning
-    @abc.abstractmethod
-    def sample(self, run: Any, key: jax.Array) -> Batch:
-        """A minibatch of ``n``-step windows from one run's replay."""
-
+    # ---------------------------------------------------------------- what the networks read
     @abc.abstractmethod
     def bonus_obs(self, obs: jax.Array) -> jax.Array:
         """Observations as a bonus network (RND's, DORA's) reads them."""
-
-    @abc.abstractmethod
-    def recent_reached_obs(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
-        """The states the last ``count`` stored steps reached, and which of them exist."""
 
     def cell_table_obs(self, run: Any) -> jax.Array:
         """``[num_cells, *obs_shape]``: the observation of every cell (``has_cell_table`` only)."""
@@ -247,11 +287,5 @@ class ObservationPath(abc.ABC):
     def metrics(self, run: Any) -> dict[str, jax.Array]:
         """One run's values of ``metric_names``."""
 
-    # ---------------------------------------------------------------- what only compact paths offer
-    def obs_of(self, run: Any, compact: jax.Array) -> jax.Array:
-        """The observations of stored compact states (``kind == "compact"``: a part that declares ``paths =
-        ("compact",)``, DORA, may read the replay's windows through it)."""
-        raise NotImplementedError(f"the {self.kind} path stores no compact states")
 
-
-__all__ = ["Batch", "Decision", "ObservationPath", "Outcome", "StepRecord"]
+__all__ = ["Batch", "Decision", "ObservationPath", "Outcome", "Replay", "StepRecord", "Steps"]

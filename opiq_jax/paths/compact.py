@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from . import Batch, Decision, ObservationPath, Outcome
+from . import Batch, Decision, ObservationPath, Outcome, Replay, Steps
 from ..common.config import StaticConfig
 from ..envs.base import CompactEnvironment
 from ..pieces import counts, replay
@@ -75,6 +75,7 @@ class CompactPath(ObservationPath):
         self.counted = (f"SimHash codes of {static.simhash_bits} bits of the observation"
                         if static.count_features == "simhash" else "the environment's exact cell id")
         self.visit_sizes = {"states_visited": env.num_cells, "state_actions_visited": env.num_cells * env.num_actions}
+        self.replay = CompactReplay(self)
 
     # ------------------------------------------------------------------ environment
 
@@ -145,78 +146,9 @@ class CompactPath(ObservationPath):
             return run.counts.features.cell_columns[self.env.cell_id(compact)]
         return self.columns_of(run.counts.features, run.env.params, compact)
 
-    # ------------------------------------------------------------------ replay
-
-    def example_item(self, env: EnvData) -> Transition:
-        compact = self.env.compact_state(env.state)
-        return Transition(compact=compact, action=jnp.int32(0), reward=jnp.float32(0), terminated=jnp.bool_(False),
-                          done=jnp.bool_(False), next_compact=compact)
-
-    def init_memory(self, env: EnvData, start: Any) -> replay.ReplayBuffer:
-        del start
-        return replay.init(self.example_item(env), self.static.buffer_size)
-
-    def remember(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[replay.ReplayBuffer, Transition]:
-        """Stores ``(s_t, a_t, r_t - reward_subtract, terminated, done, s_{t+1})``; returns the buffer and the item."""
-        item = Transition(
-            compact=decision.before[0], action=decision.actions[0],
-            reward=(outcome.reward[0] - run.hparams["reward_subtract"]).astype(jnp.float32),
-            terminated=outcome.terminated[0], done=outcome.terminated[0] | outcome.truncated[0],
-            next_compact=outcome.extra["next_compact"][0],
-        )
-        return replay.add(run.memory, item), item
-
-    def after_record(self, runs: Any, outcome: Outcome) -> Any:
-        del outcome
-        return runs
-
-    def obs_of(self, run: Any, compact: jax.Array) -> jax.Array:
-        """Observations of a batch of compact states (any leading shape)."""
-        lead = compact.shape[: compact.ndim - 1]
-        flat = compact.reshape((-1, compact.shape[-1]))
-        obs = jax.vmap(self.env.obs_from_compact, in_axes=(0, None))(flat, run.env.params)
-        return obs.reshape(lead + obs.shape[1:])
-
-    def bonus_obs(self, obs: jax.Array) -> jax.Array:
-        """What bonus networks (RND) read of an observation: all of it."""
-        return obs
-
-    def sample(self, run: Any, key: jax.Array) -> Batch:
-        """``batch_size`` windows of ``n_step`` stored steps, uniformly over the stored steps."""
-        windows, exists = replay.sample_windows(run.memory, key, self.static.batch_size, self.static.n_step)
-        return self.batch_of(run, windows, exists)
-
-    def batch_of(self, run: Any, windows: Transition, exists: jax.Array) -> Batch:
-        """The minibatch of the windows ``windows`` (``[B, n]`` transitions; ``exists``: which are stored)."""
-        included = window_mask(windows.done, exists)
-        last = jnp.sum(included.astype(jnp.int32), axis=1) - 1
-        next_compact = jnp.take_along_axis(windows.next_compact, last[:, None, None], axis=1)[:, 0]
-        columns = jax.vmap(lambda c: self.count_columns(run, c))
-        return Batch(
-            actions=windows.action, rewards=windows.reward, terminated=windows.terminated, included=included,
-            lazy=dict(
-                obs=lambda: self.obs_of(run, windows.compact[:, 0]),
-                next_obs=lambda: self.obs_of(run, next_compact),
-                step_obs=lambda: self.obs_of(run, windows.compact),
-                reached_obs=lambda: self.obs_of(run, windows.next_compact),
-                step_columns=lambda: jax.vmap(columns)(windows.compact),
-                next_columns=lambda: columns(next_compact),
-                cells=lambda: jax.vmap(self.env.cell_id)(windows.compact[:, 0]),
-                next_cells=lambda: jax.vmap(self.env.cell_id)(next_compact),
-            ),
-        )
-
-    def recent_reached_obs(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
-        """The ``count`` most recently reached states' observations and whether each is stored (1.0) yet."""
-        buffer = run.memory
-        ages = jnp.arange(count)
-        slots = (buffer.position - 1 - ages) % buffer.capacity
-        stored = (ages < buffer.size).astype(jnp.float32)
-        return self.obs_of(run, buffer.items.next_compact[slots]), stored
-
     def cell_table_obs(self, run: Any) -> jax.Array:
         """``[num_cells, *obs_shape]``: the observation of every cell (``has_cell_table`` only)."""
-        return self.obs_of(run, self.env.all_compacts())
+        return self.replay.obs_of(run, self.env.all_compacts())
 
     # ------------------------------------------------------------------ statistics
 
@@ -231,6 +163,10 @@ class CompactPath(ObservationPath):
         cell = self.env.cell_id(decision.before[0])
         return {"states_visited": outcome.extra["cell_id"],
                 "state_actions_visited": (cell * self.num_actions + decision.actions[0])[None]}
+
+    def bonus_obs(self, obs: jax.Array) -> jax.Array:
+        """What bonus networks (RND) read of an observation: all of it."""
+        return obs
 
     def start_state(self, run: Any) -> tuple[jax.Array, jax.Array]:
         """The start state's observation and its count key (where ``q_start`` is measured)."""
@@ -259,4 +195,75 @@ class CompactPath(ObservationPath):
         return {}
 
 
-__all__ = ["CompactPath", "CountFeatures", "EnvData", "Transition"]
+class CompactReplay(Replay):
+    """One ring of :class:`Transition` per run, uniform windows, observations rebuilt from the compact states of the
+    path's environment when a batch reads them."""
+
+    keeps_steps = True
+
+    def __init__(self, path: CompactPath):
+        self.path, self.env, self.static = path, path.env, path.static
+
+    def example_item(self, env: EnvData) -> Transition:
+        compact = self.env.compact_state(env.state)
+        return Transition(compact=compact, action=jnp.int32(0), reward=jnp.float32(0), terminated=jnp.bool_(False),
+                          done=jnp.bool_(False), next_compact=compact)
+
+    def init(self, env: EnvData, start: Any) -> replay.ReplayBuffer:
+        del start
+        return replay.init(self.example_item(env), self.static.buffer_size)
+
+    def add(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[replay.ReplayBuffer, Transition]:
+        """Stores ``(s_t, a_t, r_t - reward_subtract, terminated, done, s_{t+1})``; returns the buffer and the item."""
+        item = Transition(
+            compact=decision.before[0], action=decision.actions[0],
+            reward=(outcome.reward[0] - run.hparams["reward_subtract"]).astype(jnp.float32),
+            terminated=outcome.terminated[0], done=outcome.terminated[0] | outcome.truncated[0],
+            next_compact=outcome.extra["next_compact"][0],
+        )
+        return replay.add(run.memory, item), item
+
+    def steps(self, items: Transition) -> Steps:
+        return Steps(action=items.action, terminated=items.terminated, done=items.done, state=items.compact,
+                     reached=items.next_compact)
+
+    def obs_of(self, run: Any, compact: jax.Array) -> jax.Array:
+        """Observations of a batch of compact states (any leading shape)."""
+        lead = compact.shape[: compact.ndim - 1]
+        flat = compact.reshape((-1, compact.shape[-1]))
+        obs = jax.vmap(self.env.obs_from_compact, in_axes=(0, None))(flat, run.env.params)
+        return obs.reshape(lead + obs.shape[1:])
+
+    def sample(self, run: Any, key: jax.Array) -> Batch:
+        """``batch_size`` windows of ``n_step`` stored steps, uniformly over the stored steps."""
+        windows, exists = replay.sample_windows(run.memory, key, self.static.batch_size, self.static.n_step)
+        return self.batch_of(run, windows, exists)
+
+    def batch_of(self, run: Any, windows: Transition, exists: jax.Array) -> Batch:
+        """The minibatch of the windows ``windows`` (``[B, n]`` transitions; ``exists``: which are stored)."""
+        included = window_mask(windows.done, exists)
+        last = jnp.sum(included.astype(jnp.int32), axis=1) - 1
+        next_compact = jnp.take_along_axis(windows.next_compact, last[:, None, None], axis=1)[:, 0]
+        columns = jax.vmap(lambda c: self.path.count_columns(run, c))
+        return Batch(
+            actions=windows.action, rewards=windows.reward, terminated=windows.terminated, included=included,
+            lazy=dict(
+                obs=lambda: self.obs_of(run, windows.compact[:, 0]),
+                next_obs=lambda: self.obs_of(run, next_compact),
+                step_obs=lambda: self.obs_of(run, windows.compact),
+                reached_obs=lambda: self.obs_of(run, windows.next_compact),
+                step_columns=lambda: jax.vmap(columns)(windows.compact),
+                next_columns=lambda: columns(next_compact),
+                cells=lambda: jax.vmap(self.env.cell_id)(windows.compact[:, 0]),
+                next_cells=lambda: jax.vmap(self.env.cell_id)(next_compact),
+            ),
+        )
+
+    def recent(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
+        """The ``count`` most recently reached states' observations and whether each is stored (1.0) yet."""
+        slots, stored = replay.newest_slots(run.memory, count)
+        stored = stored.astype(jnp.float32)
+        return self.obs_of(run, run.memory.items.next_compact[slots]), stored
+
+
+__all__ = ["CompactPath", "CompactReplay", "CountFeatures", "EnvData", "Transition"]

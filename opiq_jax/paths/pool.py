@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from . import Batch, Decision, ObservationPath, Outcome
+from . import Batch, Decision, ObservationPath, Outcome, Replay
 from ..common.config import StaticConfig
 from ..envs.atari import StepOutput, clip_reward, newest_frame
 from ..pieces import counts, frame_replay
@@ -103,7 +103,6 @@ class PoolPath(ObservationPath):
     has_cell_table = False
     metric_names = ("env_restarts", "sketch_overcount", "sketch_false_visits", "probe_codes")
     records_diagnostics = True
-    rings_apart = (".runs.memory.frames", ".runs.memory.position")  # 1M frames per run: saved as what changed
 
     def __init__(self, pool: Any, static: StaticConfig, frames: FrameFeatures = ATARI_FRAMES):
         self.pool, self.static, self.frames = pool, static, frames
@@ -116,6 +115,7 @@ class PoolPath(ObservationPath):
         self.obs_shape = (height, width, stack)
         self.frame_shape = (height, width)
         self.episode_window = int(pool.max_episode_steps) + 1
+        self.replay = FrameRingReplay(self)
 
     def by_run(self, tree: Any) -> Any:
         """The pool's ``[runs * envs, ...]`` results as ``[runs, envs, ...]`` (run-major, as the pool's env ids)."""
@@ -175,7 +175,7 @@ class PoolPath(ObservationPath):
         return state.replace(env=handle, runs=runs)
 
     def restart_run(self, run: Any, start: StepOutput) -> Any:
-        memory = jax.vmap(self.add_first)(run.memory, start.obs)
+        memory = jax.vmap(self.replay.add_first)(run.memory, start.obs)
         stats = run.stats
         visited = {name: seen.at[start.room].set(True) for name, seen in stats.visited.items()}  # rooms, if any
         stats = stats.replace(episode_return=jnp.zeros_like(stats.episode_return), visited=visited)
@@ -201,84 +201,10 @@ class PoolPath(ObservationPath):
         words = jax.eval_shape(self.count_code, jax.ShapeDtypeStruct(self.frame_shape, jnp.uint8)).shape[0]
         return counts.init_probe(PROBE_SLOTS, words, num_actions)
 
-    # ------------------------------------------------------------------ replay
-
-    def example_item(self, env: PoolEnv) -> None:
-        del env
-        return None
-
-    def add_first(self, ring: frame_replay.FrameReplay, obs: jax.Array) -> frame_replay.FrameReplay:
-        """``ring`` with ``obs`` (one stack) stored as an episode's first slot."""
-        return frame_replay.add(ring, newest_frame(obs), jnp.int32(0), jnp.float32(0), jnp.bool_(False),
-                                jnp.bool_(False), jnp.bool_(True))
-
-    def init_memory(self, env: PoolEnv, start: StepOutput) -> frame_replay.FrameReplay:
-        """One ring per environment, holding its first observation as an episode's first slot."""
-        del start
-        capacity = self.static.buffer_size // self.envs_per_run
-        return jax.vmap(lambda obs: self.add_first(frame_replay.init(capacity, self.frame_shape), obs))(env.obs)
-
-    def remember(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[frame_replay.FrameReplay, None]:
-        """Stores each environment's received frame with the transition that led to it."""
-        reward = self.frames.train_reward(outcome.reward) - run.hparams["reward_subtract"]
-        memory = jax.vmap(frame_replay.add)(run.memory, newest_frame(outcome.obs), decision.actions, reward,
-                                            outcome.terminated, outcome.truncated, outcome.first)
-        return memory, None
-
-    def after_record(self, runs: Any, outcome: Outcome) -> Any:
-        """Monte Carlo returns of the episodes that just ended (a ``cond`` taken only when some episode ended)."""
-        ended = outcome.terminated | outcome.truncated  # [runs, envs]
-        fill = jax.vmap(frame_replay.fill_episode_returns, in_axes=(0, None, None, 0))
-
-        def fill_all(memory, ended):
-            return jax.vmap(lambda m, e: fill(m, self.static.gamma, self.episode_window, e))(memory, ended)
-
-        memory = jax.lax.cond(jnp.any(ended), fill_all, lambda m, e: m, runs.memory, ended)
-        return runs.replace(memory=memory)
-
     def bonus_obs(self, obs: jax.Array) -> jax.Array:
         """What bonus networks (RND) read of an observation ``[..., 84, 84, 4]``: the newest frame,
         ``[..., 84, 84, 1]``."""
         return obs[..., -1:]
-
-    def sample(self, run: Any, key: jax.Array) -> Batch:
-        """``batch_size`` windows, an equal share from each environment's ring."""
-        static, envs = self.static, self.envs_per_run
-        share = static.batch_size // envs
-        rings = jax.vmap(frame_replay.sample, in_axes=(0, 0, None, None))(
-            run.memory, jax.random.split(key, envs), share, static.n_step)
-        flat = jax.tree.map(lambda x: x.reshape((static.batch_size,) + x.shape[2:]), rings)
-        columns = jax.vmap(lambda frame: self.count_columns(run, frame))
-
-        def reached():
-            frames = jax.vmap(frame_replay.frames_after, in_axes=(0, 0, None))(run.memory, rings.slots, static.n_step)
-            return frames.reshape((static.batch_size, static.n_step) + self.frame_shape)[..., None]
-
-        unfinished = jax.vmap(frame_replay.return_unknown)(run.memory, rings.slots, run.env.episode_steps)
-        return Batch(
-            actions=flat.actions, rewards=flat.rewards, terminated=flat.terminated, included=flat.included,
-            weights=flat.valid.astype(jnp.float32), mc_return=flat.mc_return, mc_known=~unfinished.reshape(-1),
-            lazy=dict(
-                obs=lambda: to_network_input(flat.obs),
-                next_obs=lambda: to_network_input(flat.next_obs),
-                step_obs=lambda: flat.count_frames[..., None],
-                reached_obs=reached,
-                step_columns=lambda: jax.vmap(columns)(flat.count_frames),
-                next_columns=lambda: columns(newest_frame(flat.next_obs)),
-            ),
-        )
-
-    def acted_fields(self, decision: Decision, outcome: Outcome) -> dict[str, Callable[[], Any]]:
-        """The acted step as a one-step window: the newest frame of ``s_t`` and of the state it reached."""
-        return dict(step_obs=lambda: decision.before[:, None, ..., None],
-                    reached_obs=lambda: newest_frame(outcome.obs)[:, None, ..., None])
-
-    def recent_reached_obs(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
-        """The newest ``count`` frames (an equal share from each ring), ``[count, 84, 84, 1]``, and whether each is
-        stored."""
-        share = max(1, count // self.envs_per_run)
-        frames, stored = jax.vmap(frame_replay.newest_frames, in_axes=(0, None))(run.memory, share)
-        return frames.reshape((-1,) + self.frame_shape)[..., None], stored.reshape(-1).astype(jnp.float32)
 
     # ------------------------------------------------------------------ statistics
 
@@ -302,6 +228,91 @@ class PoolPath(ObservationPath):
                 "sketch_false_visits": sketch["false_visits"], "probe_codes": sketch["codes"]}
 
 
+class FrameRingReplay(Replay):
+    """One ring of single frames per environment of a run (``buffer_size`` frames per run, split evenly), stacks
+    rebuilt at sampling, an equal share of each minibatch from each ring, and each episode's Monte Carlo returns
+    written when it ends (the module docstring)."""
+
+    rings_apart = (".runs.memory.frames", ".runs.memory.position")  # 1M frames per run: saved as what changed
+
+    def __init__(self, path: PoolPath):
+        self.path, self.static, self.frames = path, path.static, path.frames
+        self.envs_per_run, self.frame_shape = path.envs_per_run, path.frame_shape
+        self.episode_window = path.episode_window
+
+    def example_item(self, env: PoolEnv) -> None:
+        del env
+        return None
+
+    def add_first(self, ring: frame_replay.FrameReplay, obs: jax.Array) -> frame_replay.FrameReplay:
+        """``ring`` with ``obs`` (one stack) stored as an episode's first slot."""
+        return frame_replay.add(ring, newest_frame(obs), jnp.int32(0), jnp.float32(0), jnp.bool_(False),
+                                jnp.bool_(False), jnp.bool_(True))
+
+    def init(self, env: PoolEnv, start: StepOutput) -> frame_replay.FrameReplay:
+        """One ring per environment, holding its first observation as an episode's first slot."""
+        del start
+        capacity = self.static.buffer_size // self.envs_per_run
+        return jax.vmap(lambda obs: self.add_first(frame_replay.init(capacity, self.frame_shape), obs))(env.obs)
+
+    def add(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[frame_replay.FrameReplay, None]:
+        """Stores each environment's received frame with the transition that led to it."""
+        reward = self.frames.train_reward(outcome.reward) - run.hparams["reward_subtract"]
+        memory = jax.vmap(frame_replay.add)(run.memory, newest_frame(outcome.obs), decision.actions, reward,
+                                            outcome.terminated, outcome.truncated, outcome.first)
+        return memory, None
+
+    def settle(self, runs: Any, outcome: Outcome) -> Any:
+        """Monte Carlo returns of the episodes that just ended (a ``cond`` taken only when some episode ended)."""
+        ended = outcome.terminated | outcome.truncated  # [runs, envs]
+        fill = jax.vmap(frame_replay.fill_episode_returns, in_axes=(0, None, None, 0))
+
+        def fill_all(memory, ended):
+            return jax.vmap(lambda m, e: fill(m, self.static.gamma, self.episode_window, e))(memory, ended)
+
+        memory = jax.lax.cond(jnp.any(ended), fill_all, lambda m, e: m, runs.memory, ended)
+        return runs.replace(memory=memory)
+
+    def sample(self, run: Any, key: jax.Array) -> Batch:
+        """``batch_size`` windows, an equal share from each environment's ring."""
+        static, envs = self.static, self.envs_per_run
+        share = static.batch_size // envs
+        rings = jax.vmap(frame_replay.sample, in_axes=(0, 0, None, None))(
+            run.memory, jax.random.split(key, envs), share, static.n_step)
+        flat = jax.tree.map(lambda x: x.reshape((static.batch_size,) + x.shape[2:]), rings)
+        columns = jax.vmap(lambda frame: self.path.count_columns(run, frame))
+
+        def reached():
+            frames = jax.vmap(frame_replay.frames_after, in_axes=(0, 0, None))(run.memory, rings.slots, static.n_step)
+            return frames.reshape((static.batch_size, static.n_step) + self.frame_shape)[..., None]
+
+        unfinished = jax.vmap(frame_replay.return_unknown)(run.memory, rings.slots, run.env.episode_steps)
+        return Batch(
+            actions=flat.actions, rewards=flat.rewards, terminated=flat.terminated, included=flat.included,
+            weights=flat.valid.astype(jnp.float32), mc_return=flat.mc_return, mc_known=~unfinished.reshape(-1),
+            lazy=dict(
+                obs=lambda: to_network_input(flat.obs),
+                next_obs=lambda: to_network_input(flat.next_obs),
+                step_obs=lambda: flat.count_frames[..., None],
+                reached_obs=reached,
+                step_columns=lambda: jax.vmap(columns)(flat.count_frames),
+                next_columns=lambda: columns(newest_frame(flat.next_obs)),
+            ),
+        )
+
+    def acted(self, decision: Decision, outcome: Outcome) -> dict[str, Callable[[], Any]]:
+        """The acted step as a one-step window: the newest frame of ``s_t`` and of the state it reached."""
+        return dict(step_obs=lambda: decision.before[:, None, ..., None],
+                    reached_obs=lambda: newest_frame(outcome.obs)[:, None, ..., None])
+
+    def recent(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
+        """The newest ``count`` frames (an equal share from each ring), ``[count, 84, 84, 1]``, and whether each is
+        stored."""
+        share = max(1, count // self.envs_per_run)
+        frames, stored = jax.vmap(frame_replay.newest_frames, in_axes=(0, None))(run.memory, share)
+        return frames.reshape((-1,) + self.frame_shape)[..., None], stored.reshape(-1).astype(jnp.float32)
+
+
 def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput:
     """A pool's first ``StepOutput`` as zeros of the right shapes (for shape-only uses, such as memory estimates)."""
     zeros = np.zeros(num_envs)
@@ -310,5 +321,6 @@ def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput
                       room=np.ones(num_envs, np.int32), lives=zeros.astype(np.int32))
 
 
-__all__ = ["ATARI_FRAMES", "NUM_ROOMS", "FrameFeatures", "PoolEnv", "PoolPath", "PoolShapes", "first_output",
+__all__ = ["ATARI_FRAMES", "NUM_ROOMS", "FrameFeatures", "FrameRingReplay", "PoolEnv", "PoolPath", "PoolShapes",
+           "first_output",
            "to_network_input"]

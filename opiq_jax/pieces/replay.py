@@ -51,6 +51,12 @@ def add(buffer: ReplayBuffer, item: Any) -> ReplayBuffer:
     )
 
 
+def newest_slots(buffer: ReplayBuffer, count: int) -> tuple[jax.Array, jax.Array]:
+    """The slots of the ``count`` newest items (int32[count], newest first) and whether each is stored yet."""
+    ages = jnp.arange(count)
+    return (buffer.position - 1 - ages) % buffer.capacity, ages < buffer.size
+
+
 def sample_windows(buffer: ReplayBuffer, key: chex.PRNGKey, batch_size: int, window: int) -> tuple[Any, jax.Array]:
     """``batch_size`` windows of ``window`` consecutive items, uniformly over the stored items.
 

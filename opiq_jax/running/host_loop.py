@@ -45,7 +45,7 @@ from ..agent.trainer import Trainer
 from ..common.config import LOOP_DEFAULTS, StaticConfig, stack_hparams
 from ..common.errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped
 from ..envs.atari import DevicePools, threads_per_pool
-from ..paths import ObservationPath
+from ..paths import Replay
 from ..registry.environments import environment_spec
 from ..reporting import tracking
 from ..runs.compiled import compile_chunk, is_pool, shape_trainer, start_shapes, trainer_for
@@ -246,11 +246,11 @@ class Progress:
     rings: FrameRings | None = None  # the state's frame rings, saved apart by the checkpoints (frame_store)
 
 
-def frame_rings(path: ObservationPath, restored: Restored | None) -> FrameRings | None:
-    """How the checkpoints save the path's frame rings (None: the path has none, they go inline)."""
-    if path.rings_apart is None:
+def frame_rings(replay: Replay, restored: Restored | None) -> FrameRings | None:
+    """How the checkpoints save the replay's frame rings (None: it has none, they go inline)."""
+    if replay.rings_apart is None:
         return None
-    rings = FrameRings(*path.rings_apart)
+    rings = FrameRings(*replay.rings_apart)
     if restored is not None:
         rings.restored(restored.file.segments.get(rings.frames_path), restored.file.arrays)
     return rings
@@ -289,7 +289,7 @@ def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
     resolved = {**experiment.to_json(), "resolved": trainer.agent.resolved()}  # what auto chose, on this device
     resolved[DIGEST_KEY] = experiment_digest(resolved)
     atomic_write_bytes(out / CONFIG_FILE, json.dumps(resolved, indent=1).encode())
-    progress.rings = frame_rings(trainer.path, restored)
+    progress.rings = frame_rings(trainer.path.replay, restored)
     if restored is None:
         state = init(run_keys, env_keys, hparams, *(() if pool is None else (pool.reset(),)))
     else:
