@@ -153,9 +153,9 @@ def make_path(static: StaticConfig, env: Any = None) -> ObservationPath:
     if spec.kind == "pool":
         if env is None:
             raise ValueError(f"{static.env} is a pool environment: pass its pool (or PoolShapes) to make_train")
-        return PoolPath(env, static, spec.frames or ATARI_FRAMES)
+        return PoolPath(env, static, spec.frames or ATARI_FRAMES, replay=spec.replay)
 
-    return CompactPath(spec.make(static) if env is None else env, static)
+    return CompactPath(spec.make(static) if env is None else env, static, replay=spec.replay)
 
 
 class Agent:

@@ -10,6 +10,7 @@ paper) or the environment's exact cell id; where the environment lists every cel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -62,7 +63,8 @@ class CompactPath(ObservationPath):
     overlaps = False
     metric_names: tuple[str, ...] = ()
 
-    def __init__(self, env: CompactEnvironment, static: StaticConfig):
+    def __init__(self, env: CompactEnvironment, static: StaticConfig,
+                 replay: Callable[[CompactPath], Replay] | None = None):
         if not isinstance(env, CompactEnvironment):
             raise TypeError(f"{type(env).__name__} is not a CompactEnvironment (opiq_jax.envs.base): the trainer "
                             "needs its compact states, cell ids and start state")
@@ -75,7 +77,7 @@ class CompactPath(ObservationPath):
         self.counted = (f"SimHash codes of {static.simhash_bits} bits of the observation"
                         if static.count_features == "simhash" else "the environment's exact cell id")
         self.visit_sizes = {"states_visited": env.num_cells, "state_actions_visited": env.num_cells * env.num_actions}
-        self.replay = CompactReplay(self)
+        self.replay = (replay or CompactReplay)(self)
 
     # ------------------------------------------------------------------ environment
 

@@ -104,7 +104,8 @@ class PoolPath(ObservationPath):
     metric_names = ("env_restarts", "sketch_overcount", "sketch_false_visits", "probe_codes")
     records_diagnostics = True
 
-    def __init__(self, pool: Any, static: StaticConfig, frames: FrameFeatures = ATARI_FRAMES):
+    def __init__(self, pool: Any, static: StaticConfig, frames: FrameFeatures = ATARI_FRAMES,
+                 replay: Callable[[PoolPath], Replay] | None = None):
         self.pool, self.static, self.frames = pool, static, frames
         self.visit_sizes = {"rooms_visited": frames.num_rooms} if frames.num_rooms else {}
         self.counted = frames.counted
@@ -115,7 +116,7 @@ class PoolPath(ObservationPath):
         self.obs_shape = (height, width, stack)
         self.frame_shape = (height, width)
         self.episode_window = int(pool.max_episode_steps) + 1
-        self.replay = FrameRingReplay(self)
+        self.replay = (replay or FrameRingReplay)(self)
 
     def by_run(self, tree: Any) -> Any:
         """The pool's ``[runs * envs, ...]`` results as ``[runs, envs, ...]`` (run-major, as the pool's env ids)."""

@@ -76,6 +76,9 @@ class EnvironmentSpec:
     """The metrics ``plot`` draws for this environment by default, a figure each (those its runs recorded)."""
     headline_metric: str = "test_return"
     """The metric a sweep ranks its settings by unless its preset names one."""
+    replay: Callable[[Any], Any] | None = None
+    """The replay its runs keep: ``replay(path) -> opiq_jax.paths.Replay``, given the environment's path (default:
+    the path's own, the compact ring or the frame rings)."""
 
     def declares(self, option_name: str) -> bool:
         """Whether ``option_name`` is one of this environment's own static options."""
