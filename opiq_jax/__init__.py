@@ -9,12 +9,12 @@ _API = ("train", "sweep", "load", "rerun", "bench", "methods", "environments", "
 _ERRORS = ("UsageError", "ResultsError", "DoesNotFit", "PartError", "Stopped", "NonFiniteRuns", "PeerFailed",
            "ProgramFailed")
 # The extension points (docs/design.md): a part, a method made of parts, an environment, an option, a replay (and
-# the batch it samples); and the pieces a part or a script reuses: a metrics table read back, OPIQ's bonus
+# the batch it samples), a counter; and the pieces a part or a script reuses: a metrics table read back, OPIQ's bonus
 # C / (N + 1)^M.
 _EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "registry.methods",
               "register_method": "registry.methods", "EnvironmentSpec": "registry.environments",
               "register_environment": "registry.environments", "Option": "common.config",
-              "Replay": "paths", "Batch": "paths", "CompactReplay": "paths.compact",
+              "Replay": "paths", "Batch": "paths", "CompactReplay": "paths.compact", "Counting": "paths",
               "read_metrics": "runs.results_folder", "optimism_bonus": "parts.optimism"}
 # The compiled core as pure functions (init and train_chunk), for a loop in the caller's hands.
 _CORE = {"make_train": "program", "Program": "program"}

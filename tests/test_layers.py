@@ -208,25 +208,29 @@ def test_the_opiq_jax_command_enters_through_the_launcher_which_refuses_half_a_h
                                     "none of them, where the cluster is detected)")
 
 
-def test_the_trainer_and_the_parts_read_the_path_and_the_replay_through_their_declared_contracts():
-    """Both paths implement every method of ``ObservationPath`` and both replays every method of ``Replay``; what the
-    trainer and the parts read of either is declared there (capabilities included: never probed with getattr),
-    the trainer never types them ``Any``, and no part reads a replay item's field by name."""
+def test_the_trainer_and_the_parts_read_the_path_its_counting_and_replay_through_their_declared_contracts():
+    """Both paths implement every method of ``ObservationPath``, both counters every method of ``Counting`` and both
+    replays every method of ``Replay``; what the trainer and the parts read of each is declared there (capabilities
+    included: never probed with getattr), the trainer never types them ``Any``, and no part reads a replay item's
+    field by name."""
     import re
 
-    from opiq_jax.paths import ObservationPath, Replay
-    from opiq_jax.paths.compact import CompactPath, CompactReplay
-    from opiq_jax.paths.pool import FrameRingReplay, PoolPath
+    from opiq_jax.paths import Counting, ObservationPath, Replay
+    from opiq_jax.paths.compact import CompactCounting, CompactPath, CompactReplay
+    from opiq_jax.paths.pool import FrameCounting, FrameRingReplay, PoolPath
 
     for path in (CompactPath, PoolPath):
         assert issubclass(path, ObservationPath) and not path.__abstractmethods__, path
     for replay in (CompactReplay, FrameRingReplay):
         assert issubclass(replay, Replay) and not replay.__abstractmethods__, replay
+    for counting in (CompactCounting, FrameCounting):
+        assert issubclass(counting, Counting) and not counting.__abstractmethods__, counting
     readers = [ROOT / "opiq_jax" / "agent" / "trainer.py", *sorted((ROOT / "opiq_jax" / "parts").glob("*.py"))]
     sources = {p.name: p.read_text() for p in readers}
     # the replay as the agent holds it (``pieces.replay``, the ring's functions, is a module of the same name)
     for name, reader, contract, least in (("path", r"\bpath", ObservationPath, 20),
-                                          ("replay", r"\b(?:agent|self|path)\.replay", Replay, 6)):
+                                          ("replay", r"\b(?:agent|self|path)\.replay", Replay, 6),
+                                          ("counting", r"\b(?:agent|self|path)\.counting", Counting, 5)):
         read = {field for text in sources.values() for field in re.findall(reader + r"\.([a-z_]+)", text)}
         declared = {*dir(contract), *contract.__annotations__}
         assert len(read) >= least and read <= declared, (name, sorted(read - declared))

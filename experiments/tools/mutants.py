@@ -206,7 +206,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("trainer-explore-inverted", "opiq_jax/agent/trainer.py",
            "explore = jax.random.uniform(k_explore, (envs,)) < epsilon_at", "explore = jax.random.uniform(k_explore, (envs,)) > epsilon_at",
            "explores with probability 1 - epsilon", (ACTING,)),
-    Mutant("trainer-counts-reset-steps", "opiq_jax/agent/trainer.py",
+    Mutant("sketch-counts-reset-steps", "opiq_jax/paths/sketch.py",
            "decision.actions[e], ~outcome.first[e])", "decision.actions[e], True)",
            "EnvPool's reset steps are counted", (MONTEZUMA_COUNTS,)),
     Mutant("trainer-discount-gamma-once", "opiq_jax/agent/trainer.py",

@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 
 from ..parts.optimism import optimism_bonus
-from ..pieces import counts as count_table
 
 
 def one_run_tables(trainer, run) -> dict[str, jax.Array]:
@@ -25,7 +24,7 @@ def one_run_tables(trainer, run) -> dict[str, jax.Array]:
                   q_target=q_values(run.target_params, obs).astype(jnp.float32))
     if run.counts is not None:
         columns = jax.vmap(lambda c: trainer.agent.count_columns(run, c))(trainer.path.env.all_compacts())
-        tables["counts"] = jax.vmap(lambda cols: count_table.query_all_actions(run.counts.sketch, cols))(columns)
+        tables["counts"] = jax.vmap(lambda cols: trainer.agent.counting.query_all(run.counts, cols))(columns)
         chex.assert_equal_shape([tables["q"], tables["counts"]])
     return tables
 

@@ -40,9 +40,8 @@ from ..parts import PARTS, Example, Part, checked_metrics, checked_output, check
 from ..paths import Batch, Decision, ObservationPath, Outcome, StepRecord
 from ..paths.compact import CompactPath
 from ..paths.pool import ATARI_FRAMES, PoolPath
-from ..pieces import counts
 from ..pieces.networks import init_params, init_variables, make_bootstrapped_network, make_network
-from ..pieces.state import DIAGNOSTIC_METRICS, ChunkStats, Counts, Diagnostics, RunState, RunStats, TrainState
+from ..pieces.state import DIAGNOSTIC_METRICS, ChunkStats, Diagnostics, RunState, RunStats, TrainState
 from ..pieces.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
 from ..registry.environments import environment_spec
 from .backward import LeanBackward, XlaBackward
@@ -153,17 +152,17 @@ def make_path(static: StaticConfig, env: Any = None) -> ObservationPath:
     if spec.kind == "pool":
         if env is None:
             raise ValueError(f"{static.env} is a pool environment: pass its pool (or PoolShapes) to make_train")
-        return PoolPath(env, static, spec.frames or ATARI_FRAMES, replay=spec.replay)
+        return PoolPath(env, static, spec.frames or ATARI_FRAMES, replay=spec.replay, counting=spec.counting)
 
-    return CompactPath(spec.make(static) if env is None else env, static, replay=spec.replay)
+    return CompactPath(spec.make(static) if env is None else env, static, replay=spec.replay, counting=spec.counting)
 
 
 class Agent:
-    """What the trainer's functions and the exploration parts share: configuration, networks, optimiser, path and
-    its replay."""
+    """What the trainer's functions and the exploration parts share: configuration, networks, optimiser, path, its
+    counting and its replay."""
 
     def __init__(self, static: StaticConfig, path: ObservationPath):
-        self.static, self.path, self.replay = static, path, path.replay
+        self.static, self.path, self.counting, self.replay = static, path, path.counting, path.replay
         self.parts = tuple(get_part(name) for name in static.parts)
         for part in self.parts:
             if part.keeps_steps and not path.replay.keeps_steps:
@@ -201,7 +200,7 @@ class Agent:
         return {"network": self.network_name + (f" with {self.num_heads} heads" if self.num_heads > 1 else ""),
                 "precision": self.static.execution.precision, "maze_torso": torso, "weight_storage": self.weights.name,
                 "target_values": self.targets.name, "backward": self.backward.name,
-                "counted": self.path.counted if self.uses_counts else "nothing (no part of the program counts)",
+                "counted": self.counting.counted if self.uses_counts else "nothing (no part of the program counts)",
                 **parts}
 
     def make_network(self, num_outputs: int):
@@ -260,8 +259,8 @@ class Agent:
         return getattr(batch, name) if self.path.has_cell_table else None
 
     def count_columns(self, run: RunState, key: jax.Array) -> jax.Array:
-        """Sketch columns of one state as the path counts it."""
-        return self.path.count_columns(run, key)
+        """Where the state of count key ``key`` is counted (its sketch columns, for the paper's counting)."""
+        return self.counting.columns(run, key)
 
     def metric_names(self) -> tuple[str, ...]:
         """The metrics ``train_chunk`` returns, in the order the results folder writes them."""
@@ -269,7 +268,7 @@ class Agent:
         names = ["train_return", "episodes"] + (["test_return"] if self.path.has_test_episode else [])
         names += ["max_return", *self.path.visit_sizes, "q_start", *([] if diagnosed else ["qplus_start"]), "loss",
                   "epsilon", "intrinsic_reward", "nonfinite", *(DIAGNOSTIC_METRICS if diagnosed else ()),
-                  *self.path.metric_names]
+                  *self.path.metric_names, *self.counting.metric_names]
         return tuple(names) + tuple(name for part in self.parts for name in part.metric_names)
 
 
@@ -320,11 +319,7 @@ def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, 
     obs = path.observations(env)[0]
     params = init_params(agent.q_network, k_net, obs, hp["final_bias"], static.head_init_scale,
                          static.network_init)
-    run_counts = None
-    if agent.uses_counts:
-        sketch = counts.init_sketch(agent.num_actions, static.sketch_rows, static.sketch_width)
-        run_counts = Counts(sketch=sketch, features=path.init_count_features(k_hash, env),
-                            probe=path.init_count_probe(agent.num_actions))
+    run_counts = agent.counting.init(k_hash, env, agent.num_actions) if agent.uses_counts else None
     stats = RunStats(episode_return=jnp.zeros((agent.envs_per_run,), jnp.float32), chunk=ChunkStats.zeros(),
                      max_return=jnp.float32(-jnp.inf), visited=path.initial_visits(env, start),
                      nonfinite=jnp.bool_(False), diagnostics=Diagnostics.zeros() if path.records_diagnostics else None)
@@ -386,7 +381,7 @@ def action_values_and_bonus(agent: Agent, run: RunState, obs: jax.Array,
     q = jnp.take_along_axis(q, run.active_head[:, None, None], axis=1)[:, 0]
     n_sa = None
     if columns is not None:
-        n_sa = jax.vmap(counts.query_all_actions, in_axes=(None, 0))(run.counts.sketch, columns)
+        n_sa = jax.vmap(agent.counting.query_all, in_axes=(None, 0))(run.counts, columns)
     bonus = contributions(agent, "action_bonus", q.shape, run, obs, n_sa)
     return (q if bonus is None else q + bonus), bonus
 
@@ -433,20 +428,13 @@ def record_step(agent: Agent, run: RunState, decision: Decision, outcome: Outcom
                        active_head=jnp.where(done, new_heads, run.active_head))
 
 
-def counted(agent: Agent, run_counts: Counts | None, decision: Decision, outcome: Outcome) -> Counts | None:
-    """The counts after a step: each real ``(s_t, a_t)`` of the run's environments added to the sketch (and to the
-    probe's exact counts, where the path keeps one)."""
-    if not agent.uses_counts:
-        return run_counts
-    sketch, probe, real = run_counts.sketch, run_counts.probe, ~outcome.first
-    for e in range(agent.envs_per_run):  # one agent, one sketch: every environment's visits
-        sketch = counts.update(sketch, decision.columns[e], decision.actions[e], ~outcome.first[e])
-        if probe is not None:
-            probe = counts.probe_update(probe, agent.path.count_code(decision.before[e]), decision.actions[e], real[e])
-    return run_counts.replace(sketch=sketch, probe=probe)
+def counted(agent: Agent, run_counts: Any, decision: Decision, outcome: Outcome) -> Any:
+    """The counts after a step: each real ``(s_t, a_t)`` of the run's environments added (where the program
+    counts)."""
+    return agent.counting.add(run_counts, decision, outcome) if agent.uses_counts else run_counts
 
 
-def acted_diagnostics(agent: Agent, run: RunState, run_counts: Counts | None, decision: Decision,
+def acted_diagnostics(agent: Agent, run: RunState, run_counts: Any, decision: Decision,
                       outcome: Outcome) -> Diagnostics:
     """The run's diagnostics with this step's acted (s, a) added: every part's intrinsic reward there, with the counts
     just after the step (what the stored transition earns if sampled now), and the bonus its choice saw."""
@@ -455,8 +443,7 @@ def acted_diagnostics(agent: Agent, run: RunState, run_counts: Counts | None, de
                   terminated=outcome.terminated[:, None], included=jnp.ones((envs, 1), bool),
                   lazy=agent.replay.acted(decision, outcome))
     if run_counts is not None:
-        sketch = run_counts.sketch
-        acted.add_lazy(step_counts=lambda: jax.vmap(lambda cols, a: counts.query(sketch, cols, a))(
+        acted.add_lazy(step_counts=lambda: jax.vmap(lambda cols, a: agent.counting.query(run_counts, cols, a))(
             decision.columns, decision.actions)[:, None])
     intrinsic = contributions(agent, "intrinsic_reward", (envs, 1), run, acted)
     intrinsic = jnp.zeros((envs,)) if intrinsic is None else intrinsic[:, 0]
@@ -473,13 +460,13 @@ def sample_batch(agent: Agent, run: RunState, key: jax.Array) -> Batch:
 
 
 def with_counts(agent: Agent, run: RunState, batch: Batch) -> Batch:
-    """``batch`` with ``step_counts`` and ``next_counts`` read from the run's sketch now (when the program counts)."""
+    """``batch`` with ``step_counts`` and ``next_counts`` read from the run's counts now (when the program counts)."""
     if agent.uses_counts:
-        sketch = run.counts.sketch
+        run_counts, counting = run.counts, agent.counting
         batch.add_lazy(
-            step_counts=lambda: jax.vmap(jax.vmap(lambda cols, a: counts.query(sketch, cols, a)))(
+            step_counts=lambda: jax.vmap(jax.vmap(lambda cols, a: counting.query(run_counts, cols, a)))(
                 batch.step_columns, batch.actions),
-            next_counts=lambda: jax.vmap(lambda cols: counts.query_all_actions(sketch, cols))(batch.next_columns),
+            next_counts=lambda: jax.vmap(lambda cols: counting.query_all(run_counts, cols))(batch.next_columns),
         )
     return batch
 
@@ -563,8 +550,7 @@ def sampled_diagnostics(agent: Agent, run: RunState, batch: Batch, targets: jax.
     q_max = jnp.max(jnp.where(valid[:, None, None], jnp.abs(q), 0.0))
     n_sa = None
     if agent.uses_counts:
-        sketch = run.counts.sketch
-        n_sa = jax.vmap(lambda cols: counts.query_all_actions(sketch, cols))(batch.step_columns[:, 0])
+        n_sa = jax.vmap(lambda cols: agent.counting.query_all(run.counts, cols))(batch.step_columns[:, 0])
     bonus = contributions(agent, "action_bonus", (q.shape[0], agent.num_actions), run, batch.obs, n_sa)
     taken_bonus = jnp.zeros(actions.shape) if bonus is None else jnp.take_along_axis(bonus, actions[:, None], 1)[:, 0]
     rows = jnp.maximum(jnp.sum(valid), 1)
@@ -704,7 +690,7 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
     q0 = jnp.mean(agent.head_values(run, agent.forward_params(run), start_obs[None])[0], axis=0)
     n0 = None
     if agent.uses_counts:
-        n0 = counts.query_all_actions(run.counts.sketch, agent.count_columns(run, start_key))[None]
+        n0 = agent.counting.query_all(run.counts, agent.count_columns(run, start_key))[None]
     bonus = contributions(agent, "action_bonus", (1, agent.num_actions), run, start_obs[None], n0)
     nonfinite = (stats.nonfinite | ~jnp.isfinite(stats.chunk.loss_sum) | ~jnp.all(jnp.isfinite(q0))
                  | ~all_finite(agent.weights.master(run)))
@@ -715,6 +701,7 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
         "qplus_start": jnp.max(q0 if bonus is None else q0 + bonus[0]),
         "epsilon": epsilon_at(agent, run, step),
         "nonfinite": nonfinite.astype(jnp.float32),
+        **agent.counting.metrics(run),  # before the path's: the programs trace as they did when the path had both
         **path.metrics(run),
     })
     for part in agent.parts:

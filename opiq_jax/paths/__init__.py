@@ -1,8 +1,9 @@
 """Observation paths: what differs between environments in how they are stepped, stored and seen.
 
-The one trainer (:mod:`opiq_jax.agent.trainer`) is written against two declared contracts: :class:`ObservationPath`
-(how the environments step, what is counted and seen) and :class:`Replay` (what a run's replay keeps, how a step is
-stored in it and what a minibatch of it is), which every path carries as ``path.replay``. Two paths implement them:
+The one trainer (:mod:`opiq_jax.agent.trainer`) is written against three declared contracts:
+:class:`ObservationPath` (how the environments step and what the networks see), :class:`Counting` (what is counted
+and how often: ``path.counting``) and :class:`Replay` (what a run's replay keeps, how a step is stored in it and what
+a minibatch of it is: ``path.replay``). Two paths implement them:
 
 * :class:`~opiq_jax.paths.compact.CompactPath`: environments stepped inside the compiled program, one
   per run under ``vmap`` (chain, maze, gymnax environments, your own); the replay stores compact
@@ -165,10 +166,50 @@ class Replay(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} keeps no whole steps (keeps_steps is False)")
 
 
+class Counting(abc.ABC):
+    """What is counted and how often: one run's counts (``run.counts``, any pytree), where a state is counted (its
+    *columns*, from the path's count key of the state) and ``N(s, a)`` read there. The trainer and the parts see
+    counts only through it (``Batch.step_counts``, ``next_counts``; the action bonus's ``counts``).
+
+    Per-run methods run under the trainer's ``vmap`` over runs (``run`` is one run's state)."""
+
+    counted: str = ""
+    """What it counts, in words, as a results folder's ``config.json`` records it."""
+    metric_names: tuple[str, ...] = ()
+    """Its own metrics, returned by :meth:`metrics` (the count-min sketch's over-counting, where it is measured)."""
+
+    @abc.abstractmethod
+    def init(self, hash_key: jax.Array, env: Any, num_actions: int) -> Any:
+        """One run's counts, all zero (``hash_key``: its features' randomness, SimHash's projection)."""
+
+    @abc.abstractmethod
+    def columns(self, run: Any, key: jax.Array) -> jax.Array:
+        """Where the state of count key ``key`` (the path's :meth:`ObservationPath.count_keys`) is counted: an int32
+        array of the counter's own shape (the sketch's ``[rows]``)."""
+
+    @abc.abstractmethod
+    def add(self, counts: Any, decision: Decision, outcome: Outcome) -> Any:
+        """``counts`` with each real ``(s_t, a_t)`` of the run's ``E`` environments added (``decision.columns``; a
+        ``first`` slot of a pool is no transition)."""
+
+    @abc.abstractmethod
+    def query(self, counts: Any, columns: jax.Array, action: jax.Array) -> jax.Array:
+        """``N(s, a)`` (int32) of the state at ``columns``."""
+
+    @abc.abstractmethod
+    def query_all(self, counts: Any, columns: jax.Array) -> jax.Array:
+        """``N(s, .)`` (int32[A]) of the state at ``columns``."""
+
+    def metrics(self, run: Any) -> dict[str, jax.Array]:
+        """One run's values of ``metric_names`` (the default has none)."""
+        del run
+        return {}
+
+
 class ObservationPath(abc.ABC):
-    """What the trainer asks of an environment family: how its environments are stepped, what is counted and what is
-    seen, and its replay (``replay``, a :class:`Replay`). :class:`~opiq_jax.paths.compact.CompactPath` and
-    :class:`~opiq_jax.paths.pool.PoolPath` implement it.
+    """What the trainer asks of an environment family: how its environments are stepped and what is seen, with what
+    counts its states (``counting``, a :class:`Counting`) and its replay (``replay``, a :class:`Replay`).
+    :class:`~opiq_jax.paths.compact.CompactPath` and :class:`~opiq_jax.paths.pool.PoolPath` implement it.
 
     What a path can do beyond the common contract is declared, never probed: ``has_test_episode``,
     ``has_cell_table`` and ``overlaps`` say which of the optional methods below it implements. Per-run methods run
@@ -187,8 +228,8 @@ class ObservationPath(abc.ABC):
     can count."""
     metric_names: tuple[str, ...] = ()
     """Its own metrics, returned by :meth:`metrics`."""
-    counted: str = ""
-    """What its counts count, in words, as a results folder's ``config.json`` records it."""
+    counting: Counting
+    """What counts its states."""
     replay: Replay
     """Its runs' replay."""
     has_test_episode: ClassVar[bool] = False
@@ -200,8 +241,8 @@ class ObservationPath(abc.ABC):
     """Whether the environment's step may overlap the learner's update (:meth:`send`, then :meth:`receive`)."""
     records_diagnostics: ClassVar[bool] = False
     """Whether its runs record the learning diagnostics (``state.Diagnostics``: the largest TD error and |Q|, the
-    bonuses where the run acts and samples, the unknown Monte Carlo returns) and, where it gives a probe
-    (:meth:`init_count_probe`), the sketch's over-counting; they replace ``qplus_start`` in its metrics."""
+    bonuses where the run acts and samples, the unknown Monte Carlo returns); they replace ``qplus_start`` in its
+    metrics."""
 
     # ---------------------------------------------------------------- starting
     @abc.abstractmethod
@@ -211,20 +252,6 @@ class ObservationPath(abc.ABC):
     @abc.abstractmethod
     def init_env(self, reset_key: jax.Array, env_key: jax.Array, start: Any) -> Any:
         """One run's environment data (``run.env``)."""
-
-    @abc.abstractmethod
-    def init_count_features(self, hash_key: jax.Array, env: Any) -> Any:
-        """What turns one run's states into sketch columns (``run.counts.features``)."""
-
-    def init_count_probe(self, num_actions: int) -> Any:
-        """A ``counts.CountProbe`` for one run, where the path measures its sketch's over-counting (its codes come
-        from :meth:`count_code`); None (the default) measures nothing."""
-        del num_actions
-        return None
-
-    def count_code(self, key: jax.Array) -> jax.Array:
-        """The ``uint32`` code of one state's count key (paths with a probe only)."""
-        raise NotImplementedError(f"the {self.kind} path keeps no count probe")
 
     @abc.abstractmethod
     def initial_visits(self, env: Any, start: Any) -> dict[str, jax.Array]:
@@ -242,11 +269,7 @@ class ObservationPath(abc.ABC):
 
     @abc.abstractmethod
     def count_keys(self, env: Any) -> jax.Array:
-        """``[E, ...]``: what the counts are keyed by for the current states (see :meth:`count_columns`)."""
-
-    @abc.abstractmethod
-    def count_columns(self, run: Any, key: jax.Array) -> jax.Array:
-        """``int32[rows]``: the sketch columns of one state's count key."""
+        """``[E, ...]``: what the counts are keyed by for the current states (see :meth:`Counting.columns`)."""
 
     @abc.abstractmethod
     def step(self, shared: Any, runs: Any, decision: Decision) -> tuple[Any, Any, Outcome]:
@@ -288,4 +311,4 @@ class ObservationPath(abc.ABC):
         """One run's values of ``metric_names``."""
 
 
-__all__ = ["Batch", "Decision", "ObservationPath", "Outcome", "Replay", "StepRecord", "Steps"]
+__all__ = ["Batch", "Counting", "Decision", "ObservationPath", "Outcome", "Replay", "StepRecord", "Steps"]

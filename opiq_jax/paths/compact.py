@@ -18,11 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from . import Batch, Decision, ObservationPath, Outcome, Replay, Steps
+from . import Batch, Counting, Decision, ObservationPath, Outcome, Replay, Steps
 from ..common.config import StaticConfig
 from ..envs.base import CompactEnvironment
 from ..pieces import counts, replay
 from ..pieces.targets import window_mask
+from .sketch import SketchCounting
 
 
 @struct.dataclass
@@ -64,7 +65,8 @@ class CompactPath(ObservationPath):
     metric_names: tuple[str, ...] = ()
 
     def __init__(self, env: CompactEnvironment, static: StaticConfig,
-                 replay: Callable[[CompactPath], Replay] | None = None):
+                 replay: Callable[[CompactPath], Replay] | None = None,
+                 counting: Callable[[CompactPath], Counting] | None = None):
         if not isinstance(env, CompactEnvironment):
             raise TypeError(f"{type(env).__name__} is not a CompactEnvironment (opiq_jax.envs.base): the trainer "
                             "needs its compact states, cell ids and start state")
@@ -74,9 +76,8 @@ class CompactPath(ObservationPath):
         self.obs_dim = int(np.prod(self.obs_shape))
         self.has_cell_table = bool(env.has_cell_table)
         self.horizon = int(env.default_params.max_steps_in_episode)
-        self.counted = (f"SimHash codes of {static.simhash_bits} bits of the observation"
-                        if static.count_features == "simhash" else "the environment's exact cell id")
         self.visit_sizes = {"states_visited": env.num_cells, "state_actions_visited": env.num_cells * env.num_actions}
+        self.counting = (counting or CompactCounting)(self)
         self.replay = (replay or CompactReplay)(self)
 
     # ------------------------------------------------------------------ environment
@@ -113,40 +114,6 @@ class CompactPath(ObservationPath):
 
         env, outcome = jax.vmap(one)(runs.env, decision.actions, decision.env_key)
         return shared, runs.replace(env=env), outcome
-
-    # ------------------------------------------------------------------ counting
-
-    def columns_of(self, features: CountFeatures, env_params: Any, compact: jax.Array) -> jax.Array:
-        """Sketch columns of the state ``compact`` under the run's counting features."""
-        if self.static.count_features == "exact":
-            code = counts.cell_code(self.env.cell_id(compact))
-        else:
-            code = counts.simhash_code(features.hash_matrix, self.env.obs_from_compact(compact, env_params))
-        return counts.sketch_columns(code, self.static.sketch_rows, self.static.sketch_width)
-
-    def init_count_features(self, hash_key: jax.Array, env: EnvData) -> CountFeatures:
-        """The run's SimHash matrix and, with a cell table, every cell's sketch columns (computed once)."""
-        static = self.static
-        if static.count_features == "simhash":
-            hash_matrix = counts.simhash_matrix(hash_key, static.simhash_bits, self.obs_dim)
-        else:
-            hash_matrix = jnp.zeros((0,), jnp.float32)
-        features = CountFeatures(hash_matrix=hash_matrix, cell_columns=jnp.zeros((0, static.sketch_rows), jnp.int32))
-        if self.has_cell_table:
-            table = jax.vmap(lambda c: self.columns_of(features, env.params, c))(self.env.all_compacts())
-            features = features.replace(cell_columns=table)
-        return features
-
-    def count_columns(self, run: Any, compact: jax.Array) -> jax.Array:
-        """Sketch columns of ``compact``: looked up in the run's per-cell table where there is one.
-
-        The chain and the maze have few cells, so every cell's code is computed once at ``init``:
-        counting then costs a lookup per state instead of a projection, and a state's code cannot
-        depend on how (batched or not) it was computed. Other environments hash every time.
-        """
-        if self.has_cell_table:
-            return run.counts.features.cell_columns[self.env.cell_id(compact)]
-        return self.columns_of(run.counts.features, run.env.params, compact)
 
     def cell_table_obs(self, run: Any) -> jax.Array:
         """``[num_cells, *obs_shape]``: the observation of every cell (``has_cell_table`` only)."""
@@ -195,6 +162,49 @@ class CompactPath(ObservationPath):
     def metrics(self, run: Any) -> dict[str, jax.Array]:
         del run
         return {}
+
+
+class CompactCounting(SketchCounting):
+    """The paper's counts of a state stepped in the program: SimHash codes of its observation (``count_features
+    simhash``) or the environment's exact cell id (``exact``), into the sketch."""
+
+    def __init__(self, path: CompactPath):
+        super().__init__(path.static)
+        self.env, self.obs_dim, self.has_cell_table = path.env, path.obs_dim, path.has_cell_table
+        self.counted = (f"SimHash codes of {self.static.simhash_bits} bits of the observation"
+                        if self.static.count_features == "simhash" else "the environment's exact cell id")
+
+    def columns_of(self, features: CountFeatures, env_params: Any, compact: jax.Array) -> jax.Array:
+        """Sketch columns of the state ``compact`` under the run's counting features."""
+        if self.static.count_features == "exact":
+            code = counts.cell_code(self.env.cell_id(compact))
+        else:
+            code = counts.simhash_code(features.hash_matrix, self.env.obs_from_compact(compact, env_params))
+        return counts.sketch_columns(code, self.static.sketch_rows, self.static.sketch_width)
+
+    def init_features(self, hash_key: jax.Array, env: EnvData) -> CountFeatures:
+        """The run's SimHash matrix and, with a cell table, every cell's sketch columns (computed once)."""
+        static = self.static
+        if static.count_features == "simhash":
+            hash_matrix = counts.simhash_matrix(hash_key, static.simhash_bits, self.obs_dim)
+        else:
+            hash_matrix = jnp.zeros((0,), jnp.float32)
+        features = CountFeatures(hash_matrix=hash_matrix, cell_columns=jnp.zeros((0, static.sketch_rows), jnp.int32))
+        if self.has_cell_table:
+            table = jax.vmap(lambda c: self.columns_of(features, env.params, c))(self.env.all_compacts())
+            features = features.replace(cell_columns=table)
+        return features
+
+    def columns(self, run: Any, compact: jax.Array) -> jax.Array:
+        """Sketch columns of ``compact``: looked up in the run's per-cell table where there is one.
+
+        The chain and the maze have few cells, so every cell's code is computed once at ``init``:
+        counting then costs a lookup per state instead of a projection, and a state's code cannot
+        depend on how (batched or not) it was computed. Other environments hash every time.
+        """
+        if self.has_cell_table:
+            return run.counts.features.cell_columns[self.env.cell_id(compact)]
+        return self.columns_of(run.counts.features, run.env.params, compact)
 
 
 class CompactReplay(Replay):
@@ -246,7 +256,7 @@ class CompactReplay(Replay):
         included = window_mask(windows.done, exists)
         last = jnp.sum(included.astype(jnp.int32), axis=1) - 1
         next_compact = jnp.take_along_axis(windows.next_compact, last[:, None, None], axis=1)[:, 0]
-        columns = jax.vmap(lambda c: self.path.count_columns(run, c))
+        columns = jax.vmap(lambda c: self.path.counting.columns(run, c))
         return Batch(
             actions=windows.action, rewards=windows.reward, terminated=windows.terminated, included=included,
             lazy=dict(
@@ -268,4 +278,4 @@ class CompactReplay(Replay):
         return self.obs_of(run, run.memory.items.next_compact[slots]), stored
 
 
-__all__ = ["CompactPath", "CompactReplay", "CountFeatures", "EnvData", "Transition"]
+__all__ = ["CompactCounting", "CompactPath", "CompactReplay", "CountFeatures", "EnvData", "Transition"]

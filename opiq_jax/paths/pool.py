@@ -44,10 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from . import Batch, Decision, ObservationPath, Outcome, Replay
+from . import Batch, Counting, Decision, ObservationPath, Outcome, Replay
 from ..common.config import StaticConfig
 from ..envs.atari import StepOutput, clip_reward, newest_frame
 from ..pieces import counts, frame_replay
+from .sketch import SketchCounting
 
 NUM_ROOMS = 256  # a room is a RAM byte's value (Montezuma has 24 rooms per level)
 PROBE_SLOTS = 1024
@@ -101,14 +102,14 @@ class PoolPath(ObservationPath):
     kind = "pool"
     has_test_episode = False
     has_cell_table = False
-    metric_names = ("env_restarts", "sketch_overcount", "sketch_false_visits", "probe_codes")
+    metric_names = ("env_restarts",)
     records_diagnostics = True
 
     def __init__(self, pool: Any, static: StaticConfig, frames: FrameFeatures = ATARI_FRAMES,
-                 replay: Callable[[PoolPath], Replay] | None = None):
+                 replay: Callable[[PoolPath], Replay] | None = None,
+                 counting: Callable[[PoolPath], Counting] | None = None):
         self.pool, self.static, self.frames = pool, static, frames
         self.visit_sizes = {"rooms_visited": frames.num_rooms} if frames.num_rooms else {}
-        self.counted = frames.counted
         self.envs_per_run = static.envs_per_run
         self.overlaps = static.execution.overlap
         self.num_actions = int(pool.num_actions)
@@ -116,6 +117,7 @@ class PoolPath(ObservationPath):
         self.obs_shape = (height, width, stack)
         self.frame_shape = (height, width)
         self.episode_window = int(pool.max_episode_steps) + 1
+        self.counting = (counting or FrameCounting)(self)
         self.replay = (replay or FrameRingReplay)(self)
 
     def by_run(self, tree: Any) -> Any:
@@ -185,23 +187,6 @@ class PoolPath(ObservationPath):
                               episode_steps=jnp.zeros_like(run.env.episode_steps))
         return run.replace(env=env, memory=memory, stats=stats)
 
-    # ------------------------------------------------------------------ counting
-
-    def init_count_features(self, hash_key: jax.Array, env: PoolEnv) -> None:
-        del hash_key, env  # the frame feature needs nothing per run
-        return None
-
-    def count_columns(self, run: Any, frame: jax.Array) -> jax.Array:
-        del run
-        return counts.sketch_columns(self.count_code(frame), self.static.sketch_rows, self.static.sketch_width)
-
-    def count_code(self, frame: jax.Array) -> jax.Array:
-        return self.frames.count_code(frame)
-
-    def init_count_probe(self, num_actions: int) -> counts.CountProbe:
-        words = jax.eval_shape(self.count_code, jax.ShapeDtypeStruct(self.frame_shape, jnp.uint8)).shape[0]
-        return counts.init_probe(PROBE_SLOTS, words, num_actions)
-
     def bonus_obs(self, obs: jax.Array) -> jax.Array:
         """What bonus networks (RND) read of an observation ``[..., 84, 84, 4]``: the newest frame,
         ``[..., 84, 84, 1]``."""
@@ -220,13 +205,43 @@ class PoolPath(ObservationPath):
         return to_network_input(run.env.start_obs), newest_frame(run.env.start_obs)
 
     def metrics(self, run: Any) -> dict[str, jax.Array]:
+        return {"env_restarts": run.env.restarts.astype(jnp.float32)}
+
+
+class FrameCounting(SketchCounting):
+    """Counts of the code of the newest frame (the spec's ``FrameFeatures.count_code``: the paper's Montezuma feature),
+    into the sketch, with a probe of exact counts of the first codes to claim its slots, against which the sketch's
+    over-counting is reported."""
+
+    metric_names = ("sketch_overcount", "sketch_false_visits", "probe_codes")
+
+    def __init__(self, path: PoolPath):
+        super().__init__(path.static)
+        self.frames, self.frame_shape, self.counted = path.frames, path.frame_shape, path.frames.counted
+
+    def init_features(self, hash_key: jax.Array, env: PoolEnv) -> None:
+        del hash_key, env  # the frame feature needs nothing per run
+        return None
+
+    def columns(self, run: Any, frame: jax.Array) -> jax.Array:
+        del run
+        return counts.sketch_columns(self.code(frame), self.static.sketch_rows, self.static.sketch_width)
+
+    def code(self, frame: jax.Array) -> jax.Array:
+        return self.frames.count_code(frame)
+
+    def init_probe(self, num_actions: int) -> counts.CountProbe:
+        words = jax.eval_shape(self.code, jax.ShapeDtypeStruct(self.frame_shape, jnp.uint8)).shape[0]
+        return counts.init_probe(PROBE_SLOTS, words, num_actions)
+
+    def metrics(self, run: Any) -> dict[str, jax.Array]:
         probe = run.counts.probe if run.counts is not None else None
         if probe is None:
             sketch = {"overcount": jnp.nan, "false_visits": jnp.nan, "codes": jnp.float32(0)}
         else:
             sketch = counts.probe_overcount(probe, run.counts.sketch)
-        return {"env_restarts": run.env.restarts.astype(jnp.float32), "sketch_overcount": sketch["overcount"],
-                "sketch_false_visits": sketch["false_visits"], "probe_codes": sketch["codes"]}
+        return {"sketch_overcount": sketch["overcount"], "sketch_false_visits": sketch["false_visits"],
+                "probe_codes": sketch["codes"]}
 
 
 class FrameRingReplay(Replay):
@@ -281,7 +296,7 @@ class FrameRingReplay(Replay):
         rings = jax.vmap(frame_replay.sample, in_axes=(0, 0, None, None))(
             run.memory, jax.random.split(key, envs), share, static.n_step)
         flat = jax.tree.map(lambda x: x.reshape((static.batch_size,) + x.shape[2:]), rings)
-        columns = jax.vmap(lambda frame: self.path.count_columns(run, frame))
+        columns = jax.vmap(lambda frame: self.path.counting.columns(run, frame))
 
         def reached():
             frames = jax.vmap(frame_replay.frames_after, in_axes=(0, 0, None))(run.memory, rings.slots, static.n_step)
@@ -322,6 +337,5 @@ def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput
                       room=np.ones(num_envs, np.int32), lives=zeros.astype(np.int32))
 
 
-__all__ = ["ATARI_FRAMES", "NUM_ROOMS", "FrameFeatures", "FrameRingReplay", "PoolEnv", "PoolPath", "PoolShapes",
-           "first_output",
-           "to_network_input"]
+__all__ = ["ATARI_FRAMES", "NUM_ROOMS", "FrameCounting", "FrameFeatures", "FrameRingReplay", "PoolEnv", "PoolPath",
+           "PoolShapes", "first_output", "to_network_input"]

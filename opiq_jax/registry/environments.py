@@ -79,6 +79,9 @@ class EnvironmentSpec:
     replay: Callable[[Any], Any] | None = None
     """The replay its runs keep: ``replay(path) -> opiq_jax.paths.Replay``, given the environment's path (default:
     the path's own, the compact ring or the frame rings)."""
+    counting: Callable[[Any], Any] | None = None
+    """What counts its states: ``counting(path) -> opiq_jax.paths.Counting`` (default: the path's own count-min
+    sketch of SimHash codes, exact cell ids or the frame feature)."""
 
     def declares(self, option_name: str) -> bool:
         """Whether ``option_name`` is one of this environment's own static options."""

@@ -37,7 +37,7 @@ from ..agent.trainer import METRIC_DOCS
 from ..common.config import RUNNER_SET, STATIC_OPTIONS, SWEEP_DEFAULTS, StaticConfig, static_option
 from ..common.errors import DoesNotFit, ResultsError, UsageError, message_of, option_name
 from ..parts import get_part
-from ..paths.pool import PoolPath
+from ..paths.pool import FrameCounting, PoolPath
 from ..pieces.state import DIAGNOSTIC_METRICS
 from ..registry.environments import environment_spec
 from ..registry.methods import method_hparams
@@ -183,7 +183,7 @@ def ranked_metrics(env: str, methods: list[str]) -> list[str]:
     """The metrics a sweep of ``methods`` on ``env`` records, so can rank on: the trainer's and the parts'."""
     pool = environment_spec(env).kind == "pool"
     own = {"test_return", "states_visited", "state_actions_visited", "qplus_start"}
-    pool_only = (*DIAGNOSTIC_METRICS, *PoolPath.metric_names, "rooms_visited")
+    pool_only = (*DIAGNOSTIC_METRICS, *PoolPath.metric_names, *FrameCounting.metric_names, "rooms_visited")
     names = [m for m in METRIC_DOCS if (m not in own if pool else m not in pool_only)]
     names += [m for method in methods for part in get_method(method).part_names for m in get_part(part).metric_names]
     return list(dict.fromkeys(names))

@@ -1,5 +1,5 @@
-"""A different replay is one class, named by an environment's spec: a toy defined in this file alone, registered
-through the public extension points and trained; no file of the package is edited."""
+"""A different replay or a different counter is one class, named by an environment's spec: a toy of each, defined in
+this file alone, registered through the public extension points and trained; no file of the package is edited."""
 
 from __future__ import annotations
 
@@ -76,3 +76,59 @@ def test_a_replay_named_by_the_spec_trains_in_place_of_the_paths_own(chain_with_
 
     # the same seeds, networks and environments: only where the minibatches come from differs
     assert np.all(np.isfinite(losses(toy))) and losses(toy) != losses(uniform)
+
+
+# ------------------------------------------------------------------------------------ a different counter
+
+
+class CellTableCounting(opiq_jax.Counting):
+    """A toy counter: ``N(s, a)`` exactly, in a dense table over the environment's cells (no hash, no sketch)."""
+
+    counted = "the cell id, exactly, in a table of every cell"
+
+    def __init__(self, path):
+        self.env = path.env
+
+    def init(self, hash_key, env, num_actions):
+        return jnp.zeros((num_actions, self.env.num_cells), jnp.int32)
+
+    def columns(self, run, compact):
+        return self.env.cell_id(compact)[None]
+
+    def add(self, table, decision, outcome):
+        for e in range(decision.actions.shape[0]):
+            real = (~outcome.first[e]).astype(jnp.int32)
+            table = table.at[decision.actions[e], decision.columns[e][0]].add(real)
+        return table
+
+    def query(self, table, columns, action):
+        return table[action, columns[0]]
+
+    def query_all(self, table, columns):
+        return table[:, columns[0]]
+
+
+@pytest.fixture
+def chain_with_a_table_of_counts():
+    opiq_jax.register_environment(dataclasses.replace(environment_spec("chain"), name="chain-table",
+                                                      counting=CellTableCounting))
+    yield "chain-table"
+    ENVIRONMENTS.pop("chain-table")
+
+
+def test_a_counter_named_by_the_spec_counts_every_step_and_trains_as_the_exact_sketch(chain_with_a_table_of_counts,
+                                                                                       tmp_path):
+    options = dict(seeds=2, steps=1_500, chain_length=8, log_every=500, buffer_size=500, hidden=(16,))
+    program = opiq_jax.make_train(env=chain_with_a_table_of_counts, methods=["opiq"], **options)
+    state = program.init(program.run_keys, program.env_keys, program.hparams)
+    for _ in range(program.chunks):
+        state, _ = program.train_chunk(state)
+    assert state.runs.counts.shape == (2, 2, 8)  # runs, actions, cells: the toy's own table
+    assert state.runs.counts.sum(axis=(1, 2)).tolist() == [1_500, 1_500]  # every step counted once
+    toy = opiq_jax.train(env=chain_with_a_table_of_counts, methods=["opiq", "dqn_pc"], out=tmp_path / "table",
+                         **options)
+    # the sketch keyed by the exact cell ids: 8 cells never collide in all 4 rows, so its counts are exact too
+    sketch = opiq_jax.train(env="chain", methods=["opiq", "dqn_pc"], count_features="exact", out=tmp_path / "sketch",
+                            **options)
+    assert toy.config["resolved"]["counted"] == CellTableCounting.counted
+    assert [(r["metric"], r["value"]) for r in toy.metrics] == [(r["metric"], r["value"]) for r in sketch.metrics]
