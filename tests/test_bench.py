@@ -106,6 +106,23 @@ def plain_runs():
     return jax.tree.map(lambda *xs: np.concatenate(xs), *finals)
 
 
+def test_the_byte_model_counts_each_weight_storage_by_hand_and_refuses_a_strategy_it_does_not_know():
+    from types import SimpleNamespace
+
+    from opiq_jax.benchmark.traffic import target_work, unread_gradient_bytes, weight_update_bytes
+
+    bf16 = jnp.dtype("bfloat16")
+    assert weight_update_bytes(SimpleNamespace(name="float32"), 100.0, None) == 200.0  # read and written
+    assert weight_update_bytes(SimpleNamespace(name="compute copy", compute_dtype=bf16), 100.0, None) == 250.0
+    packed = SimpleNamespace(compute_params={"w": jnp.zeros((10,), bf16)}, params_low={"w": jnp.zeros((10,), bf16)})
+    assert weight_update_bytes(SimpleNamespace(name="packed"), 999.0, packed) == 2 * (20 + 20)
+    assert unread_gradient_bytes(SimpleNamespace(name="xla"), {}, 32) == 0.0
+    with pytest.raises(ValueError, match="no byte model of the weight storage 'fp8'"):
+        weight_update_bytes(SimpleNamespace(name="fp8"), 1.0, None)
+    with pytest.raises(ValueError, match="no byte model of the target values 'cached'"):
+        target_work(SimpleNamespace(name="cached"), STATIC, 1.0, 1.0, None)
+
+
 def test_plain_counts_equal_the_visits_exactly(plain_runs):
     s = plain_runs
     assert (s.step == STEPS).all() and (s.replay.size == STEPS).all()

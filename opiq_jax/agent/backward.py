@@ -17,7 +17,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from ..kernels.mlp_backward import SQUARE_SUMS, kernel_fits
+from ..kernels.mlp_backward import SQUARE_SUMS
 
 
 class XlaBackward:
@@ -29,11 +29,6 @@ class XlaBackward:
     def value_and_grad(self, loss: Callable, params: chex.ArrayTree, *args: Any):
         """``(loss, gradients, None)`` of ``loss(params, *args)``."""
         return *jax.value_and_grad(loss)(params, *args), None
-
-    def unread_gradient_bytes(self, params: chex.ArrayTree, batch: int) -> float:
-        """Bytes of gradients the clip's norm does not read again: none."""
-        del params, batch
-        return 0.0
 
 
 class LeanBackward:
@@ -52,13 +47,6 @@ class LeanBackward:
         probed = {**params, SQUARE_SUMS: self.probes}
         value, grads = jax.value_and_grad(loss)(probed, *args)
         return value, {k: v for k, v in grads.items() if k != SQUARE_SUMS}, grads[SQUARE_SUMS]
-
-    def unread_gradient_bytes(self, params: chex.ArrayTree, batch: int) -> float:
-        """Bytes of the weight gradients the kernel writes with their square sums (not read again for the clip's
-        norm): the probed layers' kernels that :func:`kernel_fits` takes."""
-        kernels = [params["params"][layer]["kernel"] for layer in self.probes]
-        fitting = [k for k in kernels if kernel_fits(batch, *k.shape, self.compute_dtype)]
-        return float(sum(k.size for k in fitting) * self.compute_dtype.itemsize)
 
 
 __all__ = ["LeanBackward", "XlaBackward"]

@@ -48,12 +48,6 @@ class TargetValues(abc.ABC):
     def next_values(self, agent: AgentView, run: RunState, batch: Batch) -> jax.Array:
         """``[B, K, A]``: the target network's values at the batch's bootstrap states, per head."""
 
-    @abc.abstractmethod
-    def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float,
-             runs: Any) -> tuple[float, float, float]:
-        """Per environment step of one run: the target's bytes, the bytes of the observations it rebuilds, and its
-        forward passes (on one observation each); ``runs``: one run's state, as shapes."""
-
 
 class NetworkTargets(TargetValues):
     name = "network"
@@ -65,12 +59,6 @@ class NetworkTargets(TargetValues):
 
     def next_values(self, agent: AgentView, run: RunState, batch: Batch) -> jax.Array:
         return agent.head_values(run, run.target_params, batch.next_obs, agent.batch_cells(batch, "next_cells"))
-
-    def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float,
-             runs: Any) -> tuple[float, float, float]:
-        per_update, per_copy, b = 1.0 / static.train_every, 1.0 / static.target_update, static.batch_size
-        # read once for the bootstrap forward; copied (read + write) every target_update steps
-        return compute_bytes * per_update + 2 * compute_bytes * per_copy, 2 * b * obs_bytes * per_update, b * per_update
 
 
 class TableTargets(TargetValues):
@@ -85,15 +73,6 @@ class TableTargets(TargetValues):
     def next_values(self, agent: AgentView, run: RunState, batch: Batch) -> jax.Array:
         del agent
         return run.target_table[batch.next_cells]
-
-    def work(self, static: StaticConfig, compute_bytes: float, obs_bytes: float,
-             runs: Any) -> tuple[float, float, float]:
-        per_update, per_copy = 1.0 / static.train_every, 1.0 / static.target_update
-        table = runs.target_table
-        table_bytes, cells = float(table.size * table.dtype.itemsize), table.shape[1]
-        # per copy: the network read (and copied) and the table written; per update: batch x actions values read
-        target = (3 * compute_bytes + table_bytes) * per_copy + static.batch_size * table.shape[-1] * 4.0 * per_update
-        return target, 2 * cells * obs_bytes * per_copy, cells * per_copy
 
 
 def uses_target_table(static: StaticConfig, path: ObservationPath) -> bool:

@@ -64,10 +64,6 @@ class WeightStorage(abc.ABC):
         """``run`` after one clipped RMSProp step on ``grads`` (``key``: stochastic rounding where the storage
         rounds; ``square_sums``: the lean backward pass's sums of squares of some gradients, or None)."""
 
-    @abc.abstractmethod
-    def update_bytes(self, param_bytes: float, runs: RunState) -> float:
-        """Bytes an update reads and writes of the stored weights (``runs``: one run's state, as shapes)."""
-
 
 class Float32Weights(WeightStorage):
     name = "float32"
@@ -92,9 +88,6 @@ class Float32Weights(WeightStorage):
         params, opt_state = sgd_step(self.optimiser, run.params, run.opt_state, grads, run.hparams["lr"])
         return run.replace(params=params, opt_state=opt_state, compute_params=self.copy(params))
 
-    def update_bytes(self, param_bytes: float, runs: RunState) -> float:
-        return 2 * param_bytes  # the float32 weights read and written
-
 
 class ComputeCopyWeights(Float32Weights):
     """Float32 master weights, stepped as :class:`Float32Weights` steps them, and their copy in the compute
@@ -107,10 +100,6 @@ class ComputeCopyWeights(Float32Weights):
 
     def forward(self, run: RunState) -> Any:
         return run.compute_params
-
-    def update_bytes(self, param_bytes: float, runs: RunState) -> float:
-        # the float32 weights read and written, then their copy written in the compute precision
-        return super().update_bytes(param_bytes, runs) + param_bytes * self.compute_dtype.itemsize / 4
 
 
 class PackedWeights(WeightStorage):
@@ -133,11 +122,6 @@ class PackedWeights(WeightStorage):
             self.static, run.compute_params, run.params_low, run.opt_state, grads, run.hparams["lr"],
             jax.random.bits(key, (), jnp.uint32), square_sums)
         return run.replace(compute_params=compute, params_low=lows, opt_state=accumulator)
-
-    def update_bytes(self, param_bytes: float, runs: RunState) -> float:
-        # the copy and the low bytes read and written; the copy needs no write of its own
-        return 2 * float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves((runs.compute_params,
-                                                                                  runs.params_low))))
 
 
 def weight_storage(static: StaticConfig, optimiser: optax.GradientTransformation | None = None) -> WeightStorage:

@@ -48,6 +48,7 @@ from ..runs.experiment import Experiment, RunSpec, run_keys_for
 from ..runs.memory import available_device_bytes, fits, state_bytes_per_run, tree_bytes
 from .options import Bench, runs_schedule
 from .plain import Plain, make_plain, plain_replay_item_bytes, plain_state_bytes_per_run, run_plain
+from .traffic import target_work, unread_gradient_bytes, weight_update_bytes
 
 GIB = 2**30
 
@@ -167,19 +168,19 @@ def work_model(static: StaticConfig) -> WorkModel:
     num_params = count_params(params)
     param_bytes = float(tree_bytes(params))
     compute_bytes = param_bytes * jnp.dtype(static.execution.precision).itemsize / 4  # what the forward passes read
-    weight_bytes = trainer.agent.weights.update_bytes(param_bytes, shapes.runs)  # the storage's own count
+    weight_bytes = weight_update_bytes(trainer.agent.weights, param_bytes, shapes.runs)
     opt_bytes = float(tree_bytes(shapes.runs.opt_state))  # one run's (the shapes have one run)
     obs_bytes = float(example_obs.size * example_obs.dtype.itemsize)
     fwd = forward_flops(trainer.network, example_obs)
     b, n, a, rows = static.batch_size, static.n_step, env.num_actions, static.sketch_rows
     per_update = 1.0 / static.train_every
     int_bytes = 4.0
-    target_bytes, target_obs, target_forwards = trainer.agent.targets.work(static, compute_bytes, obs_bytes,
-                                                                           shapes.runs)
+    target_bytes, target_obs, target_forwards = target_work(trainer.agent.targets, static, compute_bytes, obs_bytes,
+                                                            shapes.runs)
     nbytes = {
         "acting params": compute_bytes,
         "update params": (2 * compute_bytes + weight_bytes) * per_update,
-        "gradients": (3 * compute_bytes - trainer.agent.backward.unread_gradient_bytes(params, static.batch_size))
+        "gradients": (3 * compute_bytes - unread_gradient_bytes(trainer.agent.backward, params, static.batch_size))
         * per_update,
         "optimiser": 2 * opt_bytes * per_update,
         "target": target_bytes,
