@@ -132,3 +132,27 @@ def test_a_counter_named_by_the_spec_counts_every_step_and_trains_as_the_exact_s
                             **options)
     assert toy.config["resolved"]["counted"] == CellTableCounting.counted
     assert [(r["metric"], r["value"]) for r in toy.metrics] == [(r["metric"], r["value"]) for r in sketch.metrics]
+
+
+# ------------------------------------------------------------------------------------ options follow the contracts
+
+
+class NewestReplayOfTheUnfinished(NewestReplay):
+    """The toy replay, declaring that it reads ``--mmc-unfinished`` (as the frame rings do)."""
+
+    options = ("mmc_unfinished",)
+    serves = "the toy replay"
+
+
+def test_an_option_is_accepted_where_a_contract_reads_it_and_refused_where_none_does():
+    opiq_jax.register_environment(dataclasses.replace(environment_spec("chain"), name="chain-unfinished",
+                                                      replay=NewestReplayOfTheUnfinished))
+    try:
+        options = dict(seeds=1, steps=300, chain_length=8, log_every=100, buffer_size=100, hidden=(8,))
+        program = opiq_jax.make_train(env="chain-unfinished", methods=["opiq"], mmc_unfinished="n_step", **options)
+        assert program.static.mmc_unfinished == "n_step"
+        refusal = r"^mmc_unfinished applies to environments stepped through a pool of emulators .* only, not to chain:"
+        with pytest.raises(opiq_jax.UsageError, match=refusal):
+            opiq_jax.make_train(env="chain", methods=["opiq"], mmc_unfinished="n_step", **options)
+    finally:
+        ENVIRONMENTS.pop("chain-unfinished")

@@ -325,6 +325,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "    out, groups = Path(out), experiment.programs\n"
            "    require_fits(state_bytes_per_run(experiment.static), len(experiment.runs))\n",
            "the programs check the memory that the plan checked", (CHECKED_ONCE,)),
+    Mutant("contract-options-refused-everywhere", "opiq_jax/registry/environments.py",
+           "if name not in accepted and name in overrides", "if name in overrides",
+           "an option a contract reads is refused even on an environment whose contract reads it",
+           ("tests/test_contract_extension.py::test_an_option_is_accepted_where_a_contract_reads_it_and_refused_where_"
+            "none_does",)),
     Mutant("reading-imports-the-programs", "opiq_jax/runs/results_folder.py",
            "from ..common.config import saved_defaults\n",
            "from ..common.config import saved_defaults\nfrom ..running.train_programs import run_methods\n",

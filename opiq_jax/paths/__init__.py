@@ -115,6 +115,11 @@ class Replay(abc.ABC):
     every run at once.
     """
 
+    options: ClassVar[tuple[str, ...]] = ()
+    """The static options that it alone reads: set to another value than the default on an environment none of whose
+    contracts read them, they would change nothing, and the plan refuses them."""
+    serves: ClassVar[str] = ""
+    """Where its ``options`` apply, in words, as the plan's refusal names them."""
     rings_apart: tuple[str, str] | None = None
     """A replay of frames too large to rewrite at every checkpoint: the key paths of its frames leaf and its
     positions leaf in the training state, which checkpoints save as what changed (:mod:`opiq_jax.store.frames`)."""
@@ -177,6 +182,11 @@ class Counting(abc.ABC):
     """What it counts, in words, as a results folder's ``config.json`` records it."""
     metric_names: tuple[str, ...] = ()
     """Its own metrics, returned by :meth:`metrics` (the count-min sketch's over-counting, where it is measured)."""
+    options: ClassVar[tuple[str, ...]] = ()
+    """The static options that it alone reads: set to another value than the default on an environment none of whose
+    contracts read them, they would change nothing, and the plan refuses them."""
+    serves: ClassVar[str] = ""
+    """Where its ``options`` apply, in words, as the plan's refusal names them."""
 
     @abc.abstractmethod
     def init(self, hash_key: jax.Array, env: Any, num_actions: int) -> Any:
@@ -217,7 +227,16 @@ class ObservationPath(abc.ABC):
     """
 
     kind: ClassVar[str]
-    """``compact`` (stepped in the program) or ``pool`` (an EnvPool pool): a part declares the kinds it works with."""
+    """``compact`` (stepped in the program) or ``pool`` (an EnvPool pool)."""
+    options: ClassVar[tuple[str, ...]] = ()
+    """The static options that it alone reads: set to another value than the default on an environment none of whose
+    contracts read them, they would change nothing, and the plan refuses them."""
+    serves: ClassVar[str] = ""
+    """Where its ``options`` apply, in words, as the plan's refusal names them."""
+    replay_class: ClassVar[type[Replay]]
+    """The replay its runs keep unless the environment's spec names another."""
+    counting_class: ClassVar[type[Counting]]
+    """What counts its states unless the environment's spec names another."""
     num_actions: int
     envs_per_run: int
     """``E``: the environments each run acts in at once (1 for compact paths)."""

@@ -77,8 +77,8 @@ class CompactPath(ObservationPath):
         self.has_cell_table = bool(env.has_cell_table)
         self.horizon = int(env.default_params.max_steps_in_episode)
         self.visit_sizes = {"states_visited": env.num_cells, "state_actions_visited": env.num_cells * env.num_actions}
-        self.counting = (counting or CompactCounting)(self)
-        self.replay = (replay or CompactReplay)(self)
+        self.counting = (counting or self.counting_class)(self)
+        self.replay = (replay or self.replay_class)(self)
 
     # ------------------------------------------------------------------ environment
 
@@ -167,6 +167,9 @@ class CompactPath(ObservationPath):
 class CompactCounting(SketchCounting):
     """The paper's counts of a state stepped in the program: SimHash codes of its observation (``count_features
     simhash``) or the environment's exact cell id (``exact``), into the sketch."""
+
+    options = ("count_features",)
+    serves = "the chain, the maze and gymnax environments"
 
     def __init__(self, path: CompactPath):
         super().__init__(path.static)
@@ -277,5 +280,8 @@ class CompactReplay(Replay):
         stored = stored.astype(jnp.float32)
         return self.obs_of(run, run.memory.items.next_compact[slots]), stored
 
+
+
+CompactPath.replay_class, CompactPath.counting_class = CompactReplay, CompactCounting
 
 __all__ = ["CompactCounting", "CompactPath", "CompactReplay", "CountFeatures", "EnvData", "Transition"]

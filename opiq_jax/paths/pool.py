@@ -100,6 +100,8 @@ class PoolPath(ObservationPath):
     """EnvPool stepping and a frame replay (module docstring)."""
 
     kind = "pool"
+    options = ("envs_per_run", "overlap")
+    serves = "environments stepped through a pool of emulators (montezuma, atari:NAME)"
     has_test_episode = False
     has_cell_table = False
     metric_names = ("env_restarts",)
@@ -117,8 +119,8 @@ class PoolPath(ObservationPath):
         self.obs_shape = (height, width, stack)
         self.frame_shape = (height, width)
         self.episode_window = int(pool.max_episode_steps) + 1
-        self.counting = (counting or FrameCounting)(self)
-        self.replay = (replay or FrameRingReplay)(self)
+        self.counting = (counting or self.counting_class)(self)
+        self.replay = (replay or self.replay_class)(self)
 
     def by_run(self, tree: Any) -> Any:
         """The pool's ``[runs * envs, ...]`` results as ``[runs, envs, ...]`` (run-major, as the pool's env ids)."""
@@ -250,6 +252,8 @@ class FrameRingReplay(Replay):
     written when it ends (the module docstring)."""
 
     rings_apart = (".runs.memory.frames", ".runs.memory.position")  # 1M frames per run: saved as what changed
+    options = ("mmc_unfinished",)
+    serves = "environments stepped through a pool of emulators (montezuma, atari:NAME)"
 
     def __init__(self, path: PoolPath):
         self.path, self.static, self.frames = path, path.static, path.frames
@@ -328,6 +332,9 @@ class FrameRingReplay(Replay):
         frames, stored = jax.vmap(frame_replay.newest_frames, in_axes=(0, None))(run.memory, share)
         return frames.reshape((-1,) + self.frame_shape)[..., None], stored.reshape(-1).astype(jnp.float32)
 
+
+
+PoolPath.replay_class, PoolPath.counting_class = FrameRingReplay, FrameCounting
 
 def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput:
     """A pool's first ``StepOutput`` as zeros of the right shapes (for shape-only uses, such as memory estimates)."""

@@ -37,8 +37,9 @@ from ..envs.atari import AtariPool, atari_game, check_game, import_envpool
 from ..envs.maze import MAZE_SIZE
 from ..envs.minigrid import check_task, make_minigrid
 from ..envs.montezuma import MontezumaPool
+from ..paths import Counting, ObservationPath, Replay
 from ..paths.compact import CompactPath
-from ..paths.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures
+from ..paths.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures, PoolPath
 
 
 DEFAULT_MEMORY_HEADROOM = 3.0
@@ -76,12 +77,12 @@ class EnvironmentSpec:
     """The metrics ``plot`` draws for this environment by default, a figure each (those its runs recorded)."""
     headline_metric: str = "test_return"
     """The metric a sweep ranks its settings by unless its preset names one."""
-    replay: Callable[[Any], Any] | None = None
-    """The replay its runs keep: ``replay(path) -> opiq_jax.paths.Replay``, given the environment's path (default:
+    replay: type[Replay] | None = None
+    """The replay its runs keep: a :class:`~opiq_jax.paths.Replay` class, built with the environment's path (default:
     the path's own, the compact ring or the frame rings)."""
-    counting: Callable[[Any], Any] | None = None
-    """What counts its states: ``counting(path) -> opiq_jax.paths.Counting`` (default: the path's own count-min
-    sketch of SimHash codes, exact cell ids or the frame feature)."""
+    counting: type[Counting] | None = None
+    """What counts its states: a :class:`~opiq_jax.paths.Counting` class, built with the environment's path
+    (default: the path's own count-min sketch of SimHash codes, exact cell ids or the frame feature)."""
 
     def declares(self, option_name: str) -> bool:
         """Whether ``option_name`` is one of this environment's own static options."""
@@ -158,6 +159,28 @@ def environment_spec(name: str) -> EnvironmentSpec:
     if name.startswith("minigrid:") and len(name) > len("minigrid:"):
         return dataclasses.replace(MINIGRID, name=name)
     raise UnknownEnvironment(f"unknown env {name!r}: use {environment_names()}")
+
+
+def contracts_of(spec: EnvironmentSpec) -> tuple[type[ObservationPath], type[Replay], type[Counting]]:
+    """The classes an environment's runs are made of: its path's (by the spec's ``kind``), and the replay and the
+    counting its spec names, else its path's own."""
+    path = PoolPath if spec.kind == "pool" else CompactPath
+    return path, spec.replay or path.replay_class, spec.counting or path.counting_class
+
+
+def contract_options() -> dict[str, str]:
+    """Every static option that some contract alone reads (``options``), with where it applies (``serves``): of the
+    paths, replays and counters of every registered environment."""
+    specs = (*ENVIRONMENTS.values(), GYMNAX, MINIGRID, ATARI)
+    return {name: contract.serves for spec in specs for contract in contracts_of(spec) for name in contract.options}
+
+
+def refused_contract_option(env: str, overrides: Mapping[str, Any]) -> str | None:
+    """The first option of ``overrides`` set to another value than its default that a contract reads but none of
+    ``env``'s does (None: there is none): it would change nothing there."""
+    accepted = {name for contract in contracts_of(environment_spec(env)) for name in contract.options}
+    return next((name for name in contract_options() if name not in accepted and name in overrides
+                 and overrides[name] != STATIC_OPTIONS[name].default), None)
 
 
 def owners_of(option_name: str, env: str) -> tuple[str, ...]:

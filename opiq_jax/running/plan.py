@@ -30,8 +30,8 @@ from ..common.config import (RUNNER_SET, STATIC_OPTIONS, VALUE_BEFORE_DECLARED, 
 from ..common.errors import ResultsError, UsageError, message_of, option_name
 from ..parts import PARTS, get_part
 from ..registry.environments import (
-    ENVIRONMENTS, UnknownEnvironment, check_environment_static, environment_label, environment_names,
-    environment_spec, owners_of,
+    ENVIRONMENTS, UnknownEnvironment, check_environment_static, contract_options, environment_label,
+    environment_names, environment_spec, owners_of, refused_contract_option,
 )
 from ..registry.methods import METHODS, get_method, method_hparams, method_program, program_parts
 from ..runs.experiment import Experiment, RunSpec
@@ -318,10 +318,6 @@ def runs_per_method(experiment: Experiment) -> dict[str, int]:
     return dict(collections.Counter(r.method for r in experiment.runs))
 
 
-POOL_ONLY = ("envs_per_run", "overlap", "mmc_unfinished")
-"""Static options of the pool path alone: set on another environment they would change nothing, silently."""
-
-
 def static_with(env: str, overrides: dict[str, Any]) -> StaticConfig:
     """The environment's paper configuration with ``overrides`` (field names); steps not divisible by the
     environment's chunk, unless the chunk was chosen too, get the nearest chunk that divides them
@@ -336,14 +332,10 @@ def static_with(env: str, overrides: dict[str, Any]) -> StaticConfig:
         name, owners = foreign
         raise UsageError(f"{STATIC_OPTIONS[name].label()} applies to {' and '.join(owners)} only, "
                          f"not to {env}")
-    pool_only = [name for name in POOL_ONLY if name in overrides and overrides[name] != STATIC_OPTIONS[name].default]
-    if pool_only and environment_spec(env).kind != "pool":  # an environment in the program steps one per run
-        raise UsageError(f"{STATIC_OPTIONS[pool_only[0]].label()} applies to environments stepped "
-                         f"through a pool of emulators (montezuma, atari:NAME) only, not to {env} (a folder trained "
-                         "with it before resumes with --config FOLDER --out FOLDER)")
-    if overrides.get("count_features", "simhash") != "simhash" and environment_spec(env).kind == "pool":
-        raise UsageError(f"{STATIC_OPTIONS['count_features'].label()} applies to the chain, the maze "
-                         f"and gymnax environments only: {env} counts its frames' feature, and has no cell ids")
+    refused = refused_contract_option(env, overrides)
+    if refused:  # no contract of this environment reads it: it would change nothing, silently
+        raise UsageError(f"{STATIC_OPTIONS[refused].label()} applies to {contract_options()[refused]} only, not to "
+                         f"{env}: none of its environment, replay and counts reads it")
     static = StaticConfig(**{**environment_spec(env).defaults, "env": env, **overrides})
     message = next(iter(static.problems()), None)
     if message:
