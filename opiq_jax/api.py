@@ -45,7 +45,8 @@ from .running.plan import (
 )
 from .running.sweeping import load_preset, plan_static, run_sweep, sweep_rows
 from .running.train_programs import run_methods
-from .runs.compiled import compiled_trainer, is_pool
+from .registry.environments import started_by_host
+from .runs.compiled import compiled_trainer
 from .runs.experiment import run_keys_for
 from .runs.results_folder import experiment_folders, is_finished, read_metrics
 from .store.files import (
@@ -170,7 +171,7 @@ class Results:
         own layout (``opiq_jax.envs.maze.Maze().walls``)."""
         final = self.state(program)
         static = experiment_from_configs(self.folder / final.program).static
-        trainer = None if is_pool(static) else compiled_trainer(static)[0]  # a pool's trainer needs its emulators
+        trainer = None if started_by_host(static.env) else compiled_trainer(static)[0]  # needs its emulators
         if trainer is None or not trainer.path.has_cell_table:
             raise UsageError(f"{self.folder}: {static.env}'s states cannot be listed, so it has no cell values")
         values = jax.jit(lambda runs: cell_values(trainer, runs))(final.state)

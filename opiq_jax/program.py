@@ -30,7 +30,7 @@ from .common.config import StaticConfig, stack_hparams
 from .common.errors import UsageError
 from .running.plan import plan_experiment
 from .runs.experiment import RunSpec, run_keys_for, split_by_program
-from .runs.compiled import is_pool
+from .registry.environments import started_by_host
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def make_train(env: str = "chain", methods: Sequence[str] = ("opiq",), seeds: in
     if len(programs) > 1:
         raise UsageError(f"methods {', '.join(methods)} make {len(programs)} programs ({', '.join(programs)}): call "
                          "make_train once for each program's methods, or opiq_jax.train for all of them")
-    if is_pool(experiment.static):
+    if started_by_host(experiment.static.env):
         raise UsageError(f"{env} steps a pool of emulators from the host, which the pure functions cannot hold: "
                          "train it with opiq_jax.train")
     trainer = trainer_of(experiment.static)

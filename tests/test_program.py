@@ -58,3 +58,10 @@ def test_what_make_train_cannot_build_is_refused_in_one_line(methods, message):
     options = {"chain_lenght": 5} if "unknown" in message else {}
     with pytest.raises(opiq_jax.UsageError, match=message):
         opiq_jax.make_train("chain", methods, seeds=1, **options)
+
+
+def test_an_environment_started_by_the_host_is_refused_by_make_train_in_one_line():
+    """A pool of emulators (its path declares ``started_by_host``) is started on the host: the pure functions cannot
+    hold it."""
+    with pytest.raises(opiq_jax.UsageError, match="^montezuma steps a pool of emulators from the host"):
+        opiq_jax.make_train("montezuma", ["opiq"], seeds=1, steps=2_000, buffer_size=2_000)

@@ -325,6 +325,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "    out, groups = Path(out), experiment.programs\n"
            "    require_fits(state_bytes_per_run(experiment.static), len(experiment.runs))\n",
            "the programs check the memory that the plan checked", (CHECKED_ONCE,)),
+    Mutant("pool-not-started-by-host", "opiq_jax/paths/pool.py",
+           "    started_by_host = True\n", "    started_by_host = False\n",
+           "a pool's path does not declare that the host starts its emulators",
+           ("tests/test_program.py::test_an_environment_started_by_the_host_is_refused_by_make_train_in_one_line",)),
     Mutant("contract-options-refused-everywhere", "opiq_jax/registry/environments.py",
            "if name not in accepted and name in overrides", "if name in overrides",
            "an option a contract reads is refused even on an environment whose contract reads it",

@@ -49,8 +49,14 @@ if os.path.isdir(os.path.join(os.path.dirname(opiq_jax.__file__), "running")):  
     from opiq_jax.common.config import stack_hparams
     from opiq_jax.running.host_loop import start_pool
     from opiq_jax.running.plan import plan_experiment
-    from opiq_jax.runs.compiled import compiled_trainer, is_pool, start_shapes, trainer_for
+    from opiq_jax.runs.compiled import compiled_trainer, start_shapes, trainer_for
     from opiq_jax.runs.experiment import run_keys_for, split_by_program
+    from opiq_jax.registry import environments
+    if hasattr(environments, "started_by_host"):  # the path declares it (before: runs.compiled.is_pool)
+        def is_pool(static):
+            return environments.started_by_host(static.env)
+    else:
+        from opiq_jax.runs.compiled import is_pool
 else:  # the flat layout: the host layer in modules of its own, or all in runner (revisions before it)
     from opiq_jax.config import stack_hparams
     from opiq_jax.plan import plan_experiment

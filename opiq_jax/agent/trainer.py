@@ -43,7 +43,7 @@ from ..paths.pool import ATARI_FRAMES, PoolPath
 from ..pieces.networks import init_params, init_variables, make_bootstrapped_network, make_network
 from ..pieces.state import DIAGNOSTIC_METRICS, ChunkStats, Diagnostics, RunState, RunStats, TrainState
 from ..pieces.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
-from ..registry.environments import environment_spec
+from ..registry.environments import environment_spec, started_by_host
 from .backward import LeanBackward, XlaBackward
 from .bootstrap_values import target_values
 from .weights import WeightStorage, sgd_step, weight_storage
@@ -149,7 +149,7 @@ def make_path(static: StaticConfig, env: Any = None) -> ObservationPath:
     """The observation path of ``static.env``: its environment built from the registry, or ``env`` (a pool must
     be given: it is started by the host loop with every run's emulators)."""
     spec = environment_spec(static.env)
-    if spec.kind == "pool":
+    if started_by_host(static.env):
         if env is None:
             raise ValueError(f"{static.env} is a pool environment: pass its pool (or PoolShapes) to make_train")
         return PoolPath(env, static, spec.frames or ATARI_FRAMES, replay=spec.replay, counting=spec.counting)

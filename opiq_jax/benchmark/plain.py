@@ -45,7 +45,7 @@ import optax
 from flax import struct
 
 from ..common.config import HParams, StaticConfig, make_hparams, stack_hparams
-from ..registry.environments import environment_spec
+from ..registry.environments import environment_spec, started_by_host
 from ..registry.methods import get_method, method_hparams
 from ..runs.memory import tree_bytes
 
@@ -154,10 +154,9 @@ class Plain:
 
 def make_env(static: StaticConfig):
     """The environment named by ``static.env``, built as the registry builds it (one stepped in the program)."""
-    spec = environment_spec(static.env)
-    if spec.kind != "compact":
+    if started_by_host(static.env):
         raise ValueError(f"the plain baseline steps environments in the program, not {static.env!r} (a pool)")
-    return spec.make(static)
+    return environment_spec(static.env).make(static)
 
 
 def make_optimiser(static: StaticConfig, lr: jax.Array) -> optax.GradientTransformation:

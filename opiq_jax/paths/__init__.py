@@ -227,7 +227,10 @@ class ObservationPath(abc.ABC):
     """
 
     kind: ClassVar[str]
-    """``compact`` (stepped in the program) or ``pool`` (an EnvPool pool)."""
+    """``compact`` (stepped in the program) or ``pool`` (an EnvPool pool), as the environment's spec names it."""
+    started_by_host: ClassVar[bool] = False
+    """Whether its environments are started on the host, before the program, and handed to ``init`` (a pool of
+    emulators, which the pure functions cannot hold): its trainer must be given them."""
     options: ClassVar[tuple[str, ...]] = ()
     """The static options that it alone reads: set to another value than the default on an environment none of whose
     contracts read them, they would change nothing, and the plan refuses them."""

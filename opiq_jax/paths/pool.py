@@ -100,6 +100,7 @@ class PoolPath(ObservationPath):
     """EnvPool stepping and a frame replay (module docstring)."""
 
     kind = "pool"
+    started_by_host = True
     options = ("envs_per_run", "overlap")
     serves = "environments stepped through a pool of emulators (montezuma, atari:NAME)"
     has_test_episode = False

@@ -168,6 +168,12 @@ def contracts_of(spec: EnvironmentSpec) -> tuple[type[ObservationPath], type[Rep
     return path, spec.replay or path.replay_class, spec.counting or path.counting_class
 
 
+def started_by_host(env: str) -> bool:
+    """Whether ``env``'s environments are started on the host and handed to the program (a pool of emulators:
+    Montezuma, ``atari:NAME``), as its path declares."""
+    return contracts_of(environment_spec(env))[0].started_by_host
+
+
 def contract_options() -> dict[str, str]:
     """Every static option that some contract alone reads (``options``), with where it applies (``serves``): of the
     paths, replays and counters of every registered environment."""

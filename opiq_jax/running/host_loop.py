@@ -48,7 +48,8 @@ from ..envs.atari import DevicePools, threads_per_pool
 from ..paths import Replay
 from ..registry.environments import environment_spec
 from ..reporting import tracking
-from ..runs.compiled import compile_chunk, is_pool, shape_trainer, start_shapes, trainer_for
+from ..registry.environments import started_by_host
+from ..runs.compiled import compile_chunk, shape_trainer, start_shapes, trainer_for
 from ..runs.devices import devices_mesh, shard_over_devices
 from ..runs.experiment import Experiment, keys_from_data, keys_to_data, run_keys_for
 from ..runs.memory import state_bytes_per_run
@@ -284,7 +285,7 @@ def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
                  "for every run; nothing to train")
         return None
     signals.checkpointed, signals.total = progress.chunk * static.log_every, static.total_steps
-    pool = start_pool(experiment, progress.chunk, **pool_overrides) if is_pool(static) else None
+    pool = start_pool(experiment, progress.chunk, **pool_overrides) if started_by_host(static.env) else None
     trainer, init, _ = trainer_for(static, pool)
     resolved = {**experiment.to_json(), "resolved": trainer.agent.resolved()}  # what auto chose, on this device
     resolved[DIGEST_KEY] = experiment_digest(resolved)

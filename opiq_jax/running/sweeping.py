@@ -39,7 +39,7 @@ from ..common.errors import DoesNotFit, ResultsError, UsageError, message_of, op
 from ..parts import get_part
 from ..paths.pool import FrameCounting, PoolPath
 from ..pieces.state import DIAGNOSTIC_METRICS
-from ..registry.environments import environment_spec
+from ..registry.environments import environment_spec, started_by_host
 from ..registry.methods import method_hparams
 from ..registry.methods import get_method, program_name
 from ..reporting.plotting import area_under_median, area_under_median_ci, curves
@@ -181,7 +181,7 @@ LOWER_IS_BETTER = frozenset({"loss", "td_error_max", "q_abs_max", "nonfinite", "
 
 def ranked_metrics(env: str, methods: list[str]) -> list[str]:
     """The metrics a sweep of ``methods`` on ``env`` records, so can rank on: the trainer's and the parts'."""
-    pool = environment_spec(env).kind == "pool"
+    pool = started_by_host(env)
     own = {"test_return", "states_visited", "state_actions_visited", "qplus_start"}
     pool_only = (*DIAGNOSTIC_METRICS, *PoolPath.metric_names, *FrameCounting.metric_names, "rooms_visited")
     names = [m for m in METRIC_DOCS if (m not in own if pool else m not in pool_only)]

@@ -15,7 +15,7 @@ import jax
 from ..common.config import LOOP_DEFAULTS, LOOP_OPTIONS
 from ..common.errors import UsageError
 from ..registry.environments import environment_spec
-from ..runs.compiled import is_pool
+from ..registry.environments import started_by_host
 from ..runs.experiment import Experiment
 from ..runs.memory import require_fits, state_bytes_per_run
 from ..runs.results_folder import program_finished
@@ -77,7 +77,7 @@ def run_in_processes(groups: dict[str, Experiment], out: Path, options: dict) ->
     if options.get("should_stop") is not None:
         raise UsageError("programs='parallel' runs on one host: a run over several hosts trains its programs one "
                          "after another")
-    if is_pool(next(iter(groups.values())).static):
+    if started_by_host(next(iter(groups.values())).static.env):
         raise UsageError("programs='parallel' is for environments stepped in the program: a pool's emulators "
                          "already take the host's cores")
     plugins = sorted({m for g in groups.values() for m in g.to_json().get("plugins", [])})

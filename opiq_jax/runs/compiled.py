@@ -19,7 +19,7 @@ from ..agent.trainer import Trainer, make_train
 from ..common.config import StaticConfig
 from ..parts import definition, get_part
 from ..paths.pool import PoolShapes, first_output
-from ..registry.environments import environment_spec
+from ..registry.environments import started_by_host
 from .devices import runs_mesh
 
 
@@ -44,11 +44,6 @@ def _compiled_trainer(static: StaticConfig, parts: tuple) -> tuple[Trainer, call
     return trainer, jax.jit(trainer.init), jax.jit(trainer.train_chunk, donate_argnums=0)
 
 
-def is_pool(static: StaticConfig) -> bool:
-    """Whether ``static.env`` is stepped through a pool of emulators (Montezuma)."""
-    return environment_spec(static.env).kind == "pool"
-
-
 def trainer_for(static: StaticConfig, pool=None) -> tuple[Trainer, callable, callable]:
     """The compiled trainer of ``static``: cached for in-program environments, built around ``pool`` for a pool."""
     if pool is None:
@@ -60,13 +55,13 @@ def trainer_for(static: StaticConfig, pool=None) -> tuple[Trainer, callable, cal
 def shape_trainer(static: StaticConfig) -> Trainer:
     """A trainer to trace for shapes alone (nothing runs): a pool environment's is built around
     :class:`~opiq_jax.paths.pool.PoolShapes`, no emulator started."""
-    return make_train(static, PoolShapes()) if is_pool(static) else compiled_trainer(static)[0]
+    return make_train(static, PoolShapes()) if started_by_host(static.env) else compiled_trainer(static)[0]
 
 
 def start_shapes(static: StaticConfig, num_envs: int) -> tuple:
     """What ``init`` takes after the hyperparameters for ``num_envs`` environments: nothing, or a pool's first output
     (as zeros, for shapes)."""
-    if not is_pool(static):
+    if not started_by_host(static.env):
         return ()
     return ((jnp.zeros((8,), jnp.uint8), first_output(num_envs)),)
 
