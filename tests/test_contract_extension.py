@@ -3,6 +3,7 @@ this file alone, registered through the public extension points and trained; no 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from types import SimpleNamespace
 
@@ -33,12 +34,20 @@ class NewestReplay(opiq_jax.CompactReplay):
         return self.batch_of(run, windows, ages < ring.size)
 
 
+@contextlib.contextmanager
+def the_chain_with(name: str, **contracts):
+    """The chain registered as ``name`` with the replay or counting ``contracts`` of its spec, for the block."""
+    opiq_jax.register_environment(dataclasses.replace(environment_spec("chain"), name=name, **contracts))
+    try:
+        yield name
+    finally:
+        ENVIRONMENTS.pop(name)
+
+
 @pytest.fixture
 def chain_with_newest_replay():
-    opiq_jax.register_environment(dataclasses.replace(environment_spec("chain"), name="chain-newest",
-                                                      replay=NewestReplay))
-    yield "chain-newest"
-    ENVIRONMENTS.pop("chain-newest")
+    with the_chain_with("chain-newest", replay=NewestReplay) as name:
+        yield name
 
 
 def stored_steps(count: int, capacity: int):
@@ -110,10 +119,8 @@ class CellTableCounting(opiq_jax.Counting):
 
 @pytest.fixture
 def chain_with_a_table_of_counts():
-    opiq_jax.register_environment(dataclasses.replace(environment_spec("chain"), name="chain-table",
-                                                      counting=CellTableCounting))
-    yield "chain-table"
-    ENVIRONMENTS.pop("chain-table")
+    with the_chain_with("chain-table", counting=CellTableCounting) as name:
+        yield name
 
 
 def test_a_counter_named_by_the_spec_counts_every_step_and_trains_as_the_exact_sketch(chain_with_a_table_of_counts,
@@ -145,14 +152,10 @@ class NewestReplayOfTheUnfinished(NewestReplay):
 
 
 def test_an_option_is_accepted_where_a_contract_reads_it_and_refused_where_none_does():
-    opiq_jax.register_environment(dataclasses.replace(environment_spec("chain"), name="chain-unfinished",
-                                                      replay=NewestReplayOfTheUnfinished))
-    try:
-        options = dict(seeds=1, steps=300, chain_length=8, log_every=100, buffer_size=100, hidden=(8,))
-        program = opiq_jax.make_train(env="chain-unfinished", methods=["opiq"], mmc_unfinished="n_step", **options)
-        assert program.static.mmc_unfinished == "n_step"
-        refusal = r"^mmc_unfinished applies to environments stepped through a pool of emulators .* only, not to chain:"
-        with pytest.raises(opiq_jax.UsageError, match=refusal):
-            opiq_jax.make_train(env="chain", methods=["opiq"], mmc_unfinished="n_step", **options)
-    finally:
-        ENVIRONMENTS.pop("chain-unfinished")
+    options = dict(seeds=1, steps=300, chain_length=8, log_every=100, buffer_size=100, hidden=(8,))
+    with the_chain_with("chain-unfinished", replay=NewestReplayOfTheUnfinished) as name:
+        program = opiq_jax.make_train(env=name, methods=["opiq"], mmc_unfinished="n_step", **options)
+    assert program.static.mmc_unfinished == "n_step"
+    refusal = r"^mmc_unfinished applies to environments stepped through a pool of emulators .* only, not to chain:"
+    with pytest.raises(opiq_jax.UsageError, match=refusal):
+        opiq_jax.make_train(env="chain", methods=["opiq"], mmc_unfinished="n_step", **options)

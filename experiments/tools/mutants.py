@@ -330,7 +330,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "a pool's path does not declare that the host starts its emulators",
            ("tests/test_program.py::test_an_environment_started_by_the_host_is_refused_by_make_train_in_one_line",)),
     Mutant("contract-options-refused-everywhere", "opiq_jax/registry/environments.py",
-           "if name not in accepted and name in overrides", "if name in overrides",
+           "contract_options().items() if name not in accepted", "contract_options().items() if True",
            "an option a contract reads is refused even on an environment whose contract reads it",
            ("tests/test_contract_extension.py::test_an_option_is_accepted_where_a_contract_reads_it_and_refused_where_"
             "none_does",)),

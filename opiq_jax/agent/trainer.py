@@ -38,12 +38,11 @@ from ..common.config import HParams, StaticConfig, hparam_options
 from ..kernels.mlp_backward import SQUARE_SUMS
 from ..parts import PARTS, Example, Part, checked_metrics, checked_output, checked_state, get_part
 from ..paths import Batch, Decision, ObservationPath, Outcome, StepRecord
-from ..paths.compact import CompactPath
-from ..paths.pool import ATARI_FRAMES, PoolPath
+from ..paths.pool import ATARI_FRAMES
 from ..pieces.networks import init_params, init_variables, make_bootstrapped_network, make_network
 from ..pieces.state import DIAGNOSTIC_METRICS, ChunkStats, Diagnostics, RunState, RunStats, TrainState
 from ..pieces.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
-from ..registry.environments import environment_spec, started_by_host
+from ..registry.environments import contracts_of, environment_spec
 from .backward import LeanBackward, XlaBackward
 from .bootstrap_values import target_values
 from .weights import WeightStorage, sgd_step, weight_storage
@@ -149,12 +148,12 @@ def make_path(static: StaticConfig, env: Any = None) -> ObservationPath:
     """The observation path of ``static.env``: its environment built from the registry, or ``env`` (a pool must
     be given: it is started by the host loop with every run's emulators)."""
     spec = environment_spec(static.env)
-    if started_by_host(static.env):
+    path, replay, counting = contracts_of(spec)
+    if path.started_by_host:
         if env is None:
             raise ValueError(f"{static.env} is a pool environment: pass its pool (or PoolShapes) to make_train")
-        return PoolPath(env, static, spec.frames or ATARI_FRAMES, replay=spec.replay, counting=spec.counting)
-
-    return CompactPath(spec.make(static) if env is None else env, static, replay=spec.replay, counting=spec.counting)
+        return path(env, static, spec.frames or ATARI_FRAMES, replay=replay, counting=counting)
+    return path(spec.make(static) if env is None else env, static, replay=replay, counting=counting)
 
 
 class Agent:

@@ -106,7 +106,17 @@ class Steps(NamedTuple):
     reached: jax.Array  # [..., *state]: s_{t+1} before any auto-reset, likewise
 
 
-class Replay(abc.ABC):
+class Contract:
+    """What each of the contracts below declares: the static options that it alone reads."""
+
+    options: ClassVar[tuple[str, ...]] = ()
+    """The static options that it alone reads: set to another value than the default on an environment none of whose
+    contracts read them, they would change nothing, and the plan refuses them."""
+    serves: ClassVar[str] = ""
+    """Where its ``options`` apply, in words, as the plan's refusal names them."""
+
+
+class Replay(Contract, abc.ABC):
     """What a run's replay keeps (``run.memory``), how one step goes in and what comes out: a minibatch of ``n``-step
     windows, the newest states reached. Where the items sit in the ring is the replay's own business: the trainer
     and the parts see :class:`Batch`, :meth:`recent` and :meth:`steps`, never a slot or a field of an item.
@@ -115,11 +125,6 @@ class Replay(abc.ABC):
     every run at once.
     """
 
-    options: ClassVar[tuple[str, ...]] = ()
-    """The static options that it alone reads: set to another value than the default on an environment none of whose
-    contracts read them, they would change nothing, and the plan refuses them."""
-    serves: ClassVar[str] = ""
-    """Where its ``options`` apply, in words, as the plan's refusal names them."""
     rings_apart: tuple[str, str] | None = None
     """A replay of frames too large to rewrite at every checkpoint: the key paths of its frames leaf and its
     positions leaf in the training state, which checkpoints save as what changed (:mod:`opiq_jax.store.frames`)."""
@@ -171,7 +176,7 @@ class Replay(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} keeps no whole steps (keeps_steps is False)")
 
 
-class Counting(abc.ABC):
+class Counting(Contract, abc.ABC):
     """What is counted and how often: one run's counts (``run.counts``, any pytree), where a state is counted (its
     *columns*, from the path's count key of the state) and ``N(s, a)`` read there. The trainer and the parts see
     counts only through it (``Batch.step_counts``, ``next_counts``; the action bonus's ``counts``).
@@ -182,11 +187,6 @@ class Counting(abc.ABC):
     """What it counts, in words, as a results folder's ``config.json`` records it."""
     metric_names: tuple[str, ...] = ()
     """Its own metrics, returned by :meth:`metrics` (the count-min sketch's over-counting, where it is measured)."""
-    options: ClassVar[tuple[str, ...]] = ()
-    """The static options that it alone reads: set to another value than the default on an environment none of whose
-    contracts read them, they would change nothing, and the plan refuses them."""
-    serves: ClassVar[str] = ""
-    """Where its ``options`` apply, in words, as the plan's refusal names them."""
 
     @abc.abstractmethod
     def init(self, hash_key: jax.Array, env: Any, num_actions: int) -> Any:
@@ -216,7 +216,7 @@ class Counting(abc.ABC):
         return {}
 
 
-class ObservationPath(abc.ABC):
+class ObservationPath(Contract, abc.ABC):
     """What the trainer asks of an environment family: how its environments are stepped and what is seen, with what
     counts its states (``counting``, a :class:`Counting`) and its replay (``replay``, a :class:`Replay`).
     :class:`~opiq_jax.paths.compact.CompactPath` and :class:`~opiq_jax.paths.pool.PoolPath` implement it.
@@ -231,11 +231,6 @@ class ObservationPath(abc.ABC):
     started_by_host: ClassVar[bool] = False
     """Whether its environments are started on the host, before the program, and handed to ``init`` (a pool of
     emulators, which the pure functions cannot hold): its trainer must be given them."""
-    options: ClassVar[tuple[str, ...]] = ()
-    """The static options that it alone reads: set to another value than the default on an environment none of whose
-    contracts read them, they would change nothing, and the plan refuses them."""
-    serves: ClassVar[str] = ""
-    """Where its ``options`` apply, in words, as the plan's refusal names them."""
     replay_class: ClassVar[type[Replay]]
     """The replay its runs keep unless the environment's spec names another."""
     counting_class: ClassVar[type[Counting]]
@@ -333,4 +328,4 @@ class ObservationPath(abc.ABC):
         """One run's values of ``metric_names``."""
 
 
-__all__ = ["Batch", "Counting", "Decision", "ObservationPath", "Outcome", "Replay", "StepRecord", "Steps"]
+__all__ = ["Batch", "Contract", "Counting", "Decision", "ObservationPath", "Outcome", "Replay", "StepRecord", "Steps"]

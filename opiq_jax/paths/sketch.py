@@ -48,6 +48,8 @@ class SketchCounting(Counting):
     def add(self, run_counts: Counts, decision: Decision, outcome: Outcome) -> Counts:
         """Each real ``(s_t, a_t)`` into the sketch (one agent, one sketch: every environment's visits) and into the
         probe's exact counts, where there is one."""
+        # ``real`` once for the probe and ``~first[e]`` per environment for the sketch, as the trainer wrote them
+        # before the counting was a contract: every program lowers to the text it had (program_identity)
         sketch, probe, real = run_counts.sketch, run_counts.probe, ~outcome.first
         for e in range(decision.actions.shape[0]):
             sketch = counts.update(sketch, decision.columns[e], decision.actions[e], ~outcome.first[e])

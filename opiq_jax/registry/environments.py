@@ -181,12 +181,12 @@ def contract_options() -> dict[str, str]:
     return {name: contract.serves for spec in specs for contract in contracts_of(spec) for name in contract.options}
 
 
-def refused_contract_option(env: str, overrides: Mapping[str, Any]) -> str | None:
+def refused_contract_option(env: str, overrides: Mapping[str, Any]) -> tuple[str, str] | None:
     """The first option of ``overrides`` set to another value than its default that a contract reads but none of
-    ``env``'s does (None: there is none): it would change nothing there."""
+    ``env``'s does, with where it applies (None: there is none): it would change nothing there."""
     accepted = {name for contract in contracts_of(environment_spec(env)) for name in contract.options}
-    return next((name for name in contract_options() if name not in accepted and name in overrides
-                 and overrides[name] != STATIC_OPTIONS[name].default), None)
+    return next(((name, serves) for name, serves in contract_options().items() if name not in accepted
+                 and name in overrides and overrides[name] != STATIC_OPTIONS[name].default), None)
 
 
 def owners_of(option_name: str, env: str) -> tuple[str, ...]:

@@ -30,8 +30,8 @@ from ..common.config import (RUNNER_SET, STATIC_OPTIONS, VALUE_BEFORE_DECLARED, 
 from ..common.errors import ResultsError, UsageError, message_of, option_name
 from ..parts import PARTS, get_part
 from ..registry.environments import (
-    ENVIRONMENTS, UnknownEnvironment, check_environment_static, contract_options, environment_label,
-    environment_names, environment_spec, owners_of, refused_contract_option,
+    ENVIRONMENTS, UnknownEnvironment, check_environment_static, environment_label, environment_names,
+    environment_spec, owners_of, refused_contract_option,
 )
 from ..registry.methods import METHODS, get_method, method_hparams, method_program, program_parts
 from ..runs.experiment import Experiment, RunSpec
@@ -334,8 +334,9 @@ def static_with(env: str, overrides: dict[str, Any]) -> StaticConfig:
                          f"not to {env}")
     refused = refused_contract_option(env, overrides)
     if refused:  # no contract of this environment reads it: it would change nothing, silently
-        raise UsageError(f"{STATIC_OPTIONS[refused].label()} applies to {contract_options()[refused]} only, not to "
-                         f"{env}: none of its environment, replay and counts reads it")
+        name, serves = refused
+        raise UsageError(f"{STATIC_OPTIONS[name].label()} applies to {serves} only, not to {env}: none of its "
+                         "environment, replay and counts reads it")
     static = StaticConfig(**{**environment_spec(env).defaults, "env": env, **overrides})
     message = next(iter(static.problems()), None)
     if message:
