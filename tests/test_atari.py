@@ -32,7 +32,7 @@ def test_an_atari_game_takes_montezumas_settings_and_rooms_only_where_the_game_h
     assert environment_spec("atari:Venture-v5").name == "atari:Venture-v5"
     for method in ("opiq", "dqn_pc", "dqn_rnd", "bsp"):
         assert method_hparams("atari:Gravitar", method) == method_hparams("montezuma", method)
-    assert static_for_env("atari:Solaris").rnd_outputs == 512
+    assert static_for_env("atari:Solaris").part("rnd").outputs == 512
     with pytest.raises(ValueError, match="an Atari game is named as EnvPool names it"):
         environment_spec("atari:Private Eye")
 

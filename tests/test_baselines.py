@@ -67,7 +67,7 @@ def test_mixed_methods_split_into_one_program_per_group():
     groups = split_by_program(Experiment(static, runs))
     assert list(groups) == ["plain", "bsp", "dora"]
     assert [r.method for r in groups["dora"].runs] == ["dqn_dora"] * 2 + ["dqn_dora_oa"] * 2
-    assert groups["bsp"].static.bsp_heads == 4
+    assert groups["bsp"].static.part("bsp").heads == 4
     # the count-based parts are in every program (off, at their defaults, for methods without them)
     assert groups["dora"].static.parts == ("pseudocounts", "optimism", "dora")
     assert groups["plain"].static.parts == ("pseudocounts", "optimism")
@@ -121,7 +121,7 @@ def test_dora_e_network_starts_at_one_half_and_sarsa_drives_it_down(dora):
     np.testing.assert_array_equal(e_net.apply(run0.parts["dora"].params, start_obs), 0.0)  # zero final layer: E = 0.5
     e_after = jax.nn.sigmoid(e_net.apply(run1.parts["dora"].params, start_obs))
     assert float(jnp.max(e_after)) < 0.45, "E(s0, .) should decay below its initial 0.5 after 200 updates"
-    assert run1.parts["dora"].buffer.capacity == static.dora_buffer_factor * static.batch_size
+    assert run1.parts["dora"].buffer.capacity == static.part("dora").buffer_factor * static.batch_size
 
 
 def test_dora_intrinsic_reward_recomputed_from_the_e_network(dora):
@@ -157,7 +157,7 @@ def test_rnd_predictor_takes_one_step_on_the_most_recent_states_per_update():
     run0, run1, env = first_run(initial.runs), first_run(final.runs), trainer.path.env
     rnd0, rnd1 = run0.parts["rnd"], run1.parts["rnd"]
     jax.tree.map(np.testing.assert_array_equal, rnd0.target_params, rnd1.target_params)  # target fixed
-    net = make_network("mlp", trainer.static.rnd_outputs, trainer.static.hidden)
+    net = make_network("mlp", trainer.static.part("rnd").outputs, trainer.static.hidden)
     buffer = run1.memory
     newest = (np.asarray(buffer.position) - 1 - np.arange(8)) % buffer.capacity
     # The computations by hand are compiled whole (op by op, each of their operations would compile on its own).

@@ -215,13 +215,13 @@ class Distill(Part):
     random_streams = {"distill_predictor": None, "distill_target": None}
 
     def init(self, agent, run_key, example):
-        network = agent.make_network(agent.static.distill_outputs)
+        network = agent.make_network(agent.static.part("distill").outputs)
         params = network.init(agent.init_key(run_key, "distill_predictor"), example.obs[None])
         target = network.init(agent.init_key(run_key, "distill_target"), example.obs[None])
         return DistillState(params=params, opt_state=agent.optimiser.init(params), target=target)
 
     def error(self, agent, state, params, obs, lead):
-        network = agent.make_network(agent.static.distill_outputs)
+        network = agent.make_network(agent.static.part("distill").outputs)
         fixed = jax.lax.stop_gradient(agent.apply_flat(network, state.target, obs, lead))
         return jnp.sum(jnp.square(agent.apply_flat(network, params, obs, lead) - fixed), axis=-1)
 
@@ -240,7 +240,7 @@ class Distill(Part):
 
 def test_a_part_with_its_own_static_option_networks_and_streams_is_one_module(tmp_path):
     import opiq_jax
-    from opiq_jax.common.config import DECLARED_STATIC_OPTIONS, STATIC_OPTIONS
+    from opiq_jax.common.config import DECLARED_GROUPS, DECLARED_STATIC_OPTIONS, STATIC_OPTIONS, Owner
     from opiq_jax.registry.methods import SETTINGS
 
     register_method(Method("dqn_distill", (Distill(),), "DQN + a distilled random network",
@@ -264,6 +264,7 @@ def test_a_part_with_its_own_static_option_networks_and_streams_is_one_module(tm
         METHODS.pop("dqn_distill"), ORIGINS.pop("dqn_distill"), PARTS.pop("distill")
         SETTINGS["chain"].pop("dqn_distill")
         STATIC_OPTIONS.pop("distill_outputs"), DECLARED_STATIC_OPTIONS.pop("distill_outputs")
+        DECLARED_GROUPS.pop(Owner("part", "distill"))
 
 
 @pytest.mark.parametrize("declared, message", [

@@ -91,14 +91,14 @@ def test_a_value_that_is_ours_is_said_to_be(method):
 def test_the_montezuma_schedule_is_the_papers():
     static = static_for_env("montezuma")
     for name, value in MONTEZUMA_TRAINING.items():
-        assert getattr(static, name) == pytest.approx(value), f"montezuma {name}"
+        assert static.value(name) == pytest.approx(value), f"montezuma {name}"
     assert environment_spec("montezuma").settings == "montezuma"
 
 
 def test_opiq_on_montezuma_is_the_authors_corrected_command():
     static = static_for_env("montezuma")
-    ours = {**{name: getattr(static, name) for name in ("batch_size", "train_every", "n_step", "buffer_size",
-                                                         "target_update", "gamma")},
+    ours = {**{name: static.value(name) for name in ("batch_size", "train_every", "n_step", "buffer_size",
+                                                     "target_update", "gamma")},
             **method_hparams("montezuma", "opiq")}
     for theirs, value in AUTHORS_COMMAND.items():
         assert ours[OURS_FOR_THEIRS[theirs]] == pytest.approx(value), f"opiq {OURS_FOR_THEIRS[theirs]} ({theirs})"

@@ -88,7 +88,7 @@ def run_keys(experiment, seeds=(0, 1)):
 
 def test_the_papers_montezuma_methods_are_selectable_with_the_papers_settings(trained):
     # the values themselves are checked one by one against the sources in tests/test_paper_settings.py
-    assert static_for_env("montezuma").rnd_outputs == 512  # Burda et al.'s
+    assert static_for_env("montezuma").part("rnd").outputs == 512  # Burda et al.'s
     with pytest.raises(ValueError, match="dqn_dora is not available on montezuma"):
         method_hparams("montezuma", "dqn_dora")
     # every one of them trains on the pool path; the numbers-only ones in one program

@@ -13,11 +13,20 @@ line of documentation. The command line (``opiq-jax train``, ``sweep``, ``bench`
 the Python API all take their options, help and checks from these declarations; a check's message names
 the option as the user wrote it (``--steps must be >= 1`` on the command line, ``steps must be >= 1`` in
 Python). Per-environment defaults are the environment registry's (:mod:`opiq_jax.registry.environments`).
+
+The static options that an exploration part (``Part.static_options``) or an environment
+(``EnvironmentSpec.static_options``) declares are set by their public names, flat, as every other option is
+(``--rnd-outputs``, ``rnd_outputs=512``, the keys of a results folder's ``config.json``), and read as their owner's
+group: ``static.part("rnd").outputs``, ``static.part("bsp").prior_values``, ``static.environment("chain").length``,
+``static.environment(static.env).env_kwargs`` (``gymnax:NAME``'s). Within a group an option reads by its
+:func:`short_name`: its public name without the owner's prefix (``rnd_``, ``chain_``), where it has it. Code that
+holds an option's public name reads it with ``static.value(name)``, whoever declares it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -207,8 +216,8 @@ class StaticConfig:
                                  "target alone until the episode ends).", choices=("zero", "n_step"))
     declared_settings: DeclaredSettings = dataclasses.field(default=())
     """The static options that exploration parts and environments declare (``Part.static_options``,
-    ``EnvironmentSpec.static_options``) where they differ from their defaults, as sorted ``(name, value)`` pairs;
-    they read as attributes (``static.rnd_outputs``, ``static.chain_length``)."""
+    ``EnvironmentSpec.static_options``) where they differ from their defaults, as sorted ``(public name, value)``
+    pairs; they read through their owner's group (:meth:`part`, :meth:`environment`)."""
 
     def __init__(self, **values: Any):
         """Takes every option by name, a part's or an environment's (:data:`DECLARED_STATIC_OPTIONS`) as well as the
@@ -229,27 +238,50 @@ class StaticConfig:
         settled = tuple(sorted((k, v) for k, v in given.items() if v != DECLARED_STATIC_OPTIONS[k].default))
         object.__setattr__(self, "declared_settings", settled)
 
-    def __getattr__(self, name: str) -> Any:
-        """A part's or an environment's static option: its value here, else its declared default."""
-        if name in DECLARED_STATIC_OPTIONS and name != "declared_settings":
-            return dict(self.__dict__.get("declared_settings", ())).get(name, DECLARED_STATIC_OPTIONS[name].default)
-        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+    def part(self, name: str) -> OptionGroup:
+        """The static options that the part ``name`` declares, as attributes by their :func:`short_name`
+        (``static.part("rnd").outputs``); a part nobody registered is a one-line ``ValueError``."""
+        return self._group(Owner("part", name))
+
+    def environment(self, name: str) -> OptionGroup:
+        """The static options that the environment ``name`` declares, as attributes by their :func:`short_name`
+        (``static.environment("chain").length``); ``gymnax:NAME`` and the like name their family's spec, so
+        ``static.environment(static.env)`` reads the configuration's own. An environment nobody registered is a
+        one-line ``ValueError``."""
+        return self._group(environment_owner(name))
+
+    def _group(self, owner: Owner) -> OptionGroup:
+        if owner not in DECLARED_GROUPS:
+            registered = ", ".join(o.name for o in DECLARED_GROUPS if o.kind == owner.kind) or "none"
+            raise ValueError(f"no {owner} is registered (registered {owner.kind}s: {registered})")
+        return OptionGroup(owner, {short: self._declared(public) for short, public in DECLARED_GROUPS[owner].items()})
+
+    def _declared(self, name: str) -> Any:
+        """A part's or an environment's static option by its public name: its value here, else its default."""
+        return dict(self.declared_settings).get(name, DECLARED_STATIC_OPTIONS[name].default)
 
     def value(self, name: str) -> Any:
-        """The option ``name``'s value, whichever part of the configuration holds it (its own fields, the
-        execution's, or a part's or an environment's declared ones)."""
-        return getattr(self.execution if name in EXECUTION_FIELDS else self, name)
+        """The option ``name`` (its public name: ``batch_size``, ``precision``, ``rnd_outputs``), whichever part of
+        the configuration holds it: its own fields, the execution's, or a part's or an environment's."""
+        if name in EXECUTION_FIELDS:
+            return getattr(self.execution, name)
+        if name in DECLARED_STATIC_OPTIONS:
+            return self._declared(name)
+        if name in CORE_FIELDS:
+            return getattr(self, name)
+        raise ValueError(f"{type(self).__name__} has no option {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Every option by name, flat, the execution's, parts' and environments' included (a results folder's
-        ``config.json``, as before the execution became a configuration of its own)."""
+        ``config.json``, as before the execution became a configuration of its own and before the parts' and
+        environments' options read as groups)."""
         values = {}
         for f in dataclasses.fields(self):
             if f.name == "execution":
                 values.update(dataclasses.asdict(self.execution))
             elif f.name != "declared_settings":
                 values[f.name] = getattr(self, f.name)
-        return {**values, **{name: getattr(self, name) for name in DECLARED_STATIC_OPTIONS}}
+        return {**values, **{name: self._declared(name) for name in DECLARED_STATIC_OPTIONS}}
 
     def problems(self) -> list[str]:
         """Every problem of this configuration, one line each, naming options as the user writes them."""
@@ -298,6 +330,8 @@ def _declared_fields(config: type) -> dict[str, Option]:
 
 
 STATIC_OPTIONS: dict[str, Option] = _declared_fields(StaticConfig)
+"""Every static option by public name: :class:`StaticConfig`'s fields, then the registered parts' and environments'
+own (which :func:`register_static_options` adds), so the command line, the API and the checks take them alike."""
 
 VALUE_BEFORE_DECLARED: dict[str, Any] = {"network_init": "flax"}
 """What a static field was, where it differs from today's default, in a ``config.json`` written before the field
@@ -309,43 +343,136 @@ def saved_defaults() -> dict[str, Any]:
     """The value of each static field that a saved ``config.json`` lacks: :data:`VALUE_BEFORE_DECLARED`'s where it
     names one, else the default."""
     return {**StaticConfig().to_dict(), **VALUE_BEFORE_DECLARED}
-"""Every static option by name: :class:`StaticConfig`'s fields, then the registered parts' own (which
-:func:`register_static_options` adds), so the command line, the API and the checks take them alike."""
+
 
 EXECUTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Execution))
 CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StaticConfig)) | EXECUTION_FIELDS
 
+
+# ------------------------------------------------------------------------------------ parts' and environments' options
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """Who declares a group of static options: a part or an environment, by its registered name (an environment
+    family resolved from one spec by its pattern, ``gymnax:NAME``)."""
+
+    kind: Literal["part", "environment"]
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name!r}"
+
+    @property
+    def prefix(self) -> str:
+        """What its options' public names may start with: its name up to any ``:``, then ``_`` (``rnd_``,
+        ``gymnax_``)."""
+        return f"{self.name.split(':')[0]}_"
+
+
+def short_name(owner: Owner, option_name: str) -> str:
+    """How the option ``option_name`` reads in ``owner``'s group: without the owner's prefix where it has it and what
+    is left can be an attribute (``rnd_outputs`` is ``static.part("rnd").outputs``), else whole (BSP's
+    ``prior_values``, gymnax's ``env_kwargs``). The one rule between the public names and the groups' names."""
+    rest = option_name.removeprefix(owner.prefix)
+    readable = rest.isidentifier() and not keyword.iskeyword(rest) and not rest.startswith("_")
+    return rest if rest != option_name and readable else option_name
+
+
+def environment_owner(name: str) -> Owner:
+    """The owner of environment ``name``'s options: the environment, or for a name that one spec resolves by its
+    pattern (``gymnax:CartPole-v1``), that spec (``gymnax:NAME``)."""
+    owner = Owner("environment", name)
+    if owner in DECLARED_GROUPS or ":" not in name:
+        return owner
+    return Owner("environment", f"{name.split(':')[0]}:NAME")
+
+
+class OptionGroup:
+    """One part's or environment's static options in a configuration, read as attributes by their
+    :func:`short_name` (``static.part("rnd").outputs``): the values set, else the declared defaults."""
+
+    __slots__ = ("_owner", "_values")
+
+    def __init__(self, owner: Owner, values: Mapping[str, Any]):
+        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name: str) -> Any:
+        if name in OptionGroup.__slots__:  # not set yet (a copy under way): the slots are no options
+            raise AttributeError(name)
+        if name not in self._values:
+            declared = ", ".join(self._values) or "none"
+            raise AttributeError(f"{self._owner} declares no static option {name!r} (it declares: {declared})")
+        return self._values[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the static options of {self._owner} are read-only: set {name} on the configuration")
+
+    def __reduce__(self) -> tuple:  # copied and pickled through the constructor: its attributes are read-only
+        return OptionGroup, (self._owner, self._values)
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._values)
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        return f"<static options of {self._owner}: {values}>"
+
+
 DECLARED_STATIC_OPTIONS: dict[str, Option] = {}
 """The static options that exploration parts (``Part.static_options``) and environments
-(``EnvironmentSpec.static_options``) declare, by name."""
+(``EnvironmentSpec.static_options``) declare, by public name."""
 
-DECLARED_RELATIONS: dict[str, Callable[[StaticConfig, Mapping[str, str]], list[str]]] = {}
+DECLARED_GROUPS: dict[Owner, dict[str, str]] = {}
+"""Every registered part and environment, with the public names of the static options it declares by their
+:func:`short_name` (``{"outputs": "rnd_outputs", ...}``; empty where it declares none). An option two owners
+declare alike (a copy of the chain's spec under another name) is in both groups, one setting."""
+
+DECLARED_RELATIONS: dict[Owner, Callable[[StaticConfig, Mapping[str, str]], list[str]]] = {}
 """Per declaring part, the check of its static options against the others (``Part.static_problems``): it takes the
 configuration and how messages name every option, and returns the problems."""
 
 
-def static_option_problem(owner: str, option_: Option) -> str | None:
-    """Why ``owner`` (``part 'rnd'``, ``environment 'chain'``) cannot declare the static option ``option_``, in one
-    line; None if it can."""
+def static_option_problem(owner: Owner, option_: Option) -> str | None:
+    """Why ``owner`` cannot declare the static option ``option_``, in one line; None if it can."""
     held = STATIC_OPTIONS.get(option_.name)
     if not option_.name.isidentifier():
         return f"{owner}: a static option needs a name that is a Python identifier, got {option_.name!r}"
+    if option_.name.startswith("_"):  # the groups keep such names for themselves
+        return f"{owner}: a static option's name may not start with '_', got {option_.name!r}"
     if option_.name in CORE_FIELDS or (held is not None and held != option_):
         return f"{owner}: static option {option_.name} is already declared elsewhere: choose another name"
     return None
 
 
-def register_static_options(owner: str, options: Iterable[Option],
-                            relation: Callable[[StaticConfig, Mapping[str, str]], list[str]] | None = None) -> None:
-    """Adds the static options of ``owner`` (a part's or an environment's, and the check of their relations to the
-    others) to :data:`STATIC_OPTIONS`; a name another declaration holds is a one-line ``ValueError``. Registering the
-    same options again changes nothing."""
+def static_options_problem(owner: Owner, options: Iterable[Option]) -> str | None:
+    """Why ``owner`` cannot declare ``options``: the first of :func:`static_option_problem`'s, or two of them that
+    read under one name in its group; None if it can."""
     options = tuple(options)
     problem = next((p for o in options if (p := static_option_problem(owner, o))), None)
+    if problem:
+        return problem
+    seen: dict[str, str] = {}
+    for option_ in options:
+        short = short_name(owner, option_.name)
+        if seen.setdefault(short, option_.name) != option_.name:
+            return (f"{owner}: static options {seen[short]} and {option_.name} would both read as .{short} in its "
+                    "group: choose another name")
+    return None
+
+
+def register_static_options(owner: Owner, options: Iterable[Option],
+                            relation: Callable[[StaticConfig, Mapping[str, str]], list[str]] | None = None) -> None:
+    """Adds the static options of ``owner`` (a part's or an environment's, and the check of their relations to the
+    others) to :data:`STATIC_OPTIONS` and ``owner``'s group (:data:`DECLARED_GROUPS`); a name another declaration
+    holds is a one-line ``ValueError``. Registering the same options again changes nothing."""
+    options = tuple(options)
+    problem = static_options_problem(owner, options)
     if problem:
         raise ValueError(problem)
     for option_ in options:
         STATIC_OPTIONS[option_.name] = DECLARED_STATIC_OPTIONS[option_.name] = option_
+    DECLARED_GROUPS[owner] = {short_name(owner, o.name): o.name for o in options}
     if relation is not None:
         DECLARED_RELATIONS[owner] = relation
 

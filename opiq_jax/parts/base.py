@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 import jax
 import numpy as np
 
-from ..common.config import CORE_HPARAMS, Option, StaticConfig, register_static_options, static_option_problem
+from ..common.config import CORE_HPARAMS, Option, Owner, StaticConfig, register_static_options, static_options_problem
 from ..common.errors import PartError
 
 if TYPE_CHECKING:  # types only: a part reads the run's state and the path's records, never the trainer
@@ -67,7 +67,9 @@ class Part:
     """The hyperparameters it brings (numbers, traced: a sweep varies them inside one program)."""
     static_options: ClassVar[tuple[Option, ...]] = ()
     """The static options it brings (shapes and structure: changing one compiles again). Registering the part adds
-    them to the command line and the API (``--rnd-outputs``); they read as ``agent.static.<name>``."""
+    them to the command line and the API by their names (``--rnd-outputs``, ``rnd_outputs=``); they read as the
+    part's group, without its prefix: ``agent.static.part("rnd").outputs``
+    (:func:`~opiq_jax.common.config.short_name`)."""
     random_streams: ClassVar[Mapping[str, int | None]] = {}
     """The keys its ``init`` draws (``agent.init_key(run_key, name)``), by name. A new part leaves the value None (its
     key is derived from the name); the paper's parts give the slot their key had before parts declared their
@@ -198,10 +200,10 @@ def check_part(part: Part) -> None:
         if holder is not None:
             raise ValueError(f"part {part.name!r}: random stream {stream!r} is part {holder.name!r}'s: choose another "
                              "name")
+    problem = static_options_problem(Owner("part", part.name), part.static_options)
+    if problem:
+        raise ValueError(problem)
     for option_ in part.static_options:
-        problem = static_option_problem(f"part {part.name!r}", option_)
-        if problem:
-            raise ValueError(problem)
         option_.check(option_.default, f"part {part.name!r}: static option {option_.name}")
 
 
@@ -225,7 +227,7 @@ def register_part(part: Part) -> Part:
     registered one (a notebook cell run again); a part of another definition under the name is refused."""
     check_part(part)
     overrides = type(part).static_problems is not Part.static_problems
-    register_static_options(f"part {part.name!r}", part.static_options, part.static_problems if overrides else None)
+    register_static_options(Owner("part", part.name), part.static_options, part.static_problems if overrides else None)
     PARTS[part.name] = part
     return part
 

@@ -64,7 +64,7 @@ class Bsp(Part):
     random_streams = {"prior": 0}
 
     def heads(self, static):
-        return static.bsp_heads
+        return static.part("bsp").heads
 
     def init(self, agent, run_key, example):
         """The prior: a second K-headed network of the same architecture, never trained; with the prior table, also

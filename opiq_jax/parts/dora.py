@@ -113,7 +113,7 @@ class Dora(Part):
     def init(self, agent, run_key, example):
         e_params = zero_final_layer(agent.init_variables(self.network(agent), agent.init_key(run_key, "e_network"),
                                                          example.obs[None]))
-        ring = replay.init(example.item, agent.static.dora_buffer_factor * agent.static.batch_size)
+        ring = replay.init(example.item, agent.static.part("dora").buffer_factor * agent.static.batch_size)
         return DoraState(params=e_params, opt_state=agent.optimiser.init(e_params), buffer=ring)
 
     def action_bonus(self, agent, run, obs, counts):
@@ -137,7 +137,7 @@ class Dora(Part):
         next_e = jax.nn.sigmoid(agent.apply_flat(network, state.params, agent.replay.obs_of(run, windows.reached),
                                                  lead))
         targets, _ = jax.vmap(dora_sarsa_target, in_axes=(0, 0, 0, 0, 0, None))(
-            next_e, windows.action, windows.done, windows.terminated, exists, static.dora_gamma
+            next_e, windows.action, windows.done, windows.terminated, exists, static.part("dora").gamma
         )
         obs = agent.replay.obs_of(run, windows.state[:, 0])
 

@@ -101,14 +101,14 @@ class Rnd(Part):
     random_streams = {"predictor": 2, "rnd_target": 3}
 
     def static_problems(self, static, name):
-        if static.rnd_batch <= static.buffer_size:
+        batch = static.part("rnd").batch
+        if batch <= static.buffer_size:
             return []
-        return [f"{name['rnd_batch']} ({static.rnd_batch}) must not exceed {name['buffer_size']} "
-                f"({static.buffer_size})"]
+        return [f"{name['rnd_batch']} ({batch}) must not exceed {name['buffer_size']} ({static.buffer_size})"]
 
     def networks(self, agent):
         """``(predictor, target)`` for this agent's observations."""
-        outputs = agent.static.rnd_outputs
+        outputs = agent.static.part("rnd").outputs
         if agent.network_name == "nature":
             return RndPredictor(outputs), RndTarget(outputs)
         network = agent.make_network(outputs)
@@ -132,7 +132,7 @@ class Rnd(Part):
     def update(self, agent, run, batch, key):
         """One predictor step on the ``rnd_batch`` most recently reached states."""
         state, (predictor, target) = run.parts[self.name], self.networks(agent)
-        obs, stored = agent.replay.recent(run, agent.static.rnd_batch)
+        obs, stored = agent.replay.recent(run, agent.static.part("rnd").batch)
         fixed = target.apply(state.target_params, obs)
         grads = jax.grad(lambda params: rnd_loss(predictor.apply(params, obs), fixed, stored))(state.params)
         params, opt_state = agent.sgd_step(state.params, state.opt_state, grads, run.hparams["lr"])

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .. import parts  # noqa: F401 (registers the parts' static options, which environments may set: RND's outputs)
-from ..common.config import STATIC_OPTIONS, EnvKwargs, Option, StaticConfig, register_static_options
+from ..common.config import STATIC_OPTIONS, EnvKwargs, Option, Owner, StaticConfig, register_static_options
 from ..common.errors import UsageError
 from ..envs import Maze, RandomisedChain
 from ..envs.atari import AtariPool, atari_game, check_game, import_envpool
@@ -65,7 +65,8 @@ class EnvironmentSpec:
     frames: FrameFeatures | None = None
     """``pool``: what its frames mean to the agent (default: an Atari game without rooms)."""
     static_options: tuple[Option, ...] = ()
-    """Options of this environment alone (read as ``static.<name>``); set on another one, they are refused."""
+    """Options of this environment alone, read as its group without its prefix (``chain_length`` as
+    ``static.environment("chain").length``); set on another environment, they are refused."""
     label: Callable[[Mapping[str, Any]], str] | None = None
     """How the plan and the figures name it, from a configuration's ``static`` section (default: its name)."""
     check: Callable[[StaticConfig], None] | None = None
@@ -101,7 +102,7 @@ PAPER_ENVIRONMENTS = ("chain", "maze", "montezuma")
 def declare_options(spec: EnvironmentSpec) -> None:
     """Registers ``spec``'s own static options beside the trainer's and the parts' (a one-line ``ValueError`` for a
     name another declaration holds differently)."""
-    register_static_options(f"environment {spec.name!r}", spec.static_options)
+    register_static_options(Owner("environment", spec.name), spec.static_options)
 
 
 def register_environment(spec: Any, origin: str | None = None, *, params: Any = None,
@@ -230,7 +231,7 @@ def static_for_env(env: str, **overrides) -> StaticConfig:
 
 
 def _make_chain(static: StaticConfig):
-    return RandomisedChain(length=static.chain_length)
+    return RandomisedChain(length=static.environment("chain").length)
 
 
 def _make_maze(static: StaticConfig):
@@ -240,7 +241,7 @@ def _make_maze(static: StaticConfig):
 def _make_gymnax(static: StaticConfig):
     from ..envs.gymnax_adapter import make_gymnax  # imports gymnax's registry only when asked
 
-    return make_gymnax(static.env.removeprefix("gymnax:"), **dict(static.env_kwargs))
+    return make_gymnax(static.env.removeprefix("gymnax:"), **dict(static.environment(static.env).env_kwargs))
 
 
 def _check_gymnax(static: StaticConfig) -> None:
@@ -356,6 +357,7 @@ register_environment(EnvironmentSpec(
 ATARI = dataclasses.replace(
     ENVIRONMENTS["montezuma"], name="atari:NAME", make=_make_atari, frames=ATARI_FRAMES, label=None,
     description="any EnvPool Atari game with the paper's Montezuma settings (pip install -e '.[atari]')")
+declare_options(ATARI)  # every atari:NAME is resolved from this one spec: static.environment("atari:Venture") reads it
 
 
 __all__ = ["ATARI", "ENVIRONMENTS", "EnvironmentSpec", "adapted_environment", "atari_spec", "environment_label",
