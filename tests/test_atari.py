@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax.paths.pool import ATARI_FRAMES, NUM_ROOMS
+from opiq_jax.paths.pool import ATARI_FRAMES, NUM_ROOMS, PoolStepping
 from opiq_jax.registry.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.running.train_programs import run_methods
@@ -26,7 +26,8 @@ SMALL = dict(total_steps=32, log_every=16, buffer_size=256, batch_size=8, train_
 
 def test_an_atari_game_takes_montezumas_settings_and_rooms_only_where_the_game_has_them():
     venture, montezuma = environment_spec("atari:Venture"), environment_spec("montezuma")
-    assert venture.kind == "pool" and venture.settings == "montezuma" and venture.defaults == montezuma.defaults
+    assert venture.stepping is PoolStepping and venture.settings == "montezuma"
+    assert venture.defaults == montezuma.defaults
     assert venture.frames.num_rooms == 0 and montezuma.frames.num_rooms == NUM_ROOMS
     assert environment_spec("atari:MontezumaRevenge").frames.num_rooms == NUM_ROOMS  # the game, however named
     assert environment_spec("atari:Venture-v5").name == "atari:Venture-v5"

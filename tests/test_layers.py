@@ -209,18 +209,18 @@ def test_the_opiq_jax_command_enters_through_the_launcher_which_refuses_half_a_h
 
 
 def test_the_trainer_and_the_parts_read_the_path_its_counting_and_replay_through_their_declared_contracts():
-    """Both paths implement every method of ``ObservationPath``, both counters every method of ``Counting`` and both
+    """Both paths implement every method of ``Stepping``, both counters every method of ``Counting`` and both
     replays every method of ``Replay``; what the trainer and the parts read of each is declared there (capabilities
     included: never probed with getattr), the trainer never types them ``Any``, and no part reads a replay item's
     field by name."""
     import re
 
-    from opiq_jax.paths import Counting, ObservationPath, Replay
-    from opiq_jax.paths.compact import CompactCounting, CompactPath, CompactReplay
-    from opiq_jax.paths.pool import FrameCounting, FrameRingReplay, PoolPath
+    from opiq_jax.paths import Counting, Stepping, Replay
+    from opiq_jax.paths.compact import CompactCounting, CompactStepping, CompactReplay
+    from opiq_jax.paths.pool import FrameCounting, FrameRingReplay, PoolStepping
 
-    for path in (CompactPath, PoolPath):
-        assert issubclass(path, ObservationPath) and not path.__abstractmethods__, path
+    for path in (CompactStepping, PoolStepping):
+        assert issubclass(path, Stepping) and not path.__abstractmethods__, path
     for replay in (CompactReplay, FrameRingReplay):
         assert issubclass(replay, Replay) and not replay.__abstractmethods__, replay
     for counting in (CompactCounting, FrameCounting):
@@ -228,7 +228,7 @@ def test_the_trainer_and_the_parts_read_the_path_its_counting_and_replay_through
     readers = [ROOT / "opiq_jax" / "agent" / "trainer.py", *sorted((ROOT / "opiq_jax" / "parts").glob("*.py"))]
     sources = {p.name: p.read_text() for p in readers}
     # the replay as the agent holds it (``pieces.replay``, the ring's functions, is a module of the same name)
-    for name, reader, contract, least in (("path", r"\bpath", ObservationPath, 20),
+    for name, reader, contract, least in (("path", r"\bpath", Stepping, 20),
                                           ("replay", r"\b(?:agent|self|path)\.replay", Replay, 6),
                                           ("counting", r"\b(?:agent|self|path)\.counting", Counting, 5)):
         read = {field for text in sources.values() for field in re.findall(reader + r"\.([a-z_]+)", text)}
@@ -429,3 +429,25 @@ def test_no_module_decides_by_an_environments_name_but_the_registry():
 ])
 def test_the_name_reader_catches_every_way_of_naming_one(source, caught):
     assert bool(environment_name_tests(ast.parse(source))) == caught
+
+
+def test_the_environments_per_run_come_from_the_stepping_alone():
+    """``E`` has one source: the stepping's ``environments_per_run`` of the option. Outside the contracts, the
+    registry and the configuration that declares the option, the option is read only to hand it to
+    ``registry.environments.envs_per_run``; the trainer and the parts read the stepping's (``agent.envs_per_run``)."""
+    import re
+
+    from opiq_jax.registry.environments import envs_per_run
+
+    assert envs_per_run("chain", 4) == 1 and envs_per_run("maze", 1) == 1
+    assert envs_per_run("montezuma", 8) == 8 and envs_per_run("atari:Venture", 2) == 2
+    exempt = {"paths", "registry"}
+    strays = []
+    for path in sorted((ROOT / "opiq_jax").rglob("*.py")):
+        relative = path.relative_to(ROOT / "opiq_jax")
+        if relative.parts[0] in exempt or relative.as_posix() == "common/config.py":
+            continue
+        text = path.read_text().replace("envs_per_run(static.env, static.envs_per_run)", "")
+        reads = re.findall(r"\b(?!agent\.|self\.|path\.|stepping\.)\w+\.envs_per_run\b", text)
+        strays += [f"{relative}: {read}" for read in reads]
+    assert strays == []

@@ -18,14 +18,14 @@ import jax
 import jax.numpy as jnp
 
 from ..common.config import StaticConfig, uses_cell_table
-from ..paths import Batch, ObservationPath
+from ..paths import Batch, Stepping
 from ..pieces.state import RunState
 
 
 class AgentView(Protocol):
     """What a strategy reads of the trainer's agent: its path, and the heads' values of some weights."""
 
-    path: ObservationPath
+    path: Stepping
 
     def head_values(self, run: RunState, params: Any, obs: jax.Array, cells: jax.Array | None = None) -> jax.Array:
         """``[B, K, A]``: what each head acts and bootstraps on (``cells``: the cell ids of ``obs``, if known)."""
@@ -75,12 +75,12 @@ class TableTargets(TargetValues):
         return run.target_table[batch.next_cells]
 
 
-def uses_target_table(static: StaticConfig, path: ObservationPath) -> bool:
+def uses_target_table(static: StaticConfig, path: Stepping) -> bool:
     """Whether the targets look the target network's values up per cell (``Execution.target_values``)."""
     return uses_cell_table(static, "target_values", path.has_cell_table)
 
 
-def target_values(static: StaticConfig, path: ObservationPath) -> TargetValues:
+def target_values(static: StaticConfig, path: Stepping) -> TargetValues:
     """The strategy ``static`` asks for on ``path``, built once with the agent."""
     return TableTargets() if uses_target_table(static, path) else NetworkTargets()
 

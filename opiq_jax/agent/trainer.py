@@ -37,7 +37,7 @@ import optax
 from ..common.config import HParams, StaticConfig, hparam_options
 from ..kernels.mlp_backward import SQUARE_SUMS
 from ..parts import PARTS, Example, Part, checked_metrics, checked_output, checked_state, get_part
-from ..paths import Batch, Decision, ObservationPath, Outcome, StepRecord
+from ..paths import Batch, Decision, Stepping, Outcome, StepRecord
 from ..paths.pool import ATARI_FRAMES
 from ..pieces.networks import init_params, init_variables, make_bootstrapped_network, make_network
 from ..pieces.state import DIAGNOSTIC_METRICS, ChunkStats, Diagnostics, RunState, RunStats, TrainState
@@ -144,7 +144,7 @@ def square_sum_probes(network, obs_shape: tuple[int, ...]) -> chex.ArrayTree:
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def make_path(static: StaticConfig, env: Any = None) -> ObservationPath:
+def make_path(static: StaticConfig, env: Any = None) -> Stepping:
     """The observation path of ``static.env``: its environment built from the registry, or ``env`` (a pool must
     be given: it is started by the host loop with every run's emulators)."""
     spec = environment_spec(static.env)
@@ -160,7 +160,7 @@ class Agent:
     """What the trainer's functions and the exploration parts share: configuration, networks, optimiser, path, its
     counting and its replay."""
 
-    def __init__(self, static: StaticConfig, path: ObservationPath):
+    def __init__(self, static: StaticConfig, path: Stepping):
         self.static, self.path, self.counting, self.replay = static, path, path.counting, path.replay
         self.parts = tuple(get_part(name) for name in static.parts)
         for part in self.parts:

@@ -17,7 +17,7 @@ from ..common.config import CORE_HPARAMS, Option, Owner, StaticConfig, register_
 from ..common.errors import PartError
 
 if TYPE_CHECKING:  # types only: a part reads the run's state and the path's records, never the trainer
-    from ..paths import Batch, ObservationPath, Replay, StepRecord
+    from ..paths import Batch, Stepping, Replay, StepRecord
     from ..pieces.state import RunState
 
 
@@ -27,7 +27,7 @@ class AgentView(Protocol):
     like the Q-network's. A part that needs more than this reaches past its interface."""
 
     static: StaticConfig
-    path: ObservationPath
+    path: Stepping
     replay: Replay
     num_actions: int
     num_heads: int

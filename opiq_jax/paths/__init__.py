@@ -1,19 +1,24 @@
-"""Observation paths: what differs between environments in how they are stepped, stored and seen.
+"""The three contracts an environment's spec composes, and the types they and the parts share.
 
 The one trainer (:mod:`opiq_jax.agent.trainer`) is written against three declared contracts:
-:class:`ObservationPath` (how the environments step and what the networks see), :class:`Counting` (what is counted
-and how often: ``path.counting``) and :class:`Replay` (what a run's replay keeps, how a step is stored in it and what
-a minibatch of it is: ``path.replay``). Two paths implement them:
 
-* :class:`~opiq_jax.paths.compact.CompactPath`: environments stepped inside the compiled program, one
-  per run under ``vmap`` (chain, maze, gymnax environments, your own); the replay stores compact
+* :class:`Stepping`: how the environments step and what the networks see; it owns ``envs_per_run``, the number of
+  environments each run acts in at once;
+* :class:`Counting`: what is counted and how often (``stepping.counting``);
+* :class:`Replay`: what a run's replay keeps, how a step is stored in it and what a minibatch of it is
+  (``stepping.replay``).
+
+An environment's spec (:class:`~opiq_jax.registry.environments.EnvironmentSpec`) names its stepping class, and may
+name its replay and its counting; each stepping class has its own of both by default. Two stepping classes ship:
+
+* :class:`~opiq_jax.paths.compact.CompactStepping`: environments stepped inside the compiled program, one
+  per run under ``vmap`` (chain, maze, gymnax environments, your own); its replay stores compact
   states and rebuilds observations when it samples;
-* :class:`~opiq_jax.paths.pool.PoolPath`: one EnvPool pool holding every run's emulators (Montezuma),
-  stepped through EnvPool's XLA interface; the replay stores single frames and rebuilds stacks.
+* :class:`~opiq_jax.paths.pool.PoolStepping`: one EnvPool pool holding every run's emulators (Montezuma),
+  stepped through EnvPool's XLA interface; its replay stores single frames and rebuilds stacks.
 
-A path keeps per-run environment data (``run.env``) and, for the pool, the pool's handle shared by all runs
-(``TrainState.env``); its replay keeps the per-run ``run.memory``. Acting sees ``envs_per_run`` environments per
-run (``E``, 1 for compact paths). This module holds the types the trainer and the parts share.
+A stepping keeps per-run environment data (``run.env``) and, for the pool, the pool's handle shared by all runs
+(``TrainState.env``); its replay keeps the per-run ``run.memory``, its counting ``run.counts``.
 """
 
 from __future__ import annotations
@@ -194,7 +199,7 @@ class Counting(Contract, abc.ABC):
 
     @abc.abstractmethod
     def columns(self, run: Any, key: jax.Array) -> jax.Array:
-        """Where the state of count key ``key`` (the path's :meth:`ObservationPath.count_keys`) is counted: an int32
+        """Where the state of count key ``key`` (the path's :meth:`Stepping.count_keys`) is counted: an int32
         array of the counter's own shape (the sketch's ``[rows]``)."""
 
     @abc.abstractmethod
@@ -216,18 +221,16 @@ class Counting(Contract, abc.ABC):
         return {}
 
 
-class ObservationPath(Contract, abc.ABC):
+class Stepping(Contract, abc.ABC):
     """What the trainer asks of an environment family: how its environments are stepped and what is seen, with what
     counts its states (``counting``, a :class:`Counting`) and its replay (``replay``, a :class:`Replay`).
-    :class:`~opiq_jax.paths.compact.CompactPath` and :class:`~opiq_jax.paths.pool.PoolPath` implement it.
+    :class:`~opiq_jax.paths.compact.CompactStepping` and :class:`~opiq_jax.paths.pool.PoolStepping` implement it.
 
-    What a path can do beyond the common contract is declared, never probed: ``has_test_episode``,
+    What a stepping can do beyond the common contract is declared, never probed: ``has_test_episode``,
     ``has_cell_table`` and ``overlaps`` say which of the optional methods below it implements. Per-run methods run
     under the trainer's ``vmap`` over runs (``run`` is one run's state); ``runs`` methods see every run at once.
     """
 
-    kind: ClassVar[str]
-    """``compact`` (stepped in the program) or ``pool`` (an EnvPool pool), as the environment's spec names it."""
     started_by_host: ClassVar[bool] = False
     """Whether its environments are started on the host, before the program, and handed to ``init`` (a pool of
     emulators, which the pure functions cannot hold): its trainer must be given them."""
@@ -237,7 +240,8 @@ class ObservationPath(Contract, abc.ABC):
     """What counts its states unless the environment's spec names another."""
     num_actions: int
     envs_per_run: int
-    """``E``: the environments each run acts in at once (1 for compact paths)."""
+    """``E``: the environments each run acts in at once, :meth:`environments_per_run` of the configuration. Every
+    other module asks the stepping (or :func:`~opiq_jax.registry.environments.envs_per_run`), never the option."""
     obs_shape: tuple[int, ...]
     """What the Q-network reads of one state."""
     visit_sizes: Mapping[str, int]
@@ -260,6 +264,13 @@ class ObservationPath(Contract, abc.ABC):
     """Whether its runs record the learning diagnostics (``state.Diagnostics``: the largest TD error and |Q|, the
     bonuses where the run acts and samples, the unknown Monte Carlo returns); they replace ``qplus_start`` in its
     metrics."""
+
+    @classmethod
+    def environments_per_run(cls, chosen: int) -> int:
+        """``E`` for a configuration whose ``envs_per_run`` option is ``chosen``: one by default (a stepping that
+        steps several environments per run reads the option, and declares it in ``options``)."""
+        del chosen
+        return 1
 
     # ---------------------------------------------------------------- starting
     @abc.abstractmethod
@@ -294,11 +305,11 @@ class ObservationPath(Contract, abc.ABC):
 
     def send(self, shared: Any, decision: Decision) -> Any:
         """Starts the step of ``decision`` (``overlaps`` only): the learner runs while the environments step."""
-        raise NotImplementedError(f"the {self.kind} path does not overlap its step (overlaps is False)")
+        raise NotImplementedError(f"{type(self).__name__} does not overlap its step (overlaps is False)")
 
     def receive(self, shared: Any, runs: Any) -> tuple[Any, Any, Outcome]:
         """Ends the step that :meth:`send` started (``overlaps`` only)."""
-        raise NotImplementedError(f"the {self.kind} path does not overlap its step (overlaps is False)")
+        raise NotImplementedError(f"{type(self).__name__} does not overlap its step (overlaps is False)")
 
     # ---------------------------------------------------------------- what a step visited
     @abc.abstractmethod
@@ -312,7 +323,7 @@ class ObservationPath(Contract, abc.ABC):
 
     def cell_table_obs(self, run: Any) -> jax.Array:
         """``[num_cells, *obs_shape]``: the observation of every cell (``has_cell_table`` only)."""
-        raise NotImplementedError(f"the {self.kind} path has no cell table (has_cell_table is False)")
+        raise NotImplementedError(f"{type(self).__name__} has no cell table (has_cell_table is False)")
 
     # ---------------------------------------------------------------- reporting
     @abc.abstractmethod
@@ -321,11 +332,11 @@ class ObservationPath(Contract, abc.ABC):
 
     def test_return(self, run: Any, greedy_action: Any, reset_key: jax.Array, steps_key: jax.Array) -> jax.Array:
         """The return of one greedy episode (``has_test_episode`` only)."""
-        raise NotImplementedError(f"the {self.kind} path plays no test episode (has_test_episode is False)")
+        raise NotImplementedError(f"{type(self).__name__} plays no test episode (has_test_episode is False)")
 
     @abc.abstractmethod
     def metrics(self, run: Any) -> dict[str, jax.Array]:
         """One run's values of ``metric_names``."""
 
 
-__all__ = ["Batch", "Contract", "Counting", "Decision", "ObservationPath", "Outcome", "Replay", "StepRecord", "Steps"]
+__all__ = ["Batch", "Contract", "Counting", "Decision", "Stepping", "Outcome", "Replay", "StepRecord", "Steps"]

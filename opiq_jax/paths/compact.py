@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from . import Batch, Counting, Decision, ObservationPath, Outcome, Replay, Steps
+from . import Batch, Counting, Decision, Stepping, Outcome, Replay, Steps
 from ..common.config import StaticConfig
 from ..envs.base import CompactEnvironment
 from ..pieces import counts, replay
@@ -55,18 +55,17 @@ class CountFeatures:
     cell_columns: jax.Array  # int32[num_cells, rows]: every cell's columns (with a cell table), else int32[0, rows]
 
 
-class CompactPath(ObservationPath):
+class CompactStepping(Stepping):
     """In-program environments and a compact replay (module docstring)."""
 
-    kind = "compact"
-    envs_per_run = 1
+    envs_per_run = 1  # environments_per_run's, whatever the option: one environment per run under vmap
     has_test_episode = True
     overlaps = False
     metric_names: tuple[str, ...] = ()
 
     def __init__(self, env: CompactEnvironment, static: StaticConfig,
-                 replay: Callable[[CompactPath], Replay] | None = None,
-                 counting: Callable[[CompactPath], Counting] | None = None):
+                 replay: Callable[[CompactStepping], Replay] | None = None,
+                 counting: Callable[[CompactStepping], Counting] | None = None):
         if not isinstance(env, CompactEnvironment):
             raise TypeError(f"{type(env).__name__} is not a CompactEnvironment (opiq_jax.envs.base): the trainer "
                             "needs its compact states, cell ids and start state")
@@ -171,7 +170,7 @@ class CompactCounting(SketchCounting):
     options = ("count_features",)
     serves = "the chain, the maze and gymnax environments"
 
-    def __init__(self, path: CompactPath):
+    def __init__(self, path: CompactStepping):
         super().__init__(path.static)
         self.env, self.obs_dim, self.has_cell_table = path.env, path.obs_dim, path.has_cell_table
         self.counted = (f"SimHash codes of {self.static.simhash_bits} bits of the observation"
@@ -216,7 +215,7 @@ class CompactReplay(Replay):
 
     keeps_steps = True
 
-    def __init__(self, path: CompactPath):
+    def __init__(self, path: CompactStepping):
         self.path, self.env, self.static = path, path.env, path.static
 
     def example_item(self, env: EnvData) -> Transition:
@@ -282,6 +281,6 @@ class CompactReplay(Replay):
 
 
 
-CompactPath.replay_class, CompactPath.counting_class = CompactReplay, CompactCounting
+CompactStepping.replay_class, CompactStepping.counting_class = CompactReplay, CompactCounting
 
-__all__ = ["CompactCounting", "CompactPath", "CompactReplay", "CountFeatures", "EnvData", "Transition"]
+__all__ = ["CompactCounting", "CompactStepping", "CompactReplay", "CountFeatures", "EnvData", "Transition"]

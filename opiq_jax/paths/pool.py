@@ -26,7 +26,7 @@ counted, the reward learned from, whether there are rooms); this module names no
 * Diagnostics: the runs record the trainer's learning diagnostics, and a :class:`~opiq_jax.pieces.counts.CountProbe`
   of exact counts of the first codes to claim its slots, against which the sketch's over-counting is reported.
 * Resuming: the emulators' state lives in EnvPool, outside JAX, so a resumed run starts fresh
-  episodes (:meth:`PoolPath.restart`): the agent, its replay, counts and parts are restored exactly, the
+  episodes (:meth:`PoolStepping.restart`): the agent, its replay, counts and parts are restored exactly, the
   interrupted episodes end where they were cut (their steps stay in the replay; a ``first`` slot keeps
   windows from crossing into the new episode, and their Monte Carlo returns stay 0, as for any
   unfinished episode), and ``env_restarts`` counts the restarts in the metrics.
@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from . import Batch, Counting, Decision, ObservationPath, Outcome, Replay
+from . import Batch, Counting, Decision, Stepping, Outcome, Replay
 from ..common.config import StaticConfig
 from ..envs.atari import StepOutput, clip_reward, newest_frame
 from ..pieces import counts, frame_replay
@@ -96,10 +96,9 @@ def to_network_input(stack: jax.Array) -> jax.Array:
     return jnp.moveaxis(stack, -3, -1)
 
 
-class PoolPath(ObservationPath):
+class PoolStepping(Stepping):
     """EnvPool stepping and a frame replay (module docstring)."""
 
-    kind = "pool"
     started_by_host = True
     options = ("envs_per_run", "overlap")
     serves = "environments stepped through a pool of emulators (montezuma, atari:NAME)"
@@ -109,11 +108,11 @@ class PoolPath(ObservationPath):
     records_diagnostics = True
 
     def __init__(self, pool: Any, static: StaticConfig, frames: FrameFeatures = ATARI_FRAMES,
-                 replay: Callable[[PoolPath], Replay] | None = None,
-                 counting: Callable[[PoolPath], Counting] | None = None):
+                 replay: Callable[[PoolStepping], Replay] | None = None,
+                 counting: Callable[[PoolStepping], Counting] | None = None):
         self.pool, self.static, self.frames = pool, static, frames
         self.visit_sizes = {"rooms_visited": frames.num_rooms} if frames.num_rooms else {}
-        self.envs_per_run = static.envs_per_run
+        self.envs_per_run = self.environments_per_run(static.envs_per_run)
         self.overlaps = static.execution.overlap
         self.num_actions = int(pool.num_actions)
         stack, height, width = pool.obs_shape
@@ -122,6 +121,11 @@ class PoolPath(ObservationPath):
         self.episode_window = int(pool.max_episode_steps) + 1
         self.counting = (counting or self.counting_class)(self)
         self.replay = (replay or self.replay_class)(self)
+
+    @classmethod
+    def environments_per_run(cls, chosen: int) -> int:
+        """The option's: the pool holds ``chosen`` environments per run."""
+        return chosen
 
     def by_run(self, tree: Any) -> Any:
         """The pool's ``[runs * envs, ...]`` results as ``[runs, envs, ...]`` (run-major, as the pool's env ids)."""
@@ -218,7 +222,7 @@ class FrameCounting(SketchCounting):
 
     metric_names = ("sketch_overcount", "sketch_false_visits", "probe_codes")
 
-    def __init__(self, path: PoolPath):
+    def __init__(self, path: PoolStepping):
         super().__init__(path.static)
         self.frames, self.frame_shape, self.counted = path.frames, path.frame_shape, path.frames.counted
 
@@ -256,7 +260,7 @@ class FrameRingReplay(Replay):
     options = ("mmc_unfinished",)
     serves = "environments stepped through a pool of emulators (montezuma, atari:NAME)"
 
-    def __init__(self, path: PoolPath):
+    def __init__(self, path: PoolStepping):
         self.path, self.static, self.frames = path, path.static, path.frames
         self.envs_per_run, self.frame_shape = path.envs_per_run, path.frame_shape
         self.episode_window = path.episode_window
@@ -335,7 +339,7 @@ class FrameRingReplay(Replay):
 
 
 
-PoolPath.replay_class, PoolPath.counting_class = FrameRingReplay, FrameCounting
+PoolStepping.replay_class, PoolStepping.counting_class = FrameRingReplay, FrameCounting
 
 def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput:
     """A pool's first ``StepOutput`` as zeros of the right shapes (for shape-only uses, such as memory estimates)."""
@@ -345,5 +349,5 @@ def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput
                       room=np.ones(num_envs, np.int32), lives=zeros.astype(np.int32))
 
 
-__all__ = ["ATARI_FRAMES", "NUM_ROOMS", "FrameCounting", "FrameFeatures", "FrameRingReplay", "PoolEnv", "PoolPath",
+__all__ = ["ATARI_FRAMES", "NUM_ROOMS", "FrameCounting", "FrameFeatures", "FrameRingReplay", "PoolEnv", "PoolStepping",
            "PoolShapes", "first_output", "to_network_input"]

@@ -117,7 +117,7 @@ class RunStats:
     max_return: jax.Array
     visited: dict  # metric name -> bool[size]: what the path tracks (cells, cell-actions, rooms)
     nonfinite: jax.Array  # bool: the run's numbers were NaN or infinite at some chunk's end
-    diagnostics: Diagnostics | None = None  # where the path records them (``ObservationPath.records_diagnostics``)
+    diagnostics: Diagnostics | None = None  # where the path records them (``Stepping.records_diagnostics``)
 
 
 @struct.dataclass

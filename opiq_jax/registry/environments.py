@@ -1,12 +1,14 @@
 """The environment registry: a name, how to build the environment, and the paper's settings for it.
 
-Two kinds of environment reach the one trainer:
+An environment's spec composes the three contracts of :mod:`opiq_jax.paths`: its ``stepping`` class, and its
+``replay`` and ``counting`` where they are not the stepping's own. Two stepping classes ship:
 
-* ``compact``: a :class:`~opiq_jax.envs.base.CompactEnvironment` stepped inside the compiled program,
-  one per run under ``vmap`` (the chain, the maze, any gymnax environment, one of your own);
-* ``pool``: an EnvPool pool of all runs' emulators stepped through EnvPool's XLA interface
-  (Montezuma's Revenge, any Atari game), with a replay of single frames; its ``frames`` say what the frames
-  mean to the agent (what is counted, the reward learned from, whether the game has rooms).
+* :class:`~opiq_jax.paths.compact.CompactStepping` (the default): a
+  :class:`~opiq_jax.envs.base.CompactEnvironment` stepped inside the compiled program, one per run under ``vmap``
+  (the chain, the maze, any gymnax environment, one of your own);
+* :class:`~opiq_jax.paths.pool.PoolStepping`: an EnvPool pool of all runs' emulators stepped through EnvPool's XLA
+  interface (Montezuma's Revenge, any Atari game), with a replay of single frames; its ``frames`` say what the
+  frames mean to the agent (what is counted, the reward learned from, whether the game has rooms).
 
 :func:`register_environment` adds one; ``gymnax:NAME`` names any registered gymnax environment and
 ``atari:NAME`` any EnvPool Atari game (``atari:Venture``). An environment's ``defaults`` are the paper's static
@@ -27,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from .. import parts  # noqa: F401 (registers the parts' static options, which environments may set: RND's outputs)
 from ..common.config import STATIC_OPTIONS, EnvKwargs, Option, Owner, StaticConfig, register_static_options
@@ -37,9 +39,9 @@ from ..envs.atari import AtariPool, atari_game, check_game, import_envpool
 from ..envs.maze import MAZE_SIZE
 from ..envs.minigrid import check_task, make_minigrid
 from ..envs.montezuma import MontezumaPool
-from ..paths import Counting, ObservationPath, Replay
-from ..paths.compact import CompactPath
-from ..paths.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures, PoolPath
+from ..paths import Counting, Stepping, Replay
+from ..paths.compact import CompactStepping
+from ..paths.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures, PoolStepping
 
 
 DEFAULT_MEMORY_HEADROOM = 3.0
@@ -54,16 +56,19 @@ class EnvironmentSpec:
     name: str
     description: str
     make: Callable[..., Any]
-    """``compact``: ``make(static) -> CompactEnvironment``; ``pool``: ``make(static, num_envs, seed) -> pool``."""
+    """``make(static) -> CompactEnvironment``, or, for a stepping started by the host (a pool),
+    ``make(static, num_envs, seed) -> pool``."""
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """The paper's :class:`StaticConfig` settings for this environment."""
     hparams: Mapping[str, float] = dataclasses.field(default_factory=dict)
     """Defaults of the trainer's hyperparameters here (the epsilon schedule of every method but DQN)."""
     settings: str = "chain"
     """Whose per-method best settings apply (``chain``, ``maze``, ``montezuma``)."""
-    kind: Literal["compact", "pool"] = "compact"
+    stepping: type[Stepping] = CompactStepping
+    """How its environments step and what the networks see: a :class:`~opiq_jax.paths.Stepping` class, built with
+    what ``make`` returns (the pool's: :class:`~opiq_jax.paths.pool.PoolStepping`)."""
     frames: FrameFeatures | None = None
-    """``pool``: what its frames mean to the agent (default: an Atari game without rooms)."""
+    """A pool: what its frames mean to the agent (default: an Atari game without rooms)."""
     static_options: tuple[Option, ...] = ()
     """Options of this environment alone, read as its group without its prefix (``chain_length`` as
     ``static.environment("chain").length``); set on another environment, they are refused."""
@@ -162,17 +167,24 @@ def environment_spec(name: str) -> EnvironmentSpec:
     raise UnknownEnvironment(f"unknown env {name!r}: use {environment_names()}")
 
 
-def contracts_of(spec: EnvironmentSpec) -> tuple[type[ObservationPath], type[Replay], type[Counting]]:
-    """The classes an environment's runs are made of: its path's (by the spec's ``kind``), and the replay and the
-    counting its spec names, else its path's own."""
-    path = PoolPath if spec.kind == "pool" else CompactPath
-    return path, spec.replay or path.replay_class, spec.counting or path.counting_class
+def contracts_of(spec: EnvironmentSpec) -> tuple[type[Stepping], type[Replay], type[Counting]]:
+    """The classes an environment's runs are made of: its spec's stepping, and the replay and the counting its spec
+    names, else the stepping's own."""
+    stepping = spec.stepping
+    return stepping, spec.replay or stepping.replay_class, spec.counting or stepping.counting_class
 
 
 def started_by_host(env: str) -> bool:
     """Whether ``env``'s environments are started on the host and handed to the program (a pool of emulators:
     Montezuma, ``atari:NAME``), as its path declares."""
     return contracts_of(environment_spec(env))[0].started_by_host
+
+
+def envs_per_run(env: str, chosen: int) -> int:
+    """How many environments each run of ``env`` acts in at once when the ``envs_per_run`` option is ``chosen``, as
+    its stepping decides (one for a stepping inside the program, whatever the option): the one source of that
+    number for the host, the memory check and the sweeps."""
+    return contracts_of(environment_spec(env))[0].environments_per_run(chosen)
 
 
 def contract_options() -> dict[str, str]:
@@ -246,7 +258,7 @@ def _make_gymnax(static: StaticConfig):
 
 def _check_gymnax(static: StaticConfig) -> None:
     """Builds the environment and its path once: a missing package or an unknown name fails in the plan."""
-    CompactPath(_make_gymnax(static), static)
+    CompactStepping(_make_gymnax(static), static)
 
 
 def _gymnax_label(static: Mapping[str, Any]) -> str:
@@ -345,7 +357,7 @@ register_environment(EnvironmentSpec(
                   n_step=3, train_every=4, target_update=8_000, rnd_outputs=512),
     hparams=dict(epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=1_000_000.0),
     settings="montezuma",
-    kind="pool", frames=dataclasses.replace(ATARI_FRAMES, num_rooms=NUM_ROOMS),
+    stepping=PoolStepping, frames=dataclasses.replace(ATARI_FRAMES, num_rooms=NUM_ROOMS),
     label=lambda static: "Montezuma's Revenge", check=_check_pool,
     # the 1M-frame replay is most of a run's state, and a pool's chunks make few temporaries beside it
     memory_headroom=1.2,

@@ -22,7 +22,7 @@ group (:func:`opiq_jax.running.train_programs.run_methods`), and :mod:`opiq_jax.
 folder as one experiment.
 
 Every environment goes through the same loop; a pool environment (Montezuma) also starts its pool of
-emulators here, and on resume restarts it with fresh episodes (``PoolPath.restart``).
+emulators here, and on resume restarts it with fresh episodes (``PoolStepping.restart``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from ..envs.atari import DevicePools, threads_per_pool
 from ..paths import Replay
 from ..registry.environments import environment_spec
 from ..reporting import tracking
-from ..registry.environments import started_by_host
+from ..registry.environments import envs_per_run, started_by_host
 from ..runs.compiled import compile_chunk, shape_trainer, start_shapes, trainer_for
 from ..runs.devices import devices_mesh, shard_over_devices
 from ..runs.experiment import Experiment, keys_from_data, keys_to_data, run_keys_for
@@ -126,8 +126,8 @@ def start_pool(experiment: Experiment, resumed_at: int, **pool_overrides):
     the chunk it resumes at, so a resumed run does not replay the first episodes' randomness)."""
     static = experiment.static
     seed = experiment.seed if resumed_at == 0 else experiment.seed + 1_000_003 * resumed_at
-    make, num_envs, devices = (environment_spec(static.env).make, len(experiment.runs) * static.envs_per_run,
-                               jax.local_devices())
+    num_envs = len(experiment.runs) * envs_per_run(static.env, static.envs_per_run)
+    make, devices = environment_spec(static.env).make, jax.local_devices()
     if len(devices) == 1 or len(experiment.runs) % len(devices):
         return make(static, num_envs, seed, **pool_overrides)
     return pools_per_device(make, static, num_envs, seed, devices, **pool_overrides)
@@ -154,7 +154,7 @@ def pool_seeds(seed: int, per_pool: int, count: int) -> list[int]:
 def restore_checkpoint(out: Path, experiment: Experiment, hparams, run_keys, env_keys, say) -> Restored | None:
     """The newest sound checkpoint in ``out`` (its state's keys typed again), or None."""
     static = experiment.static
-    start = start_shapes(static, len(experiment.runs) * static.envs_per_run)
+    start = start_shapes(static, len(experiment.runs) * envs_per_run(static.env, static.envs_per_run))
     typed = jax.eval_shape(shape_trainer(static).init, run_keys, env_keys, hparams, *start)
     typed = typed.replace(env=None)  # a pool's handle is not kept: a resumed run restarts its emulators
     restored = newest_checkpoint(out, jax.eval_shape(keys_to_data, typed), warn=say)
@@ -260,7 +260,7 @@ def frame_rings(replay: Replay, restored: Restored | None) -> FrameRings | None:
 def frames_bound(static: StaticConfig, chunks: int) -> int:
     """The most frames a ring can have been written in ``chunks`` chunks: a frame per environment step of the
     run's share, plus the first frames a start and a restart store."""
-    return chunks * static.log_every // static.envs_per_run + 2
+    return chunks * static.log_every // envs_per_run(static.env, static.envs_per_run) + 2
 
 
 def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, pool_overrides: dict):

@@ -37,9 +37,9 @@ from ..agent.trainer import METRIC_DOCS
 from ..common.config import RUNNER_SET, STATIC_OPTIONS, SWEEP_DEFAULTS, StaticConfig, static_option
 from ..common.errors import DoesNotFit, ResultsError, UsageError, message_of, option_name
 from ..parts import get_part
-from ..paths.pool import FrameCounting, PoolPath
+from ..paths.pool import FrameCounting, PoolStepping
 from ..pieces.state import DIAGNOSTIC_METRICS
-from ..registry.environments import environment_spec, started_by_host
+from ..registry.environments import environment_spec, envs_per_run, started_by_host
 from ..registry.methods import method_hparams
 from ..registry.methods import get_method, program_name
 from ..reporting.plotting import area_under_median, area_under_median_ci, curves
@@ -107,7 +107,8 @@ def shrunk(data: Any, seeds: int | None, steps: int | None, say=print) -> Any:
         static["total_steps"] = check_count("steps", steps)
         chunk = static.get("log_every", environment_chunk(data.get("env")))
         if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0 and steps % chunk:
-            static["log_every"] = chunk_for(steps, chunk, static.get("envs_per_run", 1))
+            envs = preset_envs_per_run(data.get("env"), static.get("envs_per_run", 1))
+            static["log_every"] = chunk_for(steps, chunk, envs)
             points = steps // static["log_every"]
             whose = "" if "log_every" in (data.get("static") or {}) else " (its environment's default)"
             say(f"opiq-jax: the preset logs every {chunk:,} steps{whose}, which does not divide {steps:,}: logging "
@@ -115,6 +116,15 @@ def shrunk(data: Any, seeds: int | None, steps: int | None, say=print) -> Any:
                 f"area under the curve){'' if points > 1 else '; give steps a multiple of ' + format(chunk, ',')}")
         data["static"] = static
     return data
+
+
+def preset_envs_per_run(env: Any, chosen: Any) -> Any:
+    """The environments per run of a preset's ``env`` as its stepping decides; ``chosen`` as written where the
+    environment is not known (the preset's check names it)."""
+    try:
+        return envs_per_run(env, chosen)
+    except (ValueError, TypeError):
+        return chosen
 
 
 def environment_chunk(env: Any) -> int | None:
@@ -183,7 +193,7 @@ def ranked_metrics(env: str, methods: list[str]) -> list[str]:
     """The metrics a sweep of ``methods`` on ``env`` records, so can rank on: the trainer's and the parts'."""
     pool = started_by_host(env)
     own = {"test_return", "states_visited", "state_actions_visited", "qplus_start"}
-    pool_only = (*DIAGNOSTIC_METRICS, *PoolPath.metric_names, *FrameCounting.metric_names, "rooms_visited")
+    pool_only = (*DIAGNOSTIC_METRICS, *PoolStepping.metric_names, *FrameCounting.metric_names, "rooms_visited")
     names = [m for m in METRIC_DOCS if (m not in own if pool else m not in pool_only)]
     names += [m for method in methods for part in get_method(method).part_names for m in get_part(part).metric_names]
     return list(dict.fromkeys(names))

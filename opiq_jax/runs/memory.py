@@ -18,7 +18,7 @@ import numpy as np
 
 from ..common.config import STATIC_OPTIONS, StaticConfig, make_hparams, stack_hparams
 from ..common.errors import DoesNotFit
-from ..registry.environments import DEFAULT_MEMORY_HEADROOM, environment_spec
+from ..registry.environments import DEFAULT_MEMORY_HEADROOM, environment_spec, envs_per_run
 from .compiled import registered_parts, shape_trainer, start_shapes
 from .experiment import make_train_options
 
@@ -40,7 +40,7 @@ def _state_bytes_per_run(static: StaticConfig, parts: tuple) -> int:
     del parts  # part of the cache's key only
     keys = jax.random.split(jax.random.key(0), 1)  # shapes only: eval_shape allocates nothing
     hp = stack_hparams([make_hparams(make_train_options(static))])
-    start = start_shapes(static, static.envs_per_run)
+    start = start_shapes(static, envs_per_run(static.env, static.envs_per_run))
     return tree_bytes(jax.eval_shape(shape_trainer(static).init, keys, keys, hp, *start).runs)
 
 
@@ -86,7 +86,7 @@ def require_fits(per_run: int, num_runs: int, headroom: float = MEMORY_HEADROOM,
 def largest_buffer_that_fits(static: StaticConfig, num_runs: int, free: int, headroom: float) -> int | None:
     """The largest ``--buffer-size`` with which ``num_runs`` runs of ``static`` fit in ``free`` bytes (a run's state
     grows linearly with its replay: two sizes measured give the line), or None if none above a batch fits."""
-    envs, least = static.envs_per_run, smallest_buffer(static)
+    envs, least = envs_per_run(static.env, static.envs_per_run), smallest_buffer(static)
     smaller = max(least, static.buffer_size // 2) // envs * envs
     if smaller >= static.buffer_size:
         return None
@@ -103,7 +103,7 @@ def largest_buffer_that_fits(static: StaticConfig, num_runs: int, free: int, hea
 def smallest_buffer(static: StaticConfig) -> int:
     """The smallest ``--buffer-size`` that ``static``'s checks allow (above a batch, and whatever its parts ask:
     RND's recent states), a multiple of the environments per run."""
-    envs = static.envs_per_run
+    envs = envs_per_run(static.env, static.envs_per_run)
     # A bound on the replay is another option's value (the batch, RND's batch): the least allowed size is one of
     # them, or one above, rounded up to the environments per run.
     values = [v for name in STATIC_OPTIONS if isinstance(v := static.value(name), int) and not isinstance(v, bool)]
@@ -153,7 +153,7 @@ def smaller_replay(static: StaticConfig, num_runs: int, budget: float) -> str:
     """The ``--buffer-size`` that a large state's note names, as the end of its sentence: the run's own steps when
     the replay could never fill up (a short smoke run), else the largest replay whose states take at most
     ``budget`` bytes ("" when none does)."""
-    envs = static.envs_per_run
+    envs = envs_per_run(static.env, static.envs_per_run)
     filled = max(-(-static.total_steps // envs) * envs, smallest_buffer(static))
     if filled < static.buffer_size and not dataclasses.replace(static, buffer_size=filled).problems():
         total = state_bytes_per_run(dataclasses.replace(static, buffer_size=filled)) * num_runs
