@@ -248,6 +248,7 @@ def test_sketch_false_visits_is_the_share_of_never_taken_pairs_the_sketch_reads_
 @pytest.mark.parametrize("factor", [4.0, 0.25])
 def test_head_init_scale_multiplies_the_initial_output_weights_by_the_factor_as_given(factor):
     """Above 1 as below: the online and target networks' output weights are ``factor`` times the unscaled ones."""
+    from opiq_jax.agent.weights import master_params
     from opiq_jax.common.config import stack_hparams
     from opiq_jax.runs.compiled import compiled_trainer
     from opiq_jax.runs.experiment import run_keys_for
@@ -256,11 +257,11 @@ def test_head_init_scale_multiplies_the_initial_output_weights_by_the_factor_as_
         static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200,
                                 hidden=(8,), parts=program_parts(["dqn"]), **option)
         experiment = Experiment(static, (RunSpec("dqn", "paper", 0, method_hparams("chain", "dqn")),))
-        return compiled_trainer(static)[1](*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs
+        runs = compiled_trainer(static)[1](*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs
+        return master_params(static, runs), runs.target_params  # the online and the target network
 
-    plain, scaled = initial(), initial(head_init_scale=factor)
-    for params in ("params", "target_params"):
-        a, b = getattr(plain, params)["params"]["head"], getattr(scaled, params)["params"]["head"]
+    for plain, scaled in zip(initial(), initial(head_init_scale=factor)):
+        a, b = plain["params"]["head"], scaled["params"]["head"]
         np.testing.assert_allclose(b["kernel"], factor * a["kernel"], rtol=1e-6)
 
 

@@ -201,17 +201,18 @@ def test_bsp_prior_stays_fixed_while_the_heads_learn():
     trainer, initial, final, metrics = trained("bsp", seeds=2, chunks=1)
     run0, run1 = initial.runs, final.runs
     jax.tree.map(np.testing.assert_array_equal, run0.parts["bsp"], run1.parts["bsp"])
-    heads0, heads1 = run0.params["params"]["heads"], run1.params["params"]["heads"]
+    online0, online1 = (trainer.agent.weights.master(r)["params"] for r in (run0, run1))
+    heads0, heads1 = online0["heads"], online1["heads"]
     assert heads0["head"]["kernel"].shape[1] == 3  # [runs, K, ...]
     changed = jax.tree.map(lambda a, b: bool(np.any(a != b)), heads0, heads1)
     assert all(jax.tree.leaves(changed))
-    assert np.any(run0.params["params"]["torso"]["Dense_0"]["kernel"]
-                  != run1.params["params"]["torso"]["Dense_0"]["kernel"])
+    assert np.any(online0["torso"]["Dense_0"]["kernel"] != online1["torso"]["Dense_0"]["kernel"])
     # each head's output is Q_k + beta_bsp p_k, beta_bsp = 100 on the chain
     run, env = first_run(run1), trainer.path.env
     obs = env.obs_from_compact(env.start_compact(run.env.params), run.env.params)[None]
-    expected = trainer.network.apply(run.params, obs) + 100.0 * trainer.network.apply(run.parts["bsp"], obs)
-    np.testing.assert_allclose(trainer.agent.head_values(run, run.params, obs), expected, rtol=1e-5)
+    online = trainer.agent.forward_params(run)
+    expected = trainer.network.apply(online, obs) + 100.0 * trainer.network.apply(run.parts["bsp"], obs)
+    np.testing.assert_allclose(trainer.agent.head_values(run, online, obs), expected, rtol=1e-5)
     assert np.all(np.isfinite(metrics["test_return"]))
 
 

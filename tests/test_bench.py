@@ -109,13 +109,15 @@ def plain_runs():
 def test_the_byte_model_counts_each_weight_storage_by_hand_and_refuses_a_strategy_it_does_not_know():
     from types import SimpleNamespace
 
+    from opiq_jax.agent.weights import PackedStored, PackedWeights
     from opiq_jax.benchmark.traffic import target_work, unread_gradient_bytes, weight_update_bytes
 
     bf16 = jnp.dtype("bfloat16")
     assert weight_update_bytes(SimpleNamespace(name="float32"), 100.0, None) == 200.0  # read and written
     assert weight_update_bytes(SimpleNamespace(name="compute copy", compute_dtype=bf16), 100.0, None) == 250.0
-    packed = SimpleNamespace(compute_params={"w": jnp.zeros((10,), bf16)}, params_low={"w": jnp.zeros((10,), bf16)})
-    assert weight_update_bytes(SimpleNamespace(name="packed"), 999.0, packed) == 2 * (20 + 20)
+    zeros = lambda dtype: {"w": jnp.zeros((10,), dtype)}  # noqa: E731
+    run = SimpleNamespace(weights=PackedStored(compute=zeros(bf16), low=zeros(jnp.uint8), accumulator=zeros(bf16)))
+    assert weight_update_bytes(PackedWeights(STATIC), 999.0, run) == 2 * (20 + 10)  # the accumulator apart
     assert unread_gradient_bytes(SimpleNamespace(name="xla"), {}, 32) == 0.0
     with pytest.raises(ValueError, match="no byte model of the weight storage 'fp8'"):
         weight_update_bytes(SimpleNamespace(name="fp8"), 1.0, None)

@@ -121,7 +121,7 @@ def test_largest_td_error_and_q_of_an_update_by_hand(trained_chunk):
     targets, _ = targets_for(agent, run, batch)
     run = run.replace(stats=run.stats.replace(diagnostics=Diagnostics.zeros()))
     diag = sampled_diagnostics(agent, run, batch, targets)
-    q = np.asarray(agent.q_network.apply(run.params, batch.obs))  # [B, A]
+    q = np.asarray(agent.q_network.apply(agent.forward_params(run), batch.obs))  # [B, A]
     taken = q[np.arange(q.shape[0]), np.asarray(batch.actions[:, 0])]
     errors = np.abs(taken - np.asarray(targets[:, 0]))
     assert float(diag.td_error_max) == pytest.approx(errors[[1, 4]].max(), rel=1e-5)

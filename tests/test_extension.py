@@ -15,6 +15,7 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from opiq_jax.agent.weights import master_params
 from opiq_jax.common.config import Option
 from opiq_jax.envs.base import CompactEnvironment
 from opiq_jax.parts import PARTS, Part
@@ -159,8 +160,10 @@ def test_opiq_trains_on_an_environment_defined_in_a_test_file(registered, tmp_pa
 
 def test_a_part_defined_in_a_test_file_composes_into_a_method_and_trains(registered, tmp_path):
     states, rows = train(tmp_path, ["dqn_favour", "dqn_pc"], seeds=2)
+    from opiq_jax.registry.environments import static_for_env
+
     (state,) = states.values()  # both methods share one program: the new part shares programs
-    assert state.runs.params["params"]["head"]["bias"].shape[0] == 4
+    assert master_params(static_for_env("corridor"), state.runs)["params"]["head"]["bias"].shape[0] == 4
     actions = np.asarray(state.runs.memory.items.action)  # [runs, capacity]: every step's action
     favoured, plain = actions[:2], actions[2:]
     assert (favoured == 0).mean() > 0.85  # the bonus of 100 wins over Q but for epsilon's 10 % random actions

@@ -87,8 +87,9 @@ def test_a_killed_montezuma_run_resumes_with_the_saved_agent_and_finishes(tmp_pa
     trainer = trainer_for(EXPERIMENT.static, pool)[0]
     resumed = jax.device_get(trainer.path.restart(restored, pool))
 
-    # The agent as saved: networks, optimiser, counts, BSP's heads and prior, keys, hyperparameters.
-    for name in ("params", "target_params", "opt_state", "counts", "parts", "hparams"):
+    # The agent as saved: networks and optimiser (as the weight storage keeps them), counts, BSP's heads and prior,
+    # keys, hyperparameters.
+    for name in ("weights", "target_params", "counts", "parts", "hparams"):
         leaves = jax.tree_util.tree_flatten_with_path(getattr(resumed.runs, name))[0]
         assert leaves, name
         for path, value in leaves:

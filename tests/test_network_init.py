@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from opiq_jax.agent.weights import master_params
 from opiq_jax.common.config import stack_hparams
 from opiq_jax.parts.rnd import RndPredictor, RndTarget
 from opiq_jax.pieces import networks
@@ -115,11 +116,12 @@ SMALL_CHAIN_FAN_IN = {**CHAIN_FAN_IN, "Dense_0": 8}  # the chain of 8 states bel
 
 
 def initial_runs(method: str, **options):
-    """The initial state of one run of ``method`` on a chain of 8 states, built by the trainer."""
+    """``(static, runs)``: the configuration and initial state of one run of ``method`` on a chain of 8 states, built
+    by the trainer."""
     static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200,
                             parts=program_parts([method]), **options)
     experiment = Experiment(static, (RunSpec(method, "paper", 0, method_hparams("chain", method)),))
-    return compiled_trainer(static)[1](*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs
+    return static, compiled_trainer(static)[1](*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs
 
 
 def first_run(tree):
@@ -130,8 +132,8 @@ def first_run(tree):
 def test_the_trainer_draws_every_network_of_a_program_so(method, part_networks):
     """Through the trainer: the Q-network, its target copy, RND's two networks and BSP's prior all start
     as PyTorch's default under ``network_init="pytorch"``."""
-    runs = initial_runs(method, network_init="pytorch")
-    q = first_run(runs.params)["params"]
+    static, runs = initial_runs(method, network_init="pytorch")
+    q = first_run(master_params(static, runs))["params"]
     if method == "bsp":
         check_pytorch_layers(q["torso"], {"Dense_0": 8})
         check_pytorch_layers(q["heads"], {"Dense_0": 256, "head": 256}, stacked=1)
@@ -147,7 +149,7 @@ def test_the_trainer_draws_every_network_of_a_program_so(method, part_networks):
 
 
 def test_dora_e_network_keeps_its_zero_output_layer():
-    runs = initial_runs("dqn_dora", network_init="pytorch")
+    _, runs = initial_runs("dqn_dora", network_init="pytorch")
     e_network = first_run(runs.parts["dora"].params)["params"]
     check_pytorch_layers({k: v for k, v in e_network.items() if k != "head"}, {"Dense_0": 8, "Dense_1": 256})
     assert not np.any(e_network["head"]["kernel"]) and not np.any(e_network["head"]["bias"])

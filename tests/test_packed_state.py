@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from opiq_jax.agent.trainer import learning_step, make_optimiser
-from opiq_jax.agent.weights import master_params
+from opiq_jax.agent.weights import ComputeCopyStored, PackedStored, master_params, weight_storage
 from opiq_jax.api import read_final_state
 from opiq_jax.benchmark.throughput import work_model
 from opiq_jax.common.config import stack_hparams
@@ -126,9 +126,10 @@ def test_float32_storage_starts_from_the_weights_rounded_as_before():
     static = dataclasses.replace(STATIC, weight_storage="float32")
     experiment = Experiment(static, EXPERIMENT.runs)
     runs = compiled_trainer(static)[1](*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs
-    assert runs.params_low is None
-    cast = in_compute_precision(runs.params, jnp.bfloat16)
-    for copy in (runs.compute_params, runs.target_params):
+    storage = weight_storage(static)
+    assert isinstance(runs.weights, ComputeCopyStored)  # the float32 weights and their copy, no low bytes
+    cast = in_compute_precision(storage.master(runs), jnp.bfloat16)
+    for copy in (storage.forward(runs), runs.target_params):
         jax.tree.map(np.testing.assert_array_equal, copy, cast)
 
 
@@ -157,10 +158,11 @@ def straight(tmp_path_factory):
 
 def test_packed_runs_train_and_store_packed_state(straight):
     _, state = straight
-    runs = state.runs
-    assert runs.params is None
-    assert {x.dtype for x in jax.tree.leaves(runs.params_low)} == {np.dtype(np.uint8)}
-    assert {x.dtype for x in jax.tree.leaves(runs.opt_state)} == {jnp.dtype(jnp.bfloat16)}
+    runs, storage = state.runs, weight_storage(STATIC)
+    assert isinstance(runs.weights, PackedStored)  # no float32 weights kept
+    _, low = storage.stored_weights(runs)
+    assert {x.dtype for x in jax.tree.leaves(low)} == {np.dtype(np.uint8)}
+    assert {x.dtype for x in jax.tree.leaves(storage.optimiser_state(runs))} == {jnp.dtype(jnp.bfloat16)}
     weights = master_params(STATIC, runs)
     assert {x.dtype for x in jax.tree.leaves(weights)} == {np.dtype(np.float32)}
     kernel = np.asarray(weights["params"]["Dense_0"]["kernel"])
@@ -177,18 +179,18 @@ def test_learning_step_on_packed_storage_follows_float32_storage():
     float32_agent = compiled_trainer(dataclasses.replace(STATIC, weight_storage="float32"))[0].agent
     _, init, _ = compiled_trainer(STATIC)
     run = jax.tree.map(lambda x: x[0], init(*run_keys_for(EXPERIMENT), stack_hparams(EXPERIMENT.hparams())).runs)
-    accumulator = jax.tree.map(lambda c: jnp.full(c.shape, 1e-4, jnp.bfloat16), run.compute_params)
-    run = run.replace(opt_state=accumulator)
-    grads = jax.tree.map(lambda c: (0.01 * jax.random.normal(jax.random.key(4), c.shape)).astype(c.dtype),
-                         run.compute_params)
+    compute = packed_agent.weights.forward(run)
+    accumulator = jax.tree.map(lambda c: jnp.full(c.shape, 1e-4, jnp.bfloat16), compute)
+    run = run.replace(weights=run.weights.replace(accumulator=accumulator))
+    grads = jax.tree.map(lambda c: (0.01 * jax.random.normal(jax.random.key(4), c.shape)).astype(c.dtype), compute)
     packed = jax.jit(lambda r: learning_step(packed_agent, r, grads, jax.random.key(5)))(run)
-    clip_state, rms_state = float32_agent.optimiser.init(master_params(STATIC, run))
-    float32_run = run.replace(params=master_params(STATIC, run), params_low=None,
-                              opt_state=(clip_state, rms_state._replace(
-                                  nu=jax.tree.map(lambda n: n.astype(jnp.float32), accumulator))))
+    master = master_params(STATIC, run)
+    clip_state, rms_state = float32_agent.optimiser.init(master)
+    opt_state = (clip_state, rms_state._replace(nu=jax.tree.map(lambda n: n.astype(jnp.float32), accumulator)))
+    float32_run = run.replace(weights=ComputeCopyStored(params=master, opt_state=opt_state, compute=compute))
     expected = jax.jit(lambda r: learning_step(float32_agent, r, grads, jax.random.key(5)))(float32_run)
-    for got, want, before in zip(jax.tree.leaves(master_params(STATIC, packed)), jax.tree.leaves(expected.params),
-                                 jax.tree.leaves(float32_run.params)):
+    for got, want, before in zip(jax.tree.leaves(master_params(STATIC, packed)),
+                                 jax.tree.leaves(float32_agent.weights.master(expected)), jax.tree.leaves(master)):
         np.testing.assert_allclose(got, want, rtol=2**-15, atol=0)
         assert not np.array_equal(np.asarray(want), np.asarray(before))  # the step moved every leaf
 

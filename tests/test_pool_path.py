@@ -130,7 +130,8 @@ def test_bsp_prior_stays_fixed_on_the_pool_path(trained):
                                                             bsp_static.network_init)))(run_keys(experiment))
     runs = states["bsp"].runs
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(fresh_prior), runs.parts["bsp"])
-    assert runs.params["params"]["heads"]["head"]["kernel"].shape[:2] == (2, 3)  # [runs, K heads, ...]
+    heads = agent.weights.master(runs)["params"]["heads"]
+    assert heads["head"]["kernel"].shape[:2] == (2, 3)  # [runs, K heads, ...]
 
 
 def test_a_pool_has_no_cell_values_and_says_so_in_one_line(trained_folder):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from opiq_jax.agent.trainer import make_train
+from opiq_jax.agent.weights import weight_storage
 from opiq_jax.benchmark.throughput import work_model
 from opiq_jax.common.config import stack_hparams
 from opiq_jax.pieces.networks import init_params, make_bootstrapped_network, make_network
@@ -21,6 +22,7 @@ CHAIN = 20  # as tests/test_trainer.py: a random walk almost never reaches the r
 SEEDS = 12
 STATIC = static_for_env("chain", chain_length=CHAIN, total_steps=2000, log_every=1000, buffer_size=2000,
                         hidden=(64, 64), precision="bfloat16", parts=program_parts(["opiq"]))
+STORAGE = weight_storage(STATIC)  # the float32 master weights and their bfloat16 copy
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +46,18 @@ def test_master_weights_and_optimiser_stay_float32_and_the_copies_follow_them(tr
     def dtypes(tree):
         return {x.dtype for x in jax.tree.leaves(tree)}
 
-    assert dtypes(runs.params) == {np.dtype(np.float32)}
-    assert dtypes(runs.opt_state) <= {np.dtype(np.float32), np.dtype(np.int32)}
-    for copies in (runs.compute_params, runs.target_params):  # hidden layers in bfloat16, the output layer float32
+    master, copy = STORAGE.master(runs), STORAGE.forward(runs)
+    assert dtypes(master) == {np.dtype(np.float32)}
+    assert dtypes(STORAGE.optimiser_state(runs)) <= {np.dtype(np.float32), np.dtype(np.int32)}
+    for copies in (copy, runs.target_params):  # hidden layers in bfloat16, the output layer float32
         assert dtypes(copies["params"]["head"]) == {np.dtype(np.float32)}
         assert dtypes({k: v for k, v in copies["params"].items() if k != "head"}) == {np.dtype(jnp.bfloat16)}
     # the copy the forward passes read is the float32 weights after the last update, rounded
-    for master, copy in zip(jax.tree.leaves(runs.params), jax.tree.leaves(runs.compute_params)):
-        np.testing.assert_array_equal(np.asarray(master.astype(copy.dtype)), np.asarray(copy))
+    for master_leaf, copy_leaf in zip(jax.tree.leaves(master), jax.tree.leaves(copy)):
+        np.testing.assert_array_equal(np.asarray(master_leaf.astype(copy_leaf.dtype)), np.asarray(copy_leaf))
     # and training moved the weights by more than bfloat16's rounding
-    moved = [np.max(np.abs(a - b)) for a, b in zip(jax.tree.leaves(initial.runs.params), jax.tree.leaves(runs.params))]
+    start = STORAGE.master(initial.runs)
+    moved = [np.max(np.abs(a - b)) for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(master))]
     assert min(moved) > 1e-2
 
 
@@ -111,18 +115,19 @@ def test_only_the_q_network_goes_to_bfloat16(method):
     experiment = Experiment(static, (RunSpec(method, "p", 0, method_hparams("chain", method)),))
     keys = jax.random.split(jax.random.key(0), 1)
     state = jax.eval_shape(make_train(experiment.static).init, keys, keys, stack_hparams(experiment.hparams()))
-    runs = state.runs
+    runs, storage = state.runs, weight_storage(static)
+    copy = storage.forward(runs)
 
     def dtypes(tree):
         return {x.dtype for x in jax.tree.leaves(tree)}
 
     f32, bf16 = np.dtype(np.float32), np.dtype(jnp.bfloat16)
-    assert dtypes(runs.params) == {f32}
-    assert bf16 in dtypes(runs.compute_params) and bf16 in dtypes(runs.target_params)
+    assert dtypes(storage.master(runs)) == {f32}
+    assert bf16 in dtypes(copy) and bf16 in dtypes(runs.target_params)
     if method == "bsp":
         assert dtypes(runs.parts["bsp"]) == {f32}
-        assert dtypes(runs.compute_params["params"]["heads"]["head"]) == {f32}
-        assert dtypes(runs.compute_params["params"]["torso"]) == {bf16}
+        assert dtypes(copy["params"]["heads"]["head"]) == {f32}
+        assert dtypes(copy["params"]["torso"]) == {bf16}
     if method == "dqn_dora":
         assert dtypes(runs.parts["dora"].params) == {f32}
     if method == "dqn_rnd":
@@ -150,8 +155,8 @@ def test_the_forward_passes_read_the_copy_not_the_master(trained):
     _, _, train_chunk = compiled_trainer(STATIC)
     # two of the trained runs (runs are independent): a chunk of two costs far less than one of all twelve
     state = state.replace(runs=jax.tree.map(lambda x: x[:2], state.runs))
-    zeroed = state.replace(runs=state.runs.replace(compute_params=jax.tree.map(jnp.zeros_like,
-                                                                               state.runs.compute_params)))
+    zeros = jax.tree.map(jnp.zeros_like, STORAGE.forward(state.runs))
+    zeroed = state.replace(runs=state.runs.replace(weights=state.runs.weights.replace(compute=zeros)))
     _, metrics = train_chunk(jax.tree.map(jnp.copy, state))  # train_chunk donates its argument
     _, metrics_zeroed = train_chunk(jax.tree.map(jnp.copy, zeroed))
     assert not np.allclose(np.asarray(metrics["q_start"]), np.asarray(metrics_zeroed["q_start"]))

@@ -53,12 +53,13 @@ WINDOWS = Transition(  # two 3-step windows whose actions differ along the windo
 
 def test_the_td_loss_regresses_q_at_the_first_action_of_the_window():
     trainer, _, run = one_run()
+    agent = trainer.agent
     targets = jnp.array([[0.7], [-0.4]])
     loss = jax.jit(lambda r, w, t: td_loss_per_head(
-        r.params, trainer.agent, r, batch_of(trainer, r, w, jnp.ones((2, 3), bool)), t))(run, WINDOWS, targets)
+        agent.forward_params(r), agent, r, batch_of(trainer, r, w, jnp.ones((2, 3), bool)), t))(run, WINDOWS, targets)
     env = trainer.path.env
     obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(WINDOWS.compact[:, 0], run.env.params)
-    q = np.asarray(jax.jit(trainer.network.apply)(run.params, obs))
+    q = np.asarray(jax.jit(trainer.network.apply)(agent.forward_params(run), obs))
     expected = ((q[0, 1] - 0.7) ** 2 + (q[1, 0] + 0.4) ** 2) / 2  # Q(s_t, a_t) of each window's first step
     assert float(loss) == pytest.approx(expected, rel=1e-5)
     assert q[0, 1] != pytest.approx(q[0, 0]) and q[1, 0] != pytest.approx(q[1, 1])  # another action would differ
@@ -75,7 +76,8 @@ def test_the_targets_read_the_target_network_never_the_online_one():
     targets = compiled_targets(trainer)
     exists = jnp.ones((2, 3), bool)
     base, _ = targets(run, WINDOWS, exists)
-    online_moved, _ = targets(run.replace(params=shifted(run.params, 0.3)), WINDOWS, exists)
+    online = trainer.agent.weights.master(run)
+    online_moved, _ = targets(trainer.agent.weights.initial(run, shifted(online, 0.3), run.key), WINDOWS, exists)
     target_moved, _ = targets(run.replace(target_params=shifted(run.target_params, 0.3)), WINDOWS, exists)
     np.testing.assert_array_equal(np.asarray(online_moved), np.asarray(base))
     assert np.all(np.abs(np.asarray(target_moved) - np.asarray(base)) > 1e-3)

@@ -79,7 +79,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     for a, b in zip(jax.tree.leaves(jax.random.key_data(resumed_state.runs.key)),
                     jax.tree.leaves(jax.random.key_data(straight_state.runs.key))):
         np.testing.assert_array_equal(a, b)
-    for a, b in zip(jax.tree.leaves(resumed_state.runs.params), jax.tree.leaves(straight_state.runs.params)):
+    for a, b in zip(jax.tree.leaves(resumed_state.runs.weights), jax.tree.leaves(straight_state.runs.weights)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert (interrupted / METRICS_FILE).read_text() == (tmp_path / "straight" / METRICS_FILE).read_text()
     rows = read_metrics(interrupted)
@@ -166,9 +166,10 @@ SHARDED_CHILD = """
 import sys, jax
 assert jax.local_device_count() == 4, jax.local_devices()
 from tests.test_runner import SHARD_EXPERIMENT
+from opiq_jax.agent.weights import master_params
 from opiq_jax.running.host_loop import run_experiment
 state = run_experiment(SHARD_EXPERIMENT, sys.argv[1], progress=False)
-bias = state.runs.params["params"]["head"]["bias"]
+bias = master_params(SHARD_EXPERIMENT.static, state.runs)["params"]["head"]["bias"]
 # split, not copied: each device holds its own runs (a replicated array also spans every device)
 print("shards", len(bias.sharding.device_set), "runs per shard", {s.data.shape[0] for s in bias.addressable_shards})
 """

@@ -129,7 +129,7 @@ def test_updates_target_copies_and_epsilon_count_the_runs_environment_steps(case
         np.testing.assert_allclose(metrics["epsilon"], epsilon_at(steps), rtol=1e-6, err_msg=f"step {steps}")
         copied = steps % static.target_update == 0
         for r in range(RUNS):
-            online = leaves(jax.tree.map(lambda x: x[r], runs.params))
+            online = leaves(jax.tree.map(lambda x: x[r], trainer.agent.forward_params(runs)))
             target = leaves(jax.tree.map(lambda x: x[r], runs.target_params))
             if copied:  # each copy period holds updates, so a missing or misplaced copy would show
                 assert same(target, online) and not same(target, targets[r]), (steps, r)

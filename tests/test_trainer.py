@@ -16,6 +16,7 @@ from opiq_jax.registry.methods import program_parts
 from tests.tally import Tally
 from opiq_jax.agent.bootstrap_values import uses_target_table
 from opiq_jax.agent.trainer import make_path, make_train
+from opiq_jax.agent.weights import master_params
 from opiq_jax.paths.compact import Transition
 from opiq_jax.runs.compiled import compiled_trainer
 from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
@@ -65,7 +66,7 @@ def test_vmapped_runs_get_their_own_randomness(trained):
     first = indices(experiment, "opiq")[:3]
     flips = runs.env.params.flips[first]
     matrices = runs.counts.features.hash_matrix[first]
-    kernels = runs.params["params"]["Dense_0"]["kernel"][first]
+    kernels = master_params(experiment.static, runs)["params"]["Dense_0"]["kernel"][first]
     for a in range(3):
         for b in range(a + 1, 3):
             assert not np.array_equal(flips[a], flips[b])
@@ -86,9 +87,10 @@ def test_same_seed_shares_randomness_across_methods(trained):
 
 def test_opiq_without_optimism_is_bit_identical_to_dqn_pc(trained):
     experiment, _, _, final, history = trained
+    online = master_params(experiment.static, final.runs)
     for a, b in zip(indices(experiment, "opiq_c0"), indices(experiment, "dqn_pc")):
-        for leaf_a, leaf_b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[a], final.runs.params)),
-                                  jax.tree.leaves(jax.tree.map(lambda x: x[b], final.runs.params))):
+        for leaf_a, leaf_b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[a], online)),
+                                  jax.tree.leaves(jax.tree.map(lambda x: x[b], online))):
             np.testing.assert_array_equal(leaf_a, leaf_b)
         for metrics in history:
             for name in ("train_return", "test_return", "states_visited", "loss"):
@@ -114,11 +116,11 @@ def test_head_init_scale_reaches_the_initial_networks():
         static = static_for_env("chain", chain_length=8, total_steps=100, log_every=100, buffer_size=200,
                                 hidden=(8,), parts=program_parts(["dqn"]), **option)
         experiment = Experiment(static, (RunSpec("dqn", "paper", 0, method_hparams("chain", "dqn")),))
-        return compiled_trainer(static)[1](*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs
+        runs = compiled_trainer(static)[1](*run_keys_for(experiment), stack_hparams(experiment.hparams())).runs
+        return master_params(static, runs), runs.target_params  # the online and the target network
 
-    plain, scaled = initial(), initial(head_init_scale=0.25)
-    for params in ("params", "target_params"):
-        a, b = getattr(plain, params)["params"], getattr(scaled, params)["params"]
+    for plain, scaled in zip(initial(), initial(head_init_scale=0.25)):
+        a, b = plain["params"], scaled["params"]
         np.testing.assert_allclose(b["head"]["kernel"], 0.25 * a["head"]["kernel"], rtol=1e-6)
         np.testing.assert_array_equal(b["Dense_0"]["kernel"], a["Dense_0"]["kernel"])
         np.testing.assert_array_equal(b["head"]["bias"], a["head"]["bias"])
@@ -226,7 +228,7 @@ def test_updates_target_copies_and_epsilon_follow_the_environment_steps():
         experiment = Experiment(static, (RunSpec("dqn_tally", "x", 0, hp),))
         _, init, train_chunk = compiled_trainer(static)
         state = init(*run_keys_for(experiment), stack_hparams(experiment.hparams()))
-        initial = jax.tree.leaves(jax.device_get(state.runs.params))
+        initial = jax.tree.leaves(jax.device_get(master_params(static, state.runs)))
         target = jax.device_get(state.runs.target_params)
         for steps in range(1, 25):  # one chunk: one environment step
             state, metrics = train_chunk(state)
@@ -234,7 +236,7 @@ def test_updates_target_copies_and_epsilon_follow_the_environment_steps():
             tally = {k: int(v[0]) for k, v in run.parts["test_tally"].items()}
             assert tally == {"steps": steps, "updates": len([s for s in range(2, steps + 1, 2) if s > 4])}, steps
             assert float(metrics["epsilon"][0]) == pytest.approx(max(0.0, 1.0 - steps / 16.0))
-            online, copied = jax.tree.leaves(run.params), jax.tree.leaves(run.target_params)
+            online, copied = jax.tree.leaves(master_params(static, run)), jax.tree.leaves(run.target_params)
             if steps % 4 == 0:
                 assert all(np.array_equal(a, b) for a, b in zip(online, copied)), steps
                 target = run.target_params
@@ -244,6 +246,40 @@ def test_updates_target_copies_and_epsilon_follow_the_environment_steps():
     finally:
         METHODS.pop("dqn_tally")
         PARTS.pop("test_tally")
+
+
+def initial_run_shapes(static):
+    """The shapes of one DQN run's initial state under ``static``, traced, not computed."""
+    experiment = Experiment(static, (RunSpec("dqn", "x", 0, method_hparams("chain", "dqn")),))
+    keys = jax.random.split(jax.random.key(0), 1)
+    return jax.eval_shape(make_train(static).init, keys, keys, stack_hparams(experiment.hparams())).runs
+
+
+def test_each_weight_storage_keeps_a_subtree_of_only_its_own_fields():
+    """``RunState.weights`` is the storage's own subtree: the fields that storage uses, each holding arrays of the
+    dtypes it keeps (no None in place of another storage's field), and the run's state has no weight fields beside
+    it."""
+    from opiq_jax.agent.weights import ComputeCopyStored, Float32Stored, PackedStored
+    from opiq_jax.pieces.state import RunState
+
+    f32, bf16, u8 = np.dtype(np.float32), np.dtype(jnp.bfloat16), np.dtype(np.uint8)
+    storages = {  # overrides -> (subtree, {field: the dtypes of its leaves}); the copies keep a float32 output layer
+        (): (Float32Stored, {"params": {f32}, "opt_state": {f32}}),
+        ("bfloat16",): (ComputeCopyStored, {"params": {f32}, "opt_state": {f32}, "compute": {bf16, f32}}),
+        ("bfloat16", "packed"): (PackedStored, {"compute": {bf16, f32}, "low": {u8}, "accumulator": {bf16}}),
+    }
+    chain = static_for_env("chain", chain_length=8, hidden=(16,), total_steps=100, log_every=100, buffer_size=100,
+                           parts=program_parts(["dqn"]))
+    for values, (subtree, dtypes) in storages.items():
+        options = dict(zip(("precision", "weight_storage"), values))
+        weights = initial_run_shapes(dataclasses.replace(chain, **options)).weights
+        assert type(weights) is subtree, options
+        assert [field.name for field in dataclasses.fields(weights)] == list(dtypes), options
+        for name, allowed in dtypes.items():  # no field is None (an empty tree has no dtypes)
+            leaves = jax.tree.leaves(getattr(weights, name))
+            assert {leaf.dtype for leaf in leaves} == allowed, (options, name)
+    weight_fields = {"params", "opt_state", "compute_params", "params_low"}
+    assert not weight_fields & {field.name for field in dataclasses.fields(RunState)}
 
 
 def test_performance_modes_are_strategies_the_agent_chooses_once():

@@ -105,7 +105,8 @@ def test_greedy_action_is_argmax_of_q_plus_c_action_bonus_on_a_hand_made_count_t
     hp = method_hparams("chain", "opiq", **ACT)
     run = first_run(init_one(trainer, hp).runs)
     obs = trainer.path.observations(run.env)  # the start state, cell 1
-    q = np.asarray(jax.jit(trainer.network.apply)(run.params, obs))[0]  # each call compiled whole, not op by op
+    q_values = jax.jit(trainer.network.apply)  # each call compiled whole, not op by op
+    q = np.asarray(q_values(trainer.agent.forward_params(run), obs))[0]
     # the action Q prefers has been tried 3 times, the other never
     preferred = int(np.argmax(q))
     sketch = run.counts.sketch
@@ -127,16 +128,17 @@ def test_trainer_acts_greedily_on_q_plus_with_c_action_not_c_bootstrap(chain_tra
     trainer = chain_trainer
     hp = method_hparams("chain", "opiq", **ACT)
     state = init_one(trainer, hp, seed=4)
-    params = first_run(state.runs).params
+    params = trainer.agent.weights.master(first_run(state.runs))
     state, metrics = jax.jit(trainer.train_chunk)(state)
     run = first_run(jax.device_get(state.runs))
-    jax.tree.map(np.testing.assert_array_equal, jax.device_get(params), run.params)  # acting only
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(params), trainer.agent.weights.master(run))  # acting
     steps = int(run.memory.size)
     assert steps == 40
     cells = np.asarray(run.memory.items.compact)[:steps, 0]
     actions = np.asarray(run.memory.items.action)[:steps]
     thermometers = (np.arange(6)[None, :] <= np.arange(6)[:, None]).astype(np.float32)
-    q_table = np.asarray(trainer.network.apply(run.params, jnp.asarray(thermometers)))  # [cell, action]
+    online = trainer.agent.forward_params(run)
+    q_table = np.asarray(trainer.network.apply(online, jnp.asarray(thermometers)))  # [cell, action]
     seen: Counter = Counter()
     for cell, action in zip(cells, actions):
         n = np.array([seen[(cell, a)] for a in range(2)], np.float32)

@@ -10,7 +10,8 @@ there and in this working tree (each in its own Python process, on the CPU, in f
   values as the CSV holds them, six significant digits);
 * the final parameters of every run's Q-network in the last checkpoint, bit for bit (the strongest
   check: equal parameters after thousands of updates mean equal acting, counting, targets and
-  optimiser arithmetic all along).
+  optimiser arithmetic all along), read from either layout of the state (the weight storage's
+  subtree ``weights``, or the field ``params`` of the revisions before it).
 
 It prints a table (environment, program, rows compared, rows equal, parameter arrays equal) and writes
 it to ``--out``/``behaviour_check.md`` (every row also to ``behaviour_check.json``); it exits 1 if anything
@@ -91,31 +92,51 @@ def metric_rows(folder: Path) -> dict[tuple, str]:
         return {tuple(r[:6]): r[6] for r in list(csv.reader(f))[1:]}
 
 
+Q_NETWORK_PREFIXES = (".runs.weights.params", ".runs.params")
+"""Where a streamed checkpoint keeps the Q-network's float32 parameters, by tree path: in the weight storage's subtree
+(``RunState.weights``, revisions since it), or in a field of their own (revisions before it)."""
+
+
+def q_network_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The Q-network's parameters among a streamed checkpoint's ``arrays`` (tree path -> array), each by its path
+    inside the parameters (``['params']['Dense_0']['kernel']``), so that the two layouts compare key by key."""
+    found = {}
+    for key, value in arrays.items():
+        prefix = next((p for p in Q_NETWORK_PREFIXES if key.startswith(p + "[")), None)
+        if prefix is not None:  # "[" ends the field's name: .runs.params_low (packed storage's, before) is not it
+            found[key[len(prefix):]] = value
+    return found
+
+
+def msgpack_q_network(runs: dict) -> dict:
+    """The Q-network's parameters of a msgpack checkpoint's ``runs``, in either layout (:data:`Q_NETWORK_PREFIXES`)."""
+    return runs["weights"]["params"] if "weights" in runs else runs["params"]
+
+
 def checkpoint_params(folder: Path) -> dict[str, np.ndarray]:
-    """The Q-network parameters (``state/runs/params``) of the folder's newest checkpoint, by path."""
+    """The Q-network's parameters in the folder's newest checkpoint, by their paths inside the parameters."""
     from flax import serialization
 
     data = (folder / "checkpoint.msgpack").read_bytes()
     if data.startswith(b"OPIQCKP2"):  # the streamed form (opiq_jax.store.files), arrays by their tree paths
         from opiq_jax.store.files import read_checkpoint_file
 
-        arrays = read_checkpoint_file(folder / "checkpoint.msgpack").arrays
-        return {key: value for key, value in arrays.items() if key.startswith(".runs.params")}
+        return q_network_arrays(read_checkpoint_file(folder / "checkpoint.msgpack").arrays)
     magic = b"OPIQCKPT"
     if data.startswith(magic):  # the checksummed form: magic, 32-byte SHA-256, payload
         digest, data = data[len(magic): len(magic) + 32], data[len(magic) + 32:]
         assert hashlib.sha256(data).digest() == digest, f"{folder}: checkpoint checksum mismatch"
-    state = serialization.msgpack_restore(data)["state"]["runs"]["params"]
+    params = msgpack_q_network(serialization.msgpack_restore(data)["state"]["runs"])
     flat = {}
 
     def walk(node, path):
         if isinstance(node, dict):
             for k, v in node.items():
-                walk(v, f"{path}/{k}")
+                walk(v, f"{path}['{k}']")
         else:
             flat[path] = np.asarray(node)
 
-    walk(state, "params")
+    walk(params, "")
     return flat
 
 

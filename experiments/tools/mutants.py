@@ -459,7 +459,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (PROPS + "test_the_td_loss_regresses_q_at_the_first_action_of_the_window",)),
     Mutant("targets-online-network", "opiq_jax/agent/bootstrap_values.py",
            "return agent.head_values(run, run.target_params, batch.next_obs",
-           "return agent.head_values(run, run.params, batch.next_obs",
+           "return agent.head_values(run, agent.forward_params(run), batch.next_obs",
            "the targets bootstrap from the online network, not the target network",
            (PROPS + "test_the_targets_read_the_target_network_never_the_online_one",)),
     Mutant("acting-final-epsilon", "opiq_jax/agent/trainer.py",

@@ -324,7 +324,7 @@ def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, 
                      nonfinite=jnp.bool_(False), diagnostics=Diagnostics.zeros() if path.records_diagnostics else None)
     head = jax.random.randint(agent.init_key(run_key, "head"), (agent.envs_per_run,), 0, agent.num_heads)
     run = RunState(
-        key=k_loop, hparams=hp, params=None, target_params=None, opt_state=None, env=env,
+        key=k_loop, hparams=hp, weights=None, target_params=None, env=env,
         memory=agent.replay.init(env, start), counts=run_counts, stats=stats, active_head=head, parts={},
     )
     run = with_initial_weights(agent, run, params, agent.init_key(run_key, "packing"))

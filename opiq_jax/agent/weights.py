@@ -8,9 +8,10 @@
   and writes 3 bytes a weight instead of 4 + 4 + 2.
 
 Each strategy owns the weights' initialisation, what the forward passes read, the float32 master weights, the
-optimiser's step and the bytes an update moves (the bench's work model asks it). A run's state keeps the three
-fields ``params``, ``compute_params`` and ``params_low``; a strategy fills those it uses and leaves the others
-None, so the state's layout (and the checkpoints') is the same for every storage.
+optimiser's step, and the subtree it keeps in a run's state (``RunState.weights``): :class:`Float32Stored`,
+:class:`ComputeCopyStored` or :class:`PackedStored`, each holding only what its storage uses. Nothing outside this
+module reads a subtree's fields: callers ask the strategy (``forward``, ``master``, ``optimiser_state``,
+``stored_weights``). The state's layout, and so a checkpoint's, is therefore the storage's own.
 """
 
 from __future__ import annotations
@@ -18,14 +19,42 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
+from flax import struct
 
 from ..common.config import StaticConfig
 from ..pieces import packed_state
 from ..pieces.networks import in_compute_precision
 from ..pieces.state import RunState
+
+
+@struct.dataclass
+class Float32Stored:
+    """What :class:`Float32Weights` keeps of a run."""
+
+    params: Any  # float32 weights, which the forward passes read
+    opt_state: Any  # optax's state of clipped RMSProp
+
+
+@struct.dataclass
+class ComputeCopyStored:
+    """What :class:`ComputeCopyWeights` keeps of a run."""
+
+    params: Any  # float32 master weights, which the optimiser steps
+    opt_state: Any  # optax's state of clipped RMSProp
+    compute: Any  # the weights as the forward passes read them: hidden layers in the compute precision
+
+
+@struct.dataclass
+class PackedStored:
+    """What :class:`PackedWeights` keeps of a run (:mod:`opiq_jax.pieces.packed_state`)."""
+
+    compute: Any  # the bfloat16 copy the forward passes read, which is the weights' high bytes
+    low: Any  # uint8: the weights' low bytes (empty arrays for the leaves that compute in float32)
+    accumulator: Any  # RMSProp's accumulator in bfloat16
 
 
 def sgd_step(optimiser: optax.GradientTransformation, params: Any, opt_state: Any, grads: Any, lr: jax.Array):
@@ -60,33 +89,53 @@ class WeightStorage(abc.ABC):
         """The weights in float32 (any number of leading runs axes)."""
 
     @abc.abstractmethod
+    def optimiser_state(self, run: RunState) -> Any:
+        """What the optimiser keeps between steps (for the bench's byte count)."""
+
+    @abc.abstractmethod
+    def stored_weights(self, run: RunState) -> Any:
+        """The weights as this storage keeps them, without the optimiser's state (for the bench's byte count)."""
+
+    @abc.abstractmethod
     def step(self, run: RunState, grads: Any, key: jax.Array, square_sums: Any = None) -> RunState:
         """``run`` after one clipped RMSProp step on ``grads`` (``key``: stochastic rounding where the storage
         rounds; ``square_sums``: the lean backward pass's sums of squares of some gradients, or None)."""
 
 
+def check_gradients(grads: Any, forward: Any) -> None:
+    """The gradients are taken in the weights the forward passes read: one leaf per weight, of its shape."""
+    chex.assert_trees_all_equal_shapes(grads, forward)
+
+
 class Float32Weights(WeightStorage):
     name = "float32"
 
-    def copy(self, params: Any) -> Any:
-        """What the forward passes read besides the float32 weights: nothing here (a compute copy below)."""
-        del params
-        return None
+    def stored(self, params: Any, opt_state: Any) -> Float32Stored | ComputeCopyStored:
+        """The run's subtree for the float32 weights ``params`` and the optimiser's ``opt_state``."""
+        return Float32Stored(params=params, opt_state=opt_state)
 
     def initial(self, run: RunState, params: Any, key: jax.Array) -> RunState:
         del key
-        return run.replace(params=params, compute_params=self.copy(params), opt_state=self.optimiser.init(params))
+        return run.replace(weights=self.stored(params, self.optimiser.init(params)))
 
     def forward(self, run: RunState) -> Any:
-        return run.params
+        return run.weights.params
 
     def master(self, run: RunState) -> Any:
-        return run.params
+        return run.weights.params
+
+    def optimiser_state(self, run: RunState) -> Any:
+        return run.weights.opt_state
+
+    def stored_weights(self, run: RunState) -> Any:
+        return run.weights.params
 
     def step(self, run: RunState, grads: Any, key: jax.Array, square_sums: Any = None) -> RunState:
         del key, square_sums
-        params, opt_state = sgd_step(self.optimiser, run.params, run.opt_state, grads, run.hparams["lr"])
-        return run.replace(params=params, opt_state=opt_state, compute_params=self.copy(params))
+        check_gradients(grads, self.forward(run))
+        params, opt_state = sgd_step(self.optimiser, run.weights.params, run.weights.opt_state, grads,
+                                     run.hparams["lr"])
+        return run.replace(weights=self.stored(params, opt_state))
 
 
 class ComputeCopyWeights(Float32Weights):
@@ -95,11 +144,16 @@ class ComputeCopyWeights(Float32Weights):
 
     name = "compute copy"
 
-    def copy(self, params: Any) -> Any:
-        return in_compute_precision(params, self.compute_dtype)
+    def stored(self, params: Any, opt_state: Any) -> ComputeCopyStored:
+        # the copy is written with every step, so the forward passes never cast the master weights themselves
+        return ComputeCopyStored(params=params, opt_state=opt_state,
+                                 compute=in_compute_precision(params, self.compute_dtype))
 
     def forward(self, run: RunState) -> Any:
-        return run.compute_params
+        return run.weights.compute
+
+    def stored_weights(self, run: RunState) -> Any:
+        return run.weights.params, run.weights.compute
 
 
 class PackedWeights(WeightStorage):
@@ -107,21 +161,29 @@ class PackedWeights(WeightStorage):
     takes_square_sums = True
 
     def initial(self, run: RunState, params: Any, key: jax.Array) -> RunState:
-        compute, lows = packed_state.pack_tree(params, jax.random.bits(key, (), jnp.uint32))
-        return run.replace(params=None, compute_params=compute, params_low=lows,
-                           opt_state=packed_state.init_accumulator(params))
+        compute, low = packed_state.pack_tree(params, jax.random.bits(key, (), jnp.uint32))
+        return run.replace(weights=PackedStored(compute=compute, low=low,
+                                                accumulator=packed_state.init_accumulator(params)))
 
     def forward(self, run: RunState) -> Any:
-        return run.compute_params
+        return run.weights.compute
 
     def master(self, run: RunState) -> Any:
-        return packed_state.unpack_tree(run.compute_params, run.params_low)
+        return packed_state.unpack_tree(run.weights.compute, run.weights.low)
+
+    def optimiser_state(self, run: RunState) -> Any:
+        return run.weights.accumulator
+
+    def stored_weights(self, run: RunState) -> Any:
+        return run.weights.compute, run.weights.low
 
     def step(self, run: RunState, grads: Any, key: jax.Array, square_sums: Any = None) -> RunState:
-        compute, lows, accumulator = packed_state.rmsprop_step(
-            self.static, run.compute_params, run.params_low, run.opt_state, grads, run.hparams["lr"],
+        check_gradients(grads, self.forward(run))
+        stored = run.weights
+        compute, low, accumulator = packed_state.rmsprop_step(
+            self.static, stored.compute, stored.low, stored.accumulator, grads, run.hparams["lr"],
             jax.random.bits(key, (), jnp.uint32), square_sums)
-        return run.replace(compute_params=compute, params_low=lows, opt_state=accumulator)
+        return run.replace(weights=PackedStored(compute=compute, low=low, accumulator=accumulator))
 
 
 def weight_storage(static: StaticConfig, optimiser: optax.GradientTransformation | None = None) -> WeightStorage:
@@ -138,5 +200,5 @@ def master_params(static: StaticConfig, runs: RunState) -> Any:
     return weight_storage(static).master(runs)
 
 
-__all__ = ["ComputeCopyWeights", "Float32Weights", "PackedWeights", "WeightStorage", "master_params", "sgd_step",
-           "weight_storage"]
+__all__ = ["ComputeCopyStored", "ComputeCopyWeights", "Float32Stored", "Float32Weights", "PackedStored",
+           "PackedWeights", "WeightStorage", "master_params", "sgd_step", "weight_storage"]

@@ -169,7 +169,7 @@ def work_model(static: StaticConfig) -> WorkModel:
     param_bytes = float(tree_bytes(params))
     compute_bytes = param_bytes * jnp.dtype(static.execution.precision).itemsize / 4  # what the forward passes read
     weight_bytes = weight_update_bytes(trainer.agent.weights, param_bytes, shapes.runs)
-    opt_bytes = float(tree_bytes(shapes.runs.opt_state))  # one run's (the shapes have one run)
+    opt_bytes = float(tree_bytes(trainer.agent.weights.optimiser_state(shapes.runs)))  # one run's (shapes of one)
     obs_bytes = float(example_obs.size * example_obs.dtype.itemsize)
     fwd = forward_flops(trainer.network, example_obs)
     b, n, a, rows = static.batch_size, static.n_step, env.num_actions, static.sketch_rows

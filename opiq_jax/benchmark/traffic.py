@@ -23,7 +23,7 @@ def weight_update_bytes(weights: Any, param_bytes: float, runs: Any) -> float:
     state, as shapes)."""
     if weights.name == "packed":
         # the copy and the low bytes read and written; the copy needs no write of its own
-        stored = jax.tree.leaves((runs.compute_params, runs.params_low))
+        stored = jax.tree.leaves(weights.stored_weights(runs))
         return 2 * float(sum(x.size * x.dtype.itemsize for x in stored))
     if weights.name not in ("float32", "compute copy"):
         raise not_counted("weight storage", weights.name)

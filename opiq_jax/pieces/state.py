@@ -133,17 +133,16 @@ class Counts:
 class RunState:
     key: jax.Array
     hparams: HParams
-    params: Any  # float32 weights; None under weight_storage=packed (compute_params and params_low hold them)
-    target_params: Any
-    opt_state: Any  # optax's state; under weight_storage=packed, RMSProp's bfloat16 accumulator
+    # the Q-network's weights and its optimiser's state: a subtree that the weight storage (agent/weights.py) defines
+    # and alone reads; callers ask the storage for the weights they need
+    weights: Any
+    target_params: Any  # the target network as the forward passes read it: a copy, never stepped, so not the storage's
     env: Any  # the path's per-run environment data
     memory: Any  # the path's replay
     counts: Counts | None  # None when no part of the program counts
     stats: RunStats
     active_head: jax.Array  # int32[E]: the head acting in each environment's episode (0 with one head)
     parts: dict  # part name -> its state (parts without state are absent)
-    compute_params: Any = None  # precision=bfloat16: the weights' bfloat16 copy the forward passes read; else None
-    params_low: Any = None  # weight_storage=packed: the weights' low bytes below compute_params (packed_state)
     target_table: jax.Array | None = None  # float32[num_cells, K, A]: the target network at every cell, or None
 
 
