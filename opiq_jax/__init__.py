@@ -8,13 +8,14 @@
 _API = ("train", "sweep", "load", "rerun", "bench", "methods", "environments", "options", "Results", "FinalState")
 _ERRORS = ("UsageError", "ResultsError", "DoesNotFit", "PartError", "Stopped", "NonFiniteRuns", "PeerFailed",
            "ProgramFailed")
-# The extension points (docs/design.md): a part, a method made of parts, an environment, an option, a replay (and
-# the batch it samples), a counter; and the pieces a part or a script reuses: a metrics table read back, OPIQ's bonus
-# C / (N + 1)^M.
+# The extension points (docs/design.md): a part, a method made of parts, an environment and the three contracts its
+# spec composes (a stepping, a replay and the batch it samples, a counter), an option; and what a part or a script
+# reuses: a metrics table read back, OPIQ's bonus C / (N + 1)^M.
 _EXTENSION = {"Part": "parts", "register_part": "parts", "Method": "registry.methods",
               "register_method": "registry.methods", "EnvironmentSpec": "registry.environments",
               "register_environment": "registry.environments", "Option": "common.config",
-              "Replay": "paths", "Batch": "paths", "CompactReplay": "paths.compact", "Counting": "paths",
+              "Stepping": "contracts", "CompactStepping": "contracts.compact", "Replay": "contracts",
+              "Batch": "contracts", "CompactReplay": "contracts.compact", "Counting": "contracts",
               "read_metrics": "runs.results_folder", "optimism_bonus": "parts.optimism"}
 # The compiled core as pure functions (init and train_chunk), for a loop in the caller's hands.
 _CORE = {"make_train": "program", "Program": "program"}

@@ -38,13 +38,13 @@ from .registry import environments as environment_registry, methods as method_re
 from .registry.environments import ENVIRONMENTS, GYMNAX
 from .registry.methods import METHODS
 from .reporting.plotting import curves, markdown_table, plot_folder, summary_table
-from .running.host_loop import restore_checkpoint
-from .running.plan import (
+from .host.host_loop import restore_checkpoint
+from .host.plan import (
     check_count, check_flag, check_interval, check_out, default_out, every_hparam, experiment_from_configs,
     plan_experiment, plan_rerun, settable_static,
 )
-from .running.sweeping import load_preset, plan_static, run_sweep, sweep_rows
-from .running.train_programs import run_methods
+from .host.sweeping import load_preset, plan_static, run_sweep, sweep_rows
+from .host.train_programs import run_methods
 from .registry.environments import started_by_host
 from .runs.compiled import compiled_trainer
 from .runs.experiment import run_keys_for
@@ -172,7 +172,7 @@ class Results:
         final = self.state(program)
         static = experiment_from_configs(self.folder / final.program).static
         trainer = None if started_by_host(static.env) else compiled_trainer(static)[0]  # needs its emulators
-        if trainer is None or not trainer.path.has_cell_table:
+        if trainer is None or not trainer.stepping.has_cell_table:
             raise UsageError(f"{self.folder}: {static.env}'s states cannot be listed, so it has no cell values")
         values = jax.jit(lambda runs: cell_values(trainer, runs))(final.state)
         return {name: np.asarray(v) for name, v in jax.device_get(values).items()}

@@ -30,9 +30,9 @@ from .common.config import LOOP_OPTIONS, STATIC_OPTIONS, SWEEP_OPTIONS, Option
 from .common.errors import NonFiniteRuns, PeerFailed, ProgramFailed, Stopped, UsageError, command_line_message
 from .registry.methods import METHODS
 from .reporting.plotting import plot_folder
-from .running import multihost
-from .running.stop_signals import EndingAtOnce
-from .running.plan import (
+from .host import multihost
+from .host.stop_signals import EndingAtOnce
+from .host.plan import (
     check_interval, check_out, default_out, describe, every_hparam, option_defaults, parse_grid, plan_experiment,
     plan_rerun, settable_static,
 )
@@ -159,7 +159,7 @@ class Sweep:
 
     preset: tyro.conf.Positional[str]
     """A shipped preset (chain_opiq, chain_baselines, maze_opiq, maze_baselines) or the path of a JSON file
-    written like them (see opiq_jax/running/presets/)."""
+    written like them (see opiq_jax/host/presets/)."""
     out: str | None = None
     """Results folder (default results/sweep-<preset>); an interrupted sweep resumes where it stopped, with the
     batches it planned first (its plan.json)."""

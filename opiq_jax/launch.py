@@ -17,8 +17,8 @@ from typing import Any
 import jax
 
 from .common.errors import UsageError, command_line_message
-from .running.multihost import join_hosts
-from .running.stop_signals import end_with, flush_output
+from .host.multihost import join_hosts
+from .host.stop_signals import end_with, flush_output
 
 HOST_OPTIONS = ("--coordinator", "--num-processes", "--process-id")
 

@@ -28,7 +28,7 @@ import jax
 from .agent.trainer import make_train as trainer_of
 from .common.config import StaticConfig, stack_hparams
 from .common.errors import UsageError
-from .running.plan import plan_experiment
+from .host.plan import plan_experiment
 from .runs.experiment import RunSpec, run_keys_for, split_by_program
 from .registry.environments import started_by_host
 

@@ -64,7 +64,7 @@ SLOWEST_FIRST = (
     "test_faults.py", "test_runner.py", "test_api.py", "test_pool_path.py", "test_maze_torso.py",
     "test_baselines.py", "test_program_processes.py", "test_montezuma.py", "test_precision.py", "test_trainer.py",
     "test_montezuma_resume.py", "test_values.py", "test_sweep.py", "test_gymnax.py", "test_multi_gpu_scaling.py",
-    "test_schedules.py", "test_tabular.py", "test_bench.py", "test_maze_value_maps.py", "test_pieces.py",
+    "test_schedules.py", "test_tabular.py", "test_bench.py", "test_maze_value_maps.py", "test_primitives.py",
     "test_program_identity.py",
     "test_mutation_sample.py", "test_regression_illustration.py",
 )

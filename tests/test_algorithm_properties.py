@@ -24,8 +24,8 @@ import pytest
 from opiq_jax.agent import trainer as trainer_module
 from opiq_jax.agent.trainer import chunk_metrics, make_train, sample_batch, targets_for
 from opiq_jax.parts.rnd import PART as RND
-from opiq_jax.pieces import counts, frame_replay
-from opiq_jax.pieces.state import Diagnostics
+from opiq_jax.primitives import counts, frame_replay
+from opiq_jax.primitives.state import Diagnostics
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams, program_parts
 from opiq_jax.runs.experiment import Experiment, RunSpec
@@ -127,7 +127,7 @@ def test_rnds_acted_intrinsic_on_the_pool_path_is_the_error_at_the_frame_each_st
 def test_rnds_sampled_reward_on_the_compact_path_is_the_error_at_the_state_each_step_reached():
     trainer, _, run = one_run("dqn_rnd")
     run = run.replace(hparams={**run.hparams, "beta_rnd": jnp.float32(0.5)})
-    agent, env = trainer.agent, trainer.path.env
+    agent, env = trainer.agent, trainer.stepping.env
     exists = jnp.ones((2, 3), bool)
     sampled = jax.jit(lambda r, w: RND.intrinsic_reward(agent, r, batch_of(trainer, r, w, exists)))
     reward = np.asarray(sampled(run, WINDOWS))
@@ -273,7 +273,7 @@ def cut_and_resumed():
     """OPIQ on the fake pool stopped 18 steps into its third episode (mmc_unfinished n_step), then resumed as a
     checkpoint is: the same state continued on a fresh pool's first observation."""
     trainer, state, _ = one_chunk("opiq", 60, mmc_unfinished="n_step")
-    resumed = trainer.path.restart(state, FakePool(1, seed=1, max_episode_steps=EPISODE, reward=5.0))
+    resumed = trainer.stepping.restart(state, FakePool(1, seed=1, max_episode_steps=EPISODE, reward=5.0))
     return trainer, first_run(state.runs), first_run(jax.device_get(resumed.runs))
 
 
@@ -320,7 +320,7 @@ def test_the_cut_episodes_transitions_are_not_unknown_and_keep_the_mixed_target(
 
 def test_an_atari_game_is_called_by_its_game_in_the_plan_line_the_config_and_the_figures(tmp_path, drawn):
     from opiq_jax.reporting.plotting import plot_folder
-    from opiq_jax.running.plan import describe
+    from opiq_jax.host.plan import describe
     from tests.results_folders import curve_rows, write_folder
 
     static = static_for_env("atari:Venture", total_steps=100, log_every=50)
@@ -352,7 +352,7 @@ def every_rankable_metric() -> set[str]:
     """Every metric a preset may name: what the runs of any method on any registered environment record."""
     from opiq_jax.registry.environments import ENVIRONMENTS
     from opiq_jax.registry.methods import METHODS
-    from opiq_jax.running.sweeping import ranked_metrics
+    from opiq_jax.host.sweeping import ranked_metrics
 
     return {m for env in ENVIRONMENTS for m in ranked_metrics(env, list(METHODS))}
 
@@ -360,7 +360,7 @@ def every_rankable_metric() -> set[str]:
 def test_a_sweep_ranks_every_metric_a_preset_may_name_in_its_direction(tmp_path, capsys):
     """Two settings whose curves differ by a constant: the best setting in best.md and the first one in the ranking
     is the smaller one for an error or fault metric and the larger one for every other."""
-    from opiq_jax.running.sweeping import rank_settings, write_tables
+    from opiq_jax.host.sweeping import rank_settings, write_tables
     from tests.results_folders import tidy_row, write_folder
 
     metrics = every_rankable_metric()
@@ -471,7 +471,7 @@ def test_the_execution_defaults_are_the_documented_ones_on_every_path(fake_pool_
 
     from opiq_jax.cli import plan_from_args, train_command
     from opiq_jax.common.config import Execution
-    from opiq_jax.running.plan import plan_experiment
+    from opiq_jax.host.plan import plan_experiment
 
     assert dataclasses.asdict(Execution()) == DOCUMENTED_EXECUTION
     for env in ("chain", "maze", "montezuma", "atari:Venture", fake_pool_env):
@@ -484,5 +484,5 @@ def test_the_execution_defaults_are_the_documented_ones_on_every_path(fake_pool_
         assert dataclasses.asdict(static.execution) == DOCUMENTED_EXECUTION
     assert no_overlap.execution.overlap is False
     small = dict(total_steps=32, log_every=16, buffer_size=64, batch_size=8, network="mlp", hidden=(8,))
-    assert make_train(dataclasses.replace(planned, **small), FakePool(1)).path.overlaps is True
-    assert make_train(dataclasses.replace(no_overlap, **small), FakePool(1)).path.overlaps is False
+    assert make_train(dataclasses.replace(planned, **small), FakePool(1)).stepping.overlaps is True
+    assert make_train(dataclasses.replace(no_overlap, **small), FakePool(1)).stepping.overlaps is False

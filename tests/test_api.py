@@ -17,8 +17,8 @@ import pytest
 import opiq_jax
 from opiq_jax.common.config import RUNNER_SET, STATIC_OPTIONS
 from opiq_jax.common.errors import UsageError
-from opiq_jax.running.plan import plan_experiment
-from opiq_jax.running.sweeping import load_preset, plan_static
+from opiq_jax.host.plan import plan_experiment
+from opiq_jax.host.sweeping import load_preset, plan_static
 from opiq_jax.runs.experiment import split_by_program
 from tests.conftest import TEST_XLA_FLAGS, xla_flags_without
 
@@ -205,7 +205,7 @@ def test_loop_options_are_declared_once_and_every_face_takes_them_from_the_decla
     import typing
 
     from opiq_jax import api, cli
-    from opiq_jax.running import host_loop as runner, sweeping
+    from opiq_jax.host import host_loop as runner, sweeping
     from opiq_jax.benchmark.options import BENCH_DEFAULTS, Bench
     from opiq_jax.common.config import LOOP_OPTIONS, SWEEP_OPTIONS
 

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax.paths.pool import ATARI_FRAMES, NUM_ROOMS, PoolStepping
+from opiq_jax.contracts.pool import ATARI_FRAMES, NUM_ROOMS, PoolStepping
 from opiq_jax.registry.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
 from opiq_jax.registry.methods import method_hparams
-from opiq_jax.running.train_programs import run_methods
+from opiq_jax.host.train_programs import run_methods
 from opiq_jax.runs.experiment import Experiment, RunSpec
 from opiq_jax.runs.results_folder import read_metrics
 from tests.fake_pool import FakePool

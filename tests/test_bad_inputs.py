@@ -396,7 +396,7 @@ def test_registration_is_all_or_nothing_and_the_same_definition_registers_again(
 
 def test_a_parts_defaults_never_switch_it_on_for_methods_that_do_not_name_it():
     from opiq_jax.registry.methods import program_parts
-    from opiq_jax.running.plan import plan_experiment
+    from opiq_jax.host.plan import plan_experiment
 
     loud = type("Loud", (Bonus,), {"name": "test_loud", "hparams": (
         opiq_jax.Option("loud", 5.0, "On by default.", minimum=0.0),), "off": {"loud": 0.0}, "metric_names": ()})
@@ -503,7 +503,7 @@ def test_a_refusal_after_the_folder_was_made_leaves_no_folder_behind(tmp_path, m
     assert [p.name for p in tmp_path.iterdir()] == ["mine"] and [p.name for p in empty.iterdir()] == [".DS_Store"]
     (empty / ".DS_Store").unlink()
     from opiq_jax.runs import memory
-    from opiq_jax.running import sweeping
+    from opiq_jax.host import sweeping
 
     for module in (memory, sweeping):
         monkeypatch.setattr(module, "available_device_bytes", lambda: 1000)
@@ -588,7 +588,7 @@ def test_the_memory_line_of_a_short_atari_run_names_the_buffer_size_that_fits(mo
     free: the line says which --buffer-size the run can fill and what it keeps then."""
     pytest.importorskip("envpool")
     from opiq_jax.runs import memory
-    from opiq_jax.running.plan import plan_experiment
+    from opiq_jax.host.plan import plan_experiment
 
     monkeypatch.setattr(memory, "available_device_bytes", lambda: 8 * 2**30)
     plan_experiment("montezuma", ["opiq"], 1, options={"steps": 2000})
@@ -605,7 +605,7 @@ def test_the_progress_bar_says_no_value_where_no_episode_ended_as_the_table_does
     import time
 
     from opiq_jax.registry.environments import static_for_env
-    from opiq_jax.running.host_loop import progress_fields
+    from opiq_jax.host.host_loop import progress_fields
 
     static = static_for_env("chain", total_steps=600, log_every=300)
     none_ended = {"train_return": np.array([np.nan, np.nan]), "rooms_visited": np.array([1.0, 2.0])}

@@ -14,8 +14,8 @@ from opiq_jax.common.config import stack_hparams
 from opiq_jax.parts.bsp import scale_torso_gradients
 from opiq_jax.parts.dora import dora_bonus, dora_sarsa_target
 from opiq_jax.parts.rnd import rnd_bonus, rnd_loss
-from opiq_jax.paths.compact import Transition
-from opiq_jax.pieces.networks import make_network
+from opiq_jax.contracts.compact import Transition
+from opiq_jax.primitives.networks import make_network
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.registry.methods import METHODS, get_method, program_name, program_parts
@@ -114,7 +114,7 @@ def dora():
 
 def test_dora_e_network_starts_at_one_half_and_sarsa_drives_it_down(dora):
     trainer, initial, final, _ = dora
-    static, env = trainer.static, trainer.path.env
+    static, env = trainer.static, trainer.stepping.env
     e_net = make_network("mlp", env.num_actions, static.hidden)
     run0, run1 = first_run(initial.runs), first_run(final.runs)
     start_obs = env.obs_from_compact(env.start_compact(run0.env.params), run0.env.params)[None]
@@ -126,7 +126,7 @@ def test_dora_e_network_starts_at_one_half_and_sarsa_drives_it_down(dora):
 
 def test_dora_intrinsic_reward_recomputed_from_the_e_network(dora):
     trainer, _, final, _ = dora
-    run, env = first_run(final.runs), trainer.path.env
+    run, env = first_run(final.runs), trainer.stepping.env
     e_net = make_network("mlp", env.num_actions, trainer.static.hidden)
     windows = jax.tree.map(lambda x: x[:4, None], run.memory.items)  # four stored steps, n = 1
     _, intrinsic = compiled_targets(trainer)(run, windows, jnp.ones((4, 1), bool))
@@ -154,7 +154,7 @@ def test_rnd_predictor_takes_one_step_on_the_most_recent_states_per_update():
     batch = BASE["batch_size"]
     trainer, initial, final, metrics = trained("dqn_rnd", seeds=1, total_steps=batch + 1, log_every=batch + 1,
                                                rnd_batch=8)
-    run0, run1, env = first_run(initial.runs), first_run(final.runs), trainer.path.env
+    run0, run1, env = first_run(initial.runs), first_run(final.runs), trainer.stepping.env
     rnd0, rnd1 = run0.parts["rnd"], run1.parts["rnd"]
     jax.tree.map(np.testing.assert_array_equal, rnd0.target_params, rnd1.target_params)  # target fixed
     net = make_network("mlp", trainer.static.part("rnd").outputs, trainer.static.hidden)
@@ -208,7 +208,7 @@ def test_bsp_prior_stays_fixed_while_the_heads_learn():
     assert all(jax.tree.leaves(changed))
     assert np.any(online0["torso"]["Dense_0"]["kernel"] != online1["torso"]["Dense_0"]["kernel"])
     # each head's output is Q_k + beta_bsp p_k, beta_bsp = 100 on the chain
-    run, env = first_run(run1), trainer.path.env
+    run, env = first_run(run1), trainer.stepping.env
     obs = env.obs_from_compact(env.start_compact(run.env.params), run.env.params)[None]
     online = trainer.agent.forward_params(run)
     expected = trainer.network.apply(online, obs) + 100.0 * trainer.network.apply(run.parts["bsp"], obs)
@@ -245,7 +245,7 @@ def bsp_chain_run(**options):
 
 def per_cell_prior(trainer, run):
     """``[cells, K, A]``: the prior network's values on each cell's observation alone (a batch of one)."""
-    env, apply = trainer.path.env, jax.jit(trainer.network.apply)
+    env, apply = trainer.stepping.env, jax.jit(trainer.network.apply)
     cell_obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(env.all_compacts(), run.env.params)
     prior = {"params": run.parts["bsp"]["params"]}
     return np.stack([apply(prior, cell_obs[cell:cell + 1])[0] for cell in range(cell_obs.shape[0])])

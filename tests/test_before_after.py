@@ -8,7 +8,7 @@ from experiments.tools.before_after import main
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.registry.methods import program_parts
-from opiq_jax.running.host_loop import run_experiment
+from opiq_jax.host.host_loop import run_experiment
 from opiq_jax.runs.experiment import Experiment, RunSpec
 from tests.results_folders import curve_rows, write_folder
 

@@ -36,7 +36,7 @@ from opiq_jax.benchmark.throughput import (
     work_model,
 )
 from opiq_jax.common.config import stack_hparams
-from opiq_jax.pieces.networks import make_network
+from opiq_jax.primitives.networks import make_network
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
 from tests.hand_targets import hand_targets

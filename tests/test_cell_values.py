@@ -31,8 +31,8 @@ def test_acting_and_bootstrap_values_add_each_runs_own_bonus_by_hand():
 
 def test_an_environment_whose_states_cannot_be_listed_is_refused_by_name():
     class Pooled:
-        """An environment whose path has no cell table."""
+        """An environment whose stepping has no cell table."""
 
-    trainer = types.SimpleNamespace(path=types.SimpleNamespace(has_cell_table=False, env=Pooled()))
+    trainer = types.SimpleNamespace(stepping=types.SimpleNamespace(has_cell_table=False, env=Pooled()))
     with pytest.raises(TypeError, match="Pooled's states cannot be listed"):
         cell_values(trainer, None)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import opiq_jax
-from opiq_jax.paths.compact import Transition
-from opiq_jax.pieces import replay as ring
+from opiq_jax.contracts.compact import Transition
+from opiq_jax.primitives import replay as ring
 from opiq_jax.registry.environments import ENVIRONMENTS, environment_spec
 
 NEWEST = 32
@@ -71,7 +71,7 @@ def test_the_toy_replay_draws_only_the_newest_steps_of_a_ring_that_has_wrapped()
     assert drawn.min() >= 150 - NEWEST and drawn.max() == 149 and len(set(drawn.tolist())) > NEWEST // 2
 
 
-def test_a_replay_named_by_the_spec_trains_in_place_of_the_paths_own(chain_with_newest_replay, tmp_path):
+def test_a_replay_named_by_the_spec_trains_in_place_of_the_steppings_own(chain_with_newest_replay, tmp_path):
     options = dict(seeds=2, steps=1_500, chain_length=8, log_every=500, buffer_size=500, hidden=(16,))
     program = opiq_jax.make_train(env=chain_with_newest_replay, methods=["opiq"], **options)
     state = program.init(program.run_keys, program.env_keys, program.hparams)
@@ -95,8 +95,8 @@ class CellTableCounting(opiq_jax.Counting):
 
     counted = "the cell id, exactly, in a table of every cell"
 
-    def __init__(self, path):
-        self.env = path.env
+    def __init__(self, stepping):
+        self.env = stepping.env
 
     def init(self, hash_key, env, num_actions):
         return jnp.zeros((num_actions, self.env.num_cells), jnp.int32)

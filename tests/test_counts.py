@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from opiq_jax.envs import Maze, RandomisedChain, load_maze_grid
-from opiq_jax.pieces import counts
+from opiq_jax.primitives import counts
 
 STEPS = 20_000
 

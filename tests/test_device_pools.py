@@ -61,7 +61,7 @@ def test_threads_are_shared_out_among_the_pools_never_more_than_a_pool_has_envir
 
 
 def test_each_pool_is_seeded_so_that_every_environment_gets_the_seed_one_pool_would_give_it():
-    from opiq_jax.running.host_loop import pool_seeds
+    from opiq_jax.host.host_loop import pool_seeds
 
     seeds = pool_seeds(7, per_pool=3, count=4)
     assert [s + i for s in seeds for i in range(3)] == list(range(7, 7 + 12))

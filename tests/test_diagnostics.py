@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from opiq_jax.agent.trainer import make_train, sample_batch, sampled_diagnostics, targets_for
-from opiq_jax.pieces import counts, frame_replay
-from opiq_jax.pieces.state import DIAGNOSTIC_METRICS, Diagnostics
+from opiq_jax.primitives import counts, frame_replay
+from opiq_jax.primitives.state import DIAGNOSTIC_METRICS, Diagnostics
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams, program_parts
 from tests.fake_pool import FakePool
@@ -189,7 +189,7 @@ def test_the_mixed_targets_rule_for_unfinished_episodes(rule):
 
 def test_mmc_unfinished_is_a_pool_option():
     from opiq_jax.common.errors import UsageError
-    from opiq_jax.running.plan import static_with
+    from opiq_jax.host.plan import static_with
 
     with pytest.raises(UsageError, match="applies to environments stepped through a pool"):
         static_with("chain", {"mmc_unfinished": "n_step"})

@@ -27,8 +27,8 @@ from opiq_jax.common.errors import UsageError
 from opiq_jax.parts import PARTS
 from opiq_jax.registry.methods import METHODS
 from opiq_jax.reporting.plotting import markdown_table, save_atomically, summary_table
-from opiq_jax.running.plan import describe, plan_experiment
-from opiq_jax.running.sweeping import load_preset, rank_settings, require_same_preset
+from opiq_jax.host.plan import describe, plan_experiment
+from opiq_jax.host.sweeping import load_preset, rank_settings, require_same_preset
 
 SMALL = ["--chain-length", "6", "--hidden", "16", "--buffer-size", "600", "--steps", "600", "--log-every", "300",
          "--seeds", "1", "--no-progress", "--no-plot"]
@@ -178,7 +178,7 @@ PRESET = {"env": "chain", "seeds": 1, "static": {"total_steps": 600, "log_every"
     ({"seeds": 100_000_000}, "is 100,000,000 runs, more than a sweep plans (1,000,000)"),
 ])
 def test_a_preset_is_checked_before_anything_trains(tmp_path, capsys, monkeypatch, change, message):
-    from opiq_jax.running import sweeping
+    from opiq_jax.host import sweeping
 
     def trains(*args, **kwargs):
         raise AssertionError("the sweep trained before its preset was checked")
@@ -194,7 +194,7 @@ def test_a_preset_is_checked_before_anything_trains(tmp_path, capsys, monkeypatc
 
 
 def test_a_preset_resumes_its_folder_after_its_metric_is_corrected(tmp_path):
-    from opiq_jax.running.sweeping import Preset
+    from opiq_jax.host.sweeping import Preset
 
     (tmp_path / "preset.json").write_text(json.dumps(dict(Preset(**{**PRESET, "grids": tuple(PRESET["grids"]),
                                                                     "metric": "test_retrun"}).__dict__)))
@@ -208,7 +208,7 @@ def test_a_sweep_ranked_on_a_loss_puts_the_smallest_first(monkeypatch, tmp_path)
         return [dict(run=0, method="opiq", setting=setting, seed=0, step=s, metric="loss", value=value)
                 for s in (100, 200)]
 
-    import opiq_jax.running.sweeping as sweeping
+    import opiq_jax.host.sweeping as sweeping
 
     monkeypatch.setattr(sweeping, "sweep_rows", lambda out: rows("m=1", 1.0) + rows("m=2", 0.1))
     ranking = rank_settings(Path("."), "loss")
@@ -257,7 +257,7 @@ def test_the_api_refuses_booleans_and_strings_for_numbers_and_takes_numpys_integ
 
 def test_a_huge_seed_count_fails_at_the_memory_check_before_it_is_listed(monkeypatch):
     from opiq_jax.common.errors import DoesNotFit
-    from opiq_jax.running import plan
+    from opiq_jax.host import plan
 
     seeds = plan.check_seeds(100_000_000)
     assert isinstance(seeds, range) and len(seeds) == 100_000_000  # counted, never built as a list

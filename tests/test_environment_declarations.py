@@ -14,7 +14,7 @@ from opiq_jax.common.errors import DoesNotFit
 from opiq_jax.registry.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
 from opiq_jax.reporting.plotting import plot_folder
 from opiq_jax.runs import memory
-from opiq_jax.running.sweeping import load_preset
+from opiq_jax.host.sweeping import load_preset
 
 PLUGIN = "chain_declaring"
 

@@ -22,7 +22,7 @@ from opiq_jax.parts import PARTS, Part
 from opiq_jax.registry.environments import ENVIRONMENT_ORIGINS, ENVIRONMENTS, EnvironmentSpec, register_environment
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.registry.methods import METHODS, ORIGINS, Method, register_method
-from opiq_jax.running.train_programs import run_methods
+from opiq_jax.host.train_programs import run_methods
 from opiq_jax.runs.experiment import Experiment, RunSpec
 from opiq_jax.runs.results_folder import read_metrics
 

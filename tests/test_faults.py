@@ -30,7 +30,7 @@ import opiq_jax
 from opiq_jax.cli import main
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
-from opiq_jax.running.host_loop import Stopped, run_experiment
+from opiq_jax.host.host_loop import Stopped, run_experiment
 from opiq_jax.runs import memory
 from opiq_jax.runs.experiment import Experiment, RunSpec
 from opiq_jax.store import files as results
@@ -64,7 +64,7 @@ results.write_all = dying_write
 print("ready", flush=True)
 if sys.argv[1] == "train":
     from tests.test_faults import EXPERIMENT
-    from opiq_jax.running.host_loop import run_experiment
+    from opiq_jax.host.host_loop import run_experiment
     run_experiment(EXPERIMENT, sys.argv[2], progress=False, checkpoint_seconds=0)
 else:
     from opiq_jax.cli import main
@@ -447,7 +447,7 @@ def test_a_resumed_sweep_keeps_the_batches_it_planned_first_whatever_the_memory_
                                                                                           monkeypatch):
     """A resume trains the batches planned first (plan.json; for a sweep older than plan.json, its batch folders):
     a run's floats may depend on the size of the program it trains in, so a resume must not change it."""
-    from opiq_jax.running import sweeping
+    from opiq_jax.host import sweeping
 
     preset = tmp_path / "tiny.json"
     preset.write_text(json.dumps(SWEEP_PRESET))
@@ -473,7 +473,7 @@ def test_a_resumed_sweep_keeps_the_batches_it_planned_first_whatever_the_memory_
 
 
 def test_the_selection_names_the_settings_tied_with_the_best_within_their_intervals(tmp_path):
-    from opiq_jax.running.sweeping import tied_with_best, write_tables
+    from opiq_jax.host.sweeping import tied_with_best, write_tables
 
     ranking = [dict(method="a", setting="x", auc=2.0, auc_low=1.5, auc_high=2.5, final_median=1.0, seeds=4),
                dict(method="a", setting="y", auc=1.6, auc_low=1.0, auc_high=1.8, final_median=1.0, seeds=4),

@@ -23,7 +23,7 @@ import pytest
 from opiq_jax.common.config import stack_hparams
 from opiq_jax.registry.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
 from opiq_jax.registry.methods import method_hparams
-from opiq_jax.running.host_loop import restore_checkpoint, run_experiment
+from opiq_jax.host.host_loop import restore_checkpoint, run_experiment
 from opiq_jax.runs.experiment import Experiment, RunSpec, keys_to_data, run_keys_for
 from opiq_jax.store import files as results
 from opiq_jax.store.files import CHECKPOINT_FILE, PREVIOUS_CHECKPOINT_FILE, checkpoint_header, read_checkpoint_arrays
@@ -92,7 +92,7 @@ def dying_write(f, data):  # in the middle of the first write into the nth file 
     write(f, data)
 results.write_all = dying_write
 from tests.test_frame_checkpoints import experiment
-from opiq_jax.running.host_loop import run_experiment
+from opiq_jax.host.host_loop import run_experiment
 run_experiment(experiment(), sys.argv[1], progress=False, checkpoint_seconds=0)
 """
 
@@ -155,7 +155,7 @@ def test_a_checkpoint_with_its_rings_inline_loads_and_the_next_writes_them_whole
     """As older versions wrote them: the whole state in checkpoint.msgpack."""
     exp = experiment()
     with monkeypatch.context() as patch:
-        patch.setattr("opiq_jax.paths.pool.FrameRingReplay.rings_apart", None)
+        patch.setattr("opiq_jax.contracts.pool.FrameRingReplay.rings_apart", None)
         run_experiment(exp, tmp_path, progress=False, checkpoint_seconds=0, stop_after_chunks=4)
     assert not (tmp_path / SEGMENTS_FOLDER).exists()
     assert all("segments" not in leaf for leaf in checkpoint_header(tmp_path / CHECKPOINT_FILE)["leaves"])

@@ -18,21 +18,21 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the ground: configuration and errors; the environments' dynamics", ("opiq_jax.common", "opiq_jax.envs")),
     ("the kernels (Pallas)", ("opiq_jax.kernels",)),
-    ("the pieces (counts, replay, targets, networks, a run's state) and the results store",
-     ("opiq_jax.pieces", "opiq_jax.store")),
-    ("the agent's parts: observation paths, exploration parts, the environment and method registries",
-     ("opiq_jax.paths", "opiq_jax.parts", "opiq_jax.registry")),
+    ("the primitives (counts, replay, targets, networks, a run's state) and the results store",
+     ("opiq_jax.primitives", "opiq_jax.store")),
+    ("the agent's parts: the contracts an environment composes, exploration parts, the registries",
+     ("opiq_jax.contracts", "opiq_jax.parts", "opiq_jax.registry")),
     ("the agent and its strategies", ("opiq_jax.agent",)),
     ("an experiment: its runs and programs, compiled, their memory, its results folder read back", ("opiq_jax.runs",)),
     ("reporting: statistics, figures, live tracking", ("opiq_jax.reporting",)),
-    ("running: the plan, the host loop, programs in processes, sweeps", ("opiq_jax.running",)),
+    ("the host: the plan, the host loop, programs in processes, sweeps", ("opiq_jax.host",)),
     ("the throughput benchmark, a tool beside the agent", ("opiq_jax.benchmark",)),
     ("the faces: the compiled core's pure functions, the Python API, the command line, its entry point", (
         "opiq_jax.program", "opiq_jax.api", "opiq_jax.cli", "opiq_jax.launch", "opiq_jax.__main__")),
 )
 """The package from the ground up, each floor its folders (subpackages) or, at the top, the modules at the root.
 The folders are in one order, top to bottom of this list: a module imports its own folder's modules and those of
-folders before its own, so two folders of one floor are ordered too (parts read paths, registries read parts)."""
+folders before its own, so two folders of one floor are ordered too (parts read contracts, registries read parts)."""
 FOLDERS = tuple(folder for _, folders in FLOORS for folder in folders)
 FACES = ("program", "api", "cli", "launch", "__main__")  # the modules at the root
 
@@ -131,7 +131,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_package_import_graph_has_no_circle():
     graph = import_graph()
     # the graph was read
-    assert len(graph) > 40 and "opiq_jax.running.host_loop" in graph["opiq_jax.running.train_programs"]
+    assert len(graph) > 40 and "opiq_jax.host.host_loop" in graph["opiq_jax.host.train_programs"]
     assert circles(graph) == []
 
 
@@ -209,36 +209,36 @@ def test_the_opiq_jax_command_enters_through_the_launcher_which_refuses_half_a_h
 
 
 def test_the_trainer_and_the_parts_read_the_path_its_counting_and_replay_through_their_declared_contracts():
-    """Both paths implement every method of ``Stepping``, both counters every method of ``Counting`` and both
+    """Both steppings implement every method of ``Stepping``, both counters every method of ``Counting`` and both
     replays every method of ``Replay``; what the trainer and the parts read of each is declared there (capabilities
     included: never probed with getattr), the trainer never types them ``Any``, and no part reads a replay item's
     field by name."""
     import re
 
-    from opiq_jax.paths import Counting, Stepping, Replay
-    from opiq_jax.paths.compact import CompactCounting, CompactStepping, CompactReplay
-    from opiq_jax.paths.pool import FrameCounting, FrameRingReplay, PoolStepping
+    from opiq_jax.contracts import Counting, Stepping, Replay
+    from opiq_jax.contracts.compact import CompactCounting, CompactStepping, CompactReplay
+    from opiq_jax.contracts.pool import FrameCounting, FrameRingReplay, PoolStepping
 
-    for path in (CompactStepping, PoolStepping):
-        assert issubclass(path, Stepping) and not path.__abstractmethods__, path
+    for stepping in (CompactStepping, PoolStepping):
+        assert issubclass(stepping, Stepping) and not stepping.__abstractmethods__, stepping
     for replay in (CompactReplay, FrameRingReplay):
         assert issubclass(replay, Replay) and not replay.__abstractmethods__, replay
     for counting in (CompactCounting, FrameCounting):
         assert issubclass(counting, Counting) and not counting.__abstractmethods__, counting
     readers = [ROOT / "opiq_jax" / "agent" / "trainer.py", *sorted((ROOT / "opiq_jax" / "parts").glob("*.py"))]
     sources = {p.name: p.read_text() for p in readers}
-    # the replay as the agent holds it (``pieces.replay``, the ring's functions, is a module of the same name)
-    for name, reader, contract, least in (("path", r"\bpath", Stepping, 20),
-                                          ("replay", r"\b(?:agent|self|path)\.replay", Replay, 6),
-                                          ("counting", r"\b(?:agent|self|path)\.counting", Counting, 5)):
+    # the replay as the agent holds it (``primitives.replay``, the ring's functions, is a module of the same name)
+    for name, reader, contract, least in (("stepping", r"\bstepping", Stepping, 20),
+                                          ("replay", r"\b(?:agent|self|stepping)\.replay", Replay, 6),
+                                          ("counting", r"\b(?:agent|self|stepping)\.counting", Counting, 5)):
         read = {field for text in sources.values() for field in re.findall(reader + r"\.([a-z_]+)", text)}
         declared = {*dir(contract), *contract.__annotations__}
         assert len(read) >= least and read <= declared, (name, sorted(read - declared))
         assert not re.search(rf"getattr\((agent\.|self\.)?{name}\b", "".join(sources.values()))
         assert not re.search(rf"{name}: Any\b", sources["trainer.py"])
-    # the compact replay's Transition fields (not flax's ``nn.compact``, nor the module ``paths.compact``): the parts
-    # see Steps instead
-    item_field = r"(?<!nn)(?<!paths)\.((?:next_)?compact)\b"
+    # the compact replay's Transition fields (not flax's ``nn.compact``, nor the module ``contracts.compact``): the
+    # parts see Steps instead
+    item_field = r"(?<!nn)(?<!contracts)\.((?:next_)?compact)\b"
     assert not [(n, f) for n, text in sources.items() for f in re.findall(item_field, text)]
 
 
@@ -289,9 +289,9 @@ def test_the_papers_scripts_use_only_the_public_api():
 
 
 def test_the_public_name_reader_catches_every_way_of_taking_one():
-    source = ("import opiq_jax\nimport opiq_jax.runs.compiled\nfrom opiq_jax.pieces import counts\n"
+    source = ("import opiq_jax\nimport opiq_jax.runs.compiled\nfrom opiq_jax.primitives import counts\n"
               "x = opiq_jax.train\n")
-    assert package_names_used(ast.parse(source)) == {"opiq_jax.runs.compiled:*", "opiq_jax.pieces:counts",
+    assert package_names_used(ast.parse(source)) == {"opiq_jax.runs.compiled:*", "opiq_jax.primitives:counts",
                                                      "opiq_jax:train"}
 
 
@@ -441,7 +441,7 @@ def test_the_environments_per_run_come_from_the_stepping_alone():
 
     assert envs_per_run("chain", 4) == 1 and envs_per_run("maze", 1) == 1
     assert envs_per_run("montezuma", 8) == 8 and envs_per_run("atari:Venture", 2) == 2
-    exempt = {"paths", "registry"}
+    exempt = {"contracts", "registry"}
     strays = []
     for path in sorted((ROOT / "opiq_jax").rglob("*.py")):
         relative = path.relative_to(ROOT / "opiq_jax")

@@ -9,7 +9,7 @@ import pytest
 
 from opiq_jax.agent.trainer import uses_pallas_torso
 from opiq_jax.kernels.maze_torso import maze_torso
-from opiq_jax.pieces.networks import MazeConv, PatchConv
+from opiq_jax.primitives.networks import MazeConv, PatchConv
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.runs.experiment import Experiment, RunSpec

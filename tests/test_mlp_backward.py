@@ -17,11 +17,11 @@ from opiq_jax.benchmark.throughput import work_model
 from opiq_jax.kernels import mlp_backward
 from opiq_jax.kernels.mlp_backward import SQUARE_SUMS, kernel_fits, square_sum_total, weight_gradient
 from opiq_jax.parts import get_part
-from opiq_jax.pieces import packed_state
-from opiq_jax.pieces.networks import MLP, in_compute_precision, init_params
+from opiq_jax.primitives import packed_state
+from opiq_jax.primitives.networks import MLP, in_compute_precision, init_params
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
-from opiq_jax.running.host_loop import METRICS_FILE, run_experiment
+from opiq_jax.host.host_loop import METRICS_FILE, run_experiment
 from opiq_jax.runs.compiled import compiled_trainer
 from opiq_jax.runs.experiment import Experiment, RunSpec
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax.pieces import frame_replay
+from opiq_jax.primitives import frame_replay
 
 FRAME_SHAPE = (4, 5)
 STACK = 4
@@ -551,11 +551,11 @@ def atari_run(request, tmp_path_factory):
     pytest.importorskip("envpool")
     from opiq_jax.registry.environments import static_for_env
     from opiq_jax.registry.methods import method_hparams
-    from opiq_jax.running.host_loop import run_experiment
+    from opiq_jax.host.host_loop import run_experiment
     from opiq_jax.runs.results_folder import read_metrics
     from opiq_jax.runs.experiment import Experiment, RunSpec
     from opiq_jax.agent.trainer import make_train
-    from opiq_jax.paths.pool import PoolShapes
+    from opiq_jax.contracts.pool import PoolShapes
 
     envs = request.param
     static = static_for_env("montezuma", total_steps=80, log_every=40, buffer_size=200, sketch_width=1024,

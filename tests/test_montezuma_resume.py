@@ -20,7 +20,7 @@ pytest.importorskip("envpool")
 from opiq_jax.common.config import stack_hparams  # noqa: E402
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams  # noqa: E402
-from opiq_jax.running.host_loop import restore_checkpoint, run_experiment, start_pool
+from opiq_jax.host.host_loop import restore_checkpoint, run_experiment, start_pool
 from opiq_jax.runs.compiled import trainer_for
 from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
 from opiq_jax.runs.results_folder import is_finished, read_metrics
@@ -37,7 +37,7 @@ EXPERIMENT = Experiment(STATIC, tuple(RunSpec("bsp", "paper", s, method_hparams(
 CHILD = """
 import sys
 from tests.test_montezuma_resume import EXPERIMENT
-from opiq_jax.running import host_loop
+from opiq_jax.host import host_loop
 chunks, finished = int(sys.argv[2]), host_loop.wait_for
 computed = []
 
@@ -85,7 +85,7 @@ def test_a_killed_montezuma_run_resumes_with_the_saved_agent_and_finishes(tmp_pa
     assert restored_chunk == chunk
     pool = start_pool(EXPERIMENT, chunk, max_episode_steps=30)
     trainer = trainer_for(EXPERIMENT.static, pool)[0]
-    resumed = jax.device_get(trainer.path.restart(restored, pool))
+    resumed = jax.device_get(trainer.stepping.restart(restored, pool))
 
     # The agent as saved: networks and optimiser (as the weight storage keeps them), counts, BSP's heads and prior,
     # keys, hyperparameters.

@@ -12,7 +12,7 @@ import pytest
 from experiments.tools import mutation_testing
 from experiments.tools.mutants import CHEAP, MUTANTS
 
-COUNTS = "opiq_jax/pieces/counts.py"
+COUNTS = "opiq_jax/primitives/counts.py"
 DOC = '"""The SimHash projection ``A``: ``num_bits x obs_dim`` with i.i.d. N(0, 1) entries."""'
 FAST_TEST = ("tests/test_counts.py::test_update_respects_valid_flag_and_action",)
 

@@ -14,7 +14,7 @@ import pytest
 from opiq_jax.agent.weights import master_params
 from opiq_jax.common.config import stack_hparams
 from opiq_jax.parts.rnd import RndPredictor, RndTarget
-from opiq_jax.pieces import networks
+from opiq_jax.primitives import networks
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams, program_parts
 from opiq_jax.runs.compiled import compiled_trainer

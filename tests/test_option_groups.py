@@ -18,7 +18,7 @@ from opiq_jax.parts import Part
 from opiq_jax.registry.environments import (ENVIRONMENT_ORIGINS, ENVIRONMENTS, environment_spec, register_environment,
                                             static_for_env)
 from opiq_jax.registry.methods import METHODS, Method, register_method
-from opiq_jax.running.plan import experiment_from_configs, plan_experiment
+from opiq_jax.host.plan import experiment_from_configs, plan_experiment
 
 SET = dict(rnd_outputs=64, rnd_batch=16, dora_buffer_factor=2, dora_gamma=0.9, bsp_heads=3, prior_values="network",
            chain_length=12)

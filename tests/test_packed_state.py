@@ -1,5 +1,5 @@
 """``weight_storage="packed"``: weights as a bfloat16 copy plus 8 bits and a bfloat16 RMSProp accumulator, both
-rounded stochastically (opiq_jax/pieces/packed_state.py), and the trainer and results folder with it."""
+rounded stochastically (opiq_jax/primitives/packed_state.py), and the trainer and results folder with it."""
 
 import dataclasses
 
@@ -13,11 +13,11 @@ from opiq_jax.agent.weights import ComputeCopyStored, PackedStored, master_param
 from opiq_jax.api import read_final_state
 from opiq_jax.benchmark.throughput import work_model
 from opiq_jax.common.config import stack_hparams
-from opiq_jax.pieces import packed_state
-from opiq_jax.pieces.networks import in_compute_precision
+from opiq_jax.primitives import packed_state
+from opiq_jax.primitives.networks import in_compute_precision
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
-from opiq_jax.running.host_loop import METRICS_FILE, run_experiment
+from opiq_jax.host.host_loop import METRICS_FILE, run_experiment
 from opiq_jax.runs.compiled import compiled_trainer
 from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
 from opiq_jax.store.files import CHECKPOINT_FILE

@@ -13,11 +13,11 @@ import pytest
 
 from opiq_jax.agent.trainer import Agent, make_train
 from opiq_jax.parts.rnd import RndPredictor, RndTarget
-from opiq_jax.paths.pool import PoolShapes
-from opiq_jax.pieces.networks import init_variables
+from opiq_jax.contracts.pool import PoolShapes
+from opiq_jax.primitives.networks import init_variables
 from opiq_jax.registry.environments import ENVIRONMENTS, register_environment, static_for_env
 from opiq_jax.registry.methods import method_hparams
-from opiq_jax.running.train_programs import run_methods
+from opiq_jax.host.train_programs import run_methods
 from opiq_jax.runs.experiment import Experiment, RunSpec
 from opiq_jax.runs.results_folder import read_metrics
 from tests.fake_pool import FakePool
@@ -59,7 +59,7 @@ def test_every_method_records_the_learning_diagnostics_and_the_plot_draws_them(t
     """Each program's runs (RND's and BSP's too) write the diagnostics rows, and ``opiq-jax plot`` draws them as one
     figure beside the rooms and returns, a panel per diagnostic."""
     from opiq_jax.reporting.plotting import DIAGNOSTIC_PANELS, METRIC_LABELS, plot_folder
-    from opiq_jax.pieces.state import DIAGNOSTIC_METRICS
+    from opiq_jax.primitives.state import DIAGNOSTIC_METRICS
 
     _, _, out = trained_folder
     rows = read_metrics(out)

@@ -10,7 +10,7 @@ from opiq_jax.agent.trainer import make_train
 from opiq_jax.agent.weights import weight_storage
 from opiq_jax.benchmark.throughput import work_model
 from opiq_jax.common.config import stack_hparams
-from opiq_jax.pieces.networks import init_params, make_bootstrapped_network, make_network
+from opiq_jax.primitives.networks import init_params, make_bootstrapped_network, make_network
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.registry.methods import program_parts

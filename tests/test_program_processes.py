@@ -15,11 +15,11 @@ import pytest
 
 import opiq_jax
 from opiq_jax.common.errors import NonFiniteRuns, ProgramFailed, Stopped, UsageError
-from opiq_jax.running.host_loop import StopSignals
-from opiq_jax.running.processes import (
+from opiq_jax.host.host_loop import StopSignals
+from opiq_jax.host.processes import (
     COMMAND_BUFFER_FLAGS, ForwardSignals, child_environment, last_logged_step, raise_for_exits,
 )
-from opiq_jax.running.train_programs import run_methods
+from opiq_jax.host.train_programs import run_methods
 from opiq_jax.runs.results_folder import is_finished
 from opiq_jax.store.files import CHECKPOINT_FILE, checkpoint_chunk
 from opiq_jax.store.metrics import METRICS_HEADER, append_metric_rows
@@ -77,7 +77,7 @@ def test_parallel_programs_match_sequential_after_their_parent_is_killed(tmp_pat
 def test_programs_mode_is_checked_and_one_program_ignores_it(tmp_path):
     with pytest.raises(UsageError, match="programs must be one of"):
         opiq_jax.train("chain", ("opiq",), 1, steps=100, log_every=100, out=tmp_path / "x", programs="threads")
-    from opiq_jax.running.plan import plan_experiment
+    from opiq_jax.host.plan import plan_experiment
 
     experiment = plan_experiment("chain", ("opiq",), 1, options=dict(steps=100, log_every=100, chain_length=10,
                                                                      buffer_size=200))
@@ -151,8 +151,8 @@ def test_environment_shares_memory_and_keeps_the_users_command_buffers():
 
 def test_a_program_folder_being_written_is_refused_before_any_process_starts(tmp_path):
     from opiq_jax.common.errors import ResultsError
-    from opiq_jax.running.plan import plan_experiment
-    from opiq_jax.running.processes import write_program_config
+    from opiq_jax.host.plan import plan_experiment
+    from opiq_jax.host.processes import write_program_config
     from opiq_jax.store.files import FolderLock
 
     experiment = plan_experiment("chain", ("opiq",), 1, options=dict(steps=100, log_every=100, chain_length=10))

@@ -17,12 +17,12 @@ import pytest
 
 from opiq_jax.agent.trainer import action_values, choose_actions, env_step, td_loss_per_head
 from opiq_jax.common.config import stack_hparams
-from opiq_jax.paths.compact import Transition
-from opiq_jax.pieces import frame_replay
+from opiq_jax.contracts.compact import Transition
+from opiq_jax.primitives import frame_replay
 from opiq_jax.registry.environments import ENVIRONMENTS, environment_spec, register_environment, static_for_env
 from opiq_jax.registry.methods import method_hparams, program_parts
-from opiq_jax.running.host_loop import start_pool
-from opiq_jax.running.plan import plan_experiment, setting_label
+from opiq_jax.host.host_loop import start_pool
+from opiq_jax.host.plan import plan_experiment, setting_label
 from opiq_jax.runs.compiled import compiled_trainer
 from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
 from opiq_jax.store import frames as frame_store
@@ -57,7 +57,7 @@ def test_the_td_loss_regresses_q_at_the_first_action_of_the_window():
     targets = jnp.array([[0.7], [-0.4]])
     loss = jax.jit(lambda r, w, t: td_loss_per_head(
         agent.forward_params(r), agent, r, batch_of(trainer, r, w, jnp.ones((2, 3), bool)), t))(run, WINDOWS, targets)
-    env = trainer.path.env
+    env = trainer.stepping.env
     obs = jax.vmap(env.obs_from_compact, in_axes=(0, None))(WINDOWS.compact[:, 0], run.env.params)
     q = np.asarray(jax.jit(trainer.network.apply)(agent.forward_params(run), obs))
     expected = ((q[0, 1] - 0.7) ** 2 + (q[1, 0] + 0.4) ** 2) / 2  # Q(s_t, a_t) of each window's first step
@@ -92,8 +92,8 @@ def test_the_share_of_exploratory_actions_follows_the_epsilon_schedule(step, eps
                                "epsilon_decay_steps": jnp.float32(1000.0)})
     agent = trainer.agent
     def values(r):
-        columns = jax.vmap(functools.partial(agent.count_columns, r))(agent.path.count_keys(r.env))
-        return action_values(agent, r, agent.path.observations(r.env), columns)
+        columns = jax.vmap(functools.partial(agent.count_columns, r))(agent.stepping.count_keys(r.env))
+        return action_values(agent, r, agent.stepping.observations(r.env), columns)
 
     greedy = int(jnp.argmax(jax.jit(values)(run)[0]))
     draws = 4000

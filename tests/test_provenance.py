@@ -52,7 +52,7 @@ import pytest
 
 from experiments.tools.results_index import INDEX, LINK, cited_folders, index_text, top_folders
 from opiq_jax.reporting import portable, source_revision
-from opiq_jax.running.host_loop import earlier_revisions_of
+from opiq_jax.host.host_loop import earlier_revisions_of
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"

@@ -15,7 +15,7 @@ import pytest
 from opiq_jax.cli import main
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
-from opiq_jax.running.host_loop import METRICS_FILE, run_experiment
+from opiq_jax.host.host_loop import METRICS_FILE, run_experiment
 from opiq_jax.runs.compiled import compiled_trainer
 from opiq_jax.runs.experiment import Experiment, RunSpec
 from opiq_jax.runs.results_folder import read_metrics
@@ -31,7 +31,7 @@ KILLED_AT = 4
 CHILD = f"""
 import sys
 from tests.test_runner import EXPERIMENT
-from opiq_jax.running import host_loop
+from opiq_jax.host import host_loop
 chunks, finished = [], host_loop.wait_for
 
 def pausing(metrics):  # chunk {KILLED_AT + 1} was computed: its metrics and checkpoint wait here until the kill
@@ -167,7 +167,7 @@ import sys, jax
 assert jax.local_device_count() == 4, jax.local_devices()
 from tests.test_runner import SHARD_EXPERIMENT
 from opiq_jax.agent.weights import master_params
-from opiq_jax.running.host_loop import run_experiment
+from opiq_jax.host.host_loop import run_experiment
 state = run_experiment(SHARD_EXPERIMENT, sys.argv[1], progress=False)
 bias = master_params(SHARD_EXPERIMENT.static, state.runs)["params"]["head"]["bias"]
 # split, not copied: each device holds its own runs (a replicated array also spans every device)
@@ -261,7 +261,7 @@ def test_a_config_written_before_a_static_field_existed_still_matches():
 def test_a_config_written_before_network_init_existed_trained_with_flaxs_draw(tmp_path):
     """Every network was drawn as flax draws it until ``--network-init`` came: such a folder re-runs that way, and a
     resume under today's default (the authors' draw) is another experiment."""
-    from opiq_jax.running.plan import experiment_from_configs
+    from opiq_jax.host.plan import experiment_from_configs
     from opiq_jax.runs.results_folder import same_experiment
 
     config = json.loads(json.dumps(EXPERIMENT.to_json()))
@@ -358,7 +358,7 @@ def test_programs_trained_one_after_another_free_the_device_memory_of_the_one_be
     """The second program (RND's) starts with the first one's training state gone from the device: its replay
     of 20,000 steps per run is no longer among the live arrays."""
     from opiq_jax.runs import memory
-    from opiq_jax.running import train_programs as programs
+    from opiq_jax.host import train_programs as programs
     from opiq_jax.registry.methods import program_parts
 
     static = dataclasses.replace(STATIC, total_steps=300, buffer_size=20_000)

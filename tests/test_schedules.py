@@ -115,7 +115,7 @@ def test_updates_target_copies_and_epsilon_count_the_runs_environment_steps(case
         trainer, start = chain_program(**options)
     else:
         trainer, start = pool_program(envs_per_run=envs, overlap=overlap, **options)
-    static, overlaps = trainer.static, trainer.path.overlaps
+    static, overlaps = trainer.static, trainer.stepping.overlaps
     assert overlaps == overlap and trainer.agent.envs_per_run == envs
     state, train_chunk = initial_state(trainer, start), jax.jit(trainer.train_chunk)
     targets = [leaves(jax.tree.map(lambda x: x[r], state.runs.target_params)) for r in range(RUNS)]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from opiq_jax.cli import main
-from opiq_jax.running.sweeping import (best_per_method, expand, load_preset, plan_batches, plan_static, preset_names,
+from opiq_jax.host.sweeping import (best_per_method, expand, load_preset, plan_batches, plan_static, preset_names,
                                        split)
 
 TINY = {
@@ -44,7 +44,7 @@ def label_values(setting: str) -> dict[str, float]:
 def test_every_runs_label_names_the_hyperparameters_it_trains_with():
     """A grid of two names with two values each, expanded by a sweep and by train's grid: each run's label, its
     hyperparameters and the numbers its program is given all agree, for every grid point."""
-    from opiq_jax.running.plan import plan_experiment
+    from opiq_jax.host.plan import plan_experiment
     from opiq_jax.runs.experiment import Experiment
 
     grid = {"m": [0.5, 2.0], "c_action": [1.0, 10.0]}

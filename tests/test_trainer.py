@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from opiq_jax.common.config import stack_hparams
-from opiq_jax.pieces import counts
+from opiq_jax.primitives import counts
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.registry.methods import program_parts
 from tests.tally import Tally
 from opiq_jax.agent.bootstrap_values import uses_target_table
-from opiq_jax.agent.trainer import make_path, make_train
+from opiq_jax.agent.trainer import make_stepping, make_train
 from opiq_jax.agent.weights import master_params
-from opiq_jax.paths.compact import Transition
+from opiq_jax.contracts.compact import Transition
 from opiq_jax.runs.compiled import compiled_trainer
 from opiq_jax.runs.experiment import Experiment, RunSpec, run_keys_for
 from tests.training import compiled_targets, train_chunks
@@ -152,7 +152,7 @@ def test_n_step_q_plus_target_by_hand():
     targets = compiled_targets(trainer)
     target, _ = targets(run, window, jnp.ones((1, 3), bool))
     assert target.shape == (1, 1)  # [batch, heads]
-    env = trainer.path.env
+    env = trainer.stepping.env
     q_next = jax.jit(trainer.network.apply)(run.target_params,
                                             env.obs_from_compact(jnp.array([4]), run.env.params)[None])[0]
     g = 0.99
@@ -183,7 +183,7 @@ def test_target_table_holds_the_target_networks_values_and_follows_its_copies():
         reward=jnp.zeros((2, 2)), terminated=jnp.zeros((2, 2), bool), done=jnp.zeros((2, 2), bool),
         next_compact=jnp.array([[[2], [3]], [[4], [5]]], jnp.int32),
     )
-    env = trainer.path.env
+    env = trainer.stepping.env
     # compiled whole, not op by op (each operation would compile on its own)
     network_values = jax.jit(lambda run: trainer.network.apply(run.target_params, jax.vmap(
         env.obs_from_compact, in_axes=(0, None))(env.all_compacts(), run.env.params)))
@@ -203,11 +203,11 @@ def test_target_table_holds_the_target_networks_values_and_follows_its_copies():
 def test_target_values_choice():
     """auto: the table in bfloat16 where there is a cell table; a table where there is none is refused."""
     chain, gymnax = static_for_env("chain"), static_for_env("gymnax:CartPole-v1")
-    assert not uses_target_table(chain, make_path(chain))  # float32 keeps the path of the paper's results
-    assert uses_target_table(dataclasses.replace(chain, precision="bfloat16"), make_path(chain))
-    assert not uses_target_table(dataclasses.replace(gymnax, precision="bfloat16"), make_path(gymnax))
+    assert not uses_target_table(chain, make_stepping(chain))  # float32 keeps the path of the paper's results
+    assert uses_target_table(dataclasses.replace(chain, precision="bfloat16"), make_stepping(chain))
+    assert not uses_target_table(dataclasses.replace(gymnax, precision="bfloat16"), make_stepping(gymnax))
     with pytest.raises(ValueError, match="needs an environment with a cell table"):
-        uses_target_table(dataclasses.replace(gymnax, target_values="table"), make_path(gymnax))
+        uses_target_table(dataclasses.replace(gymnax, target_values="table"), make_stepping(gymnax))
     with pytest.raises(ValueError, match="^target_values must be one of auto, table, network"):
         dataclasses.replace(chain, target_values="cells").validate()
 
@@ -260,7 +260,7 @@ def test_each_weight_storage_keeps_a_subtree_of_only_its_own_fields():
     dtypes it keeps (no None in place of another storage's field), and the run's state has no weight fields beside
     it."""
     from opiq_jax.agent.weights import ComputeCopyStored, Float32Stored, PackedStored
-    from opiq_jax.pieces.state import RunState
+    from opiq_jax.primitives.state import RunState
 
     f32, bf16, u8 = np.dtype(np.float32), np.dtype(jnp.bfloat16), np.dtype(np.uint8)
     storages = {  # overrides -> (subtree, {field: the dtypes of its leaves}); the copies keep a float32 output layer

@@ -16,8 +16,8 @@ import pytest
 
 from opiq_jax.agent.trainer import make_train, sample_batch
 from opiq_jax.common.config import stack_hparams
-from opiq_jax.paths.pool import to_network_input
-from opiq_jax.pieces import counts, frame_replay
+from opiq_jax.contracts.pool import to_network_input
+from opiq_jax.primitives import counts, frame_replay
 from opiq_jax.registry.environments import static_for_env
 from opiq_jax.registry.methods import method_hparams
 from opiq_jax.registry.methods import program_parts
@@ -104,7 +104,7 @@ def test_greedy_action_is_argmax_of_q_plus_c_action_bonus_on_a_hand_made_count_t
     trainer = chain_trainer
     hp = method_hparams("chain", "opiq", **ACT)
     run = first_run(init_one(trainer, hp).runs)
-    obs = trainer.path.observations(run.env)  # the start state, cell 1
+    obs = trainer.stepping.observations(run.env)  # the start state, cell 1
     q_values = jax.jit(trainer.network.apply)  # each call compiled whole, not op by op
     q = np.asarray(q_values(trainer.agent.forward_params(run), obs))[0]
     # the action Q prefers has been tried 3 times, the other never
@@ -355,7 +355,7 @@ def state_leaves(state) -> list[np.ndarray]:
 
 def test_resume_drops_the_rows_of_a_chunk_written_after_the_checkpoint_and_matches_an_uninterrupted_run(
         tmp_path, resume_experiment):
-    from opiq_jax.running.host_loop import run_experiment
+    from opiq_jax.host.host_loop import run_experiment
     from opiq_jax.runs.results_folder import read_metrics
 
     experiment, log_every = resume_experiment, resume_experiment.static.log_every

@@ -31,7 +31,7 @@ def targets_of(trainer, run, batch):
 def batch_of(trainer, run, windows, exists):
     """The minibatch of hand-picked compact ``windows`` of one run, as the trainer would sample it (its counts
     read as the trainer reads them)."""
-    return with_counts(trainer.agent, run, trainer.path.replay.batch_of(run, windows, exists))
+    return with_counts(trainer.agent, run, trainer.stepping.replay.batch_of(run, windows, exists))
 
 
 def compiled_targets(trainer):

@@ -20,8 +20,8 @@ and the bytes of frame segments the run's folder keeps at its end. Writes ``chec
 ``checkpoint_share.md``, ``settings.json`` and ``run_info.json`` into ``--out``; the runs' folders go to a scratch
 folder and are deleted.
 
-Reaches inside: opiq_jax.running.host_loop (``run_experiment``'s ``background_checkpoints``, which no command line
-offers, and its ``checkpoint``, wrapped to time it) and opiq_jax.running.plan.plan_experiment, to build the run as
+Reaches inside: opiq_jax.host.host_loop (``run_experiment``'s ``background_checkpoints``, which no command line
+offers, and its ``checkpoint``, wrapped to time it) and opiq_jax.host.plan.plan_experiment, to build the run as
 ``opiq-jax train`` does.
 """
 
@@ -49,8 +49,8 @@ DRIVER = """
 import json, sys, time
 from pathlib import Path
 import jax
-import opiq_jax.running.host_loop as loop
-from opiq_jax.running.plan import plan_experiment
+import opiq_jax.host.host_loop as loop
+from opiq_jax.host.plan import plan_experiment
 from opiq_jax.reporting import portable, source_revision
 out, mode, settings = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 ends, blocked, inner = [], [], loop.checkpoint

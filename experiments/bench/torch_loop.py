@@ -130,11 +130,11 @@ class SimHashCounts(Counts):
 
 class FrameCounts(Counts):
     """Counts of the paper's Montezuma feature: the newest frame area-downsampled to 8 x 11, in 8 levels (the
-    weights of ``opiq_jax.pieces.counts``)."""
+    weights of ``opiq_jax.primitives.counts``)."""
 
     def codes(self, obs: np.ndarray) -> list[bytes]:
         """The code of each stack of frames in a batch ``[B, 4, 84, 84]``."""
-        from opiq_jax.pieces.counts import _MR_COLS, _MR_ROWS
+        from opiq_jax.primitives.counts import _MR_COLS, _MR_ROWS
 
         small = _MR_ROWS @ obs[:, -1].astype(np.float32) @ _MR_COLS.T
         levels = np.clip(np.floor(small / 32.0 + 1e-4), 0, 7).astype(np.uint8)

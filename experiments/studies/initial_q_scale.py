@@ -12,7 +12,7 @@ medians over draws.
 
 Run: ``python -m experiments.studies.initial_q_scale --out docs/results/initial-q-scale``.
 
-Reaches inside: opiq_jax.pieces.networks, for the networks and both initialisations as the trainer builds them, and
+Reaches inside: opiq_jax.primitives.networks, for the networks and both initialisations as the trainer builds them, and
 opiq_jax.store.files, for its atomic writes.
 """
 
@@ -36,7 +36,7 @@ import tyro
 
 from opiq_jax.envs.chain import thermometer
 from opiq_jax.envs.maze import Maze
-from opiq_jax.pieces.networks import INITIALISATIONS, init_variables, make_network
+from opiq_jax.primitives.networks import INITIALISATIONS, init_variables, make_network
 from opiq_jax.reporting import source_revision
 from opiq_jax.store.files import atomic_write_text
 

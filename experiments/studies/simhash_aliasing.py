@@ -1,14 +1,14 @@
 """How many distinct SimHash codes the chain's states and the maze's cells get, per number of bits k.
 
 Each state's observation (the chain's thermometer code; the maze image with the player on an open cell) is
-hashed with ``opiq_jax.pieces.counts.simhash_code`` under ``--matrices`` random projections per k, drawn as the
+hashed with ``opiq_jax.primitives.counts.simhash_code`` under ``--matrices`` random projections per k, drawn as the
 trainer draws them (i.i.d. N(0, 1)). Fewer distinct codes than states means that some states share a code
 and so share their counts: aliasing in the features, before any count-min sketch.
 
 ``python -m experiments.studies.simhash_aliasing --out docs/results/simhash-aliasing`` writes ``aliasing.json``,
 ``aliasing.md`` and ``run_info.json``. CPU only, seconds.
 
-Reaches inside: opiq_jax.pieces.counts, to hash with the very SimHash functions that training counts with.
+Reaches inside: opiq_jax.primitives.counts, to hash with the very SimHash functions that training counts with.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 from envs.chain import thermometer
 from envs.maze import Maze, load_maze_grid
-from opiq_jax.pieces.counts import simhash_code, simhash_matrix
+from opiq_jax.primitives.counts import simhash_code, simhash_matrix
 from opiq_jax.reporting import source_revision
 
 

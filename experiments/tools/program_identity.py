@@ -13,7 +13,8 @@ maze's convolutions, so the GPU-only Pallas kernels are not compared.) It prints
 ``--out``/``program_identity.md`` (and every row, the revisions and the wall-clock to ``program_identity.json``);
 it exits 1 if any program differs.
 
-Both revisions must have ``plan_experiment`` (every revision since the Python API), in ``opiq_jax.running.plan``
+Both revisions must have ``plan_experiment`` (every revision since the Python API), in ``opiq_jax.host.plan``
+(``opiq_jax.running.plan`` before the contracts)
 or, before the layers became folders, ``opiq_jax.plan``.
 
 Reaches inside: the compiled trainers (in a script run in each revision), to lower every program and compare
@@ -45,10 +46,13 @@ import jax
 import os, opiq_jax
 # The tree's own layout, read from its files: an import that fails here would be found in the editable install's
 # checkout instead (its finder serves every child of opiq_jax), so trying the new names first proves nothing.
-if os.path.isdir(os.path.join(os.path.dirname(opiq_jax.__file__), "running")):  # the layers as folders
+import importlib
+HOST = next((name for name in ("host", "running")  # the host's folder, named running/ until the contracts
+             if os.path.isdir(os.path.join(os.path.dirname(opiq_jax.__file__), name))), None)
+if HOST is not None:  # the layers as folders
     from opiq_jax.common.config import stack_hparams
-    from opiq_jax.running.host_loop import start_pool
-    from opiq_jax.running.plan import plan_experiment
+    start_pool = importlib.import_module(f"opiq_jax.{HOST}.host_loop").start_pool
+    plan_experiment = importlib.import_module(f"opiq_jax.{HOST}.plan").plan_experiment
     from opiq_jax.runs.compiled import compiled_trainer, start_shapes, trainer_for
     from opiq_jax.runs.experiment import run_keys_for, split_by_program
     from opiq_jax.registry import environments

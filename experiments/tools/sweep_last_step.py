@@ -6,7 +6,7 @@ setting explored (``state_actions_visited``) and the best episode so far (``max_
 ``last_step.md`` into the sweep folder. Run:
 ``python -m experiments.tools.sweep_last_step docs/results/sweep-maze_baselines-bfloat16-partial``.
 
-Reaches inside: opiq_jax.running.sweeping.sweep_rows, for the batches' metrics with their padding runs dropped.
+Reaches inside: opiq_jax.host.sweeping.sweep_rows, for the batches' metrics with their padding runs dropped.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import tyro
 
 from opiq_jax.reporting.plotting import paper_name
-from opiq_jax.running.sweeping import sweep_rows
+from opiq_jax.host.sweeping import sweep_rows
 from opiq_jax.store.files import atomic_write_bytes
 
 METRICS = ("state_actions_visited", "max_return", "train_return")

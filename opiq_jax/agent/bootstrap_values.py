@@ -18,20 +18,20 @@ import jax
 import jax.numpy as jnp
 
 from ..common.config import StaticConfig, uses_cell_table
-from ..paths import Batch, Stepping
-from ..pieces.state import RunState
+from ..contracts import Batch, Stepping
+from ..primitives.state import RunState
 
 
 class AgentView(Protocol):
-    """What a strategy reads of the trainer's agent: its path, and the heads' values of some weights."""
+    """What a strategy reads of the trainer's agent: its stepping, and the heads' values of some weights."""
 
-    path: Stepping
+    stepping: Stepping
 
     def head_values(self, run: RunState, params: Any, obs: jax.Array, cells: jax.Array | None = None) -> jax.Array:
         """``[B, K, A]``: what each head acts and bootstraps on (``cells``: the cell ids of ``obs``, if known)."""
 
     def batch_cells(self, batch: Batch, name: str) -> jax.Array | None:
-        """The batch's cell ids ``name`` where the path has a cell table, else None."""
+        """The batch's cell ids ``name`` where the stepping has a cell table, else None."""
 
 
 class TargetValues(abc.ABC):
@@ -66,7 +66,7 @@ class TableTargets(TargetValues):
     description = "the target network's values per cell"
 
     def copied(self, agent: AgentView, run: RunState) -> RunState:
-        obs = agent.path.cell_table_obs(run)
+        obs = agent.stepping.cell_table_obs(run)
         cells = jnp.arange(obs.shape[0], dtype=jnp.int32)
         return run.replace(target_table=agent.head_values(run, run.target_params, obs, cells))
 
@@ -75,14 +75,14 @@ class TableTargets(TargetValues):
         return run.target_table[batch.next_cells]
 
 
-def uses_target_table(static: StaticConfig, path: Stepping) -> bool:
+def uses_target_table(static: StaticConfig, stepping: Stepping) -> bool:
     """Whether the targets look the target network's values up per cell (``Execution.target_values``)."""
-    return uses_cell_table(static, "target_values", path.has_cell_table)
+    return uses_cell_table(static, "target_values", stepping.has_cell_table)
 
 
-def target_values(static: StaticConfig, path: Stepping) -> TargetValues:
-    """The strategy ``static`` asks for on ``path``, built once with the agent."""
-    return TableTargets() if uses_target_table(static, path) else NetworkTargets()
+def target_values(static: StaticConfig, stepping: Stepping) -> TargetValues:
+    """The strategy ``static`` asks for on ``stepping``, built once with the agent."""
+    return TableTargets() if uses_target_table(static, stepping) else NetworkTargets()
 
 
 __all__ = ["NetworkTargets", "TableTargets", "TargetValues", "target_values", "uses_target_table"]

@@ -18,12 +18,12 @@ from ..parts.optimism import optimism_bonus
 def one_run_tables(trainer, run) -> dict[str, jax.Array]:
     """``q`` and ``q_target`` (float32[cells, A]) and, where the run counts, ``counts`` (int32[cells, A]) of one run
     (its ``RunState``, no runs axis), indexed by cell id; walls, where the environment has them, are included."""
-    obs = trainer.path.cell_table_obs(run)
+    obs = trainer.stepping.cell_table_obs(run)
     q_values = trainer.network.apply
     tables = dict(q=q_values(trainer.agent.weights.master(run), obs).astype(jnp.float32),
                   q_target=q_values(run.target_params, obs).astype(jnp.float32))
     if run.counts is not None:
-        columns = jax.vmap(lambda c: trainer.agent.count_columns(run, c))(trainer.path.env.all_compacts())
+        columns = jax.vmap(lambda c: trainer.agent.count_columns(run, c))(trainer.stepping.env.all_compacts())
         tables["counts"] = jax.vmap(lambda cols: trainer.agent.counting.query_all(run.counts, cols))(columns)
         chex.assert_equal_shape([tables["q"], tables["counts"]])
     return tables
@@ -43,8 +43,8 @@ def cell_values(trainer, runs) -> dict[str, jax.Array]:
     """:func:`one_run_tables` of every run of ``runs`` (leading runs axis) and the values each acts on (``acting``)
     and bootstraps from (``bootstrap``): with the optimism bonus where the program has one and the run counts,
     otherwise ``q`` and ``q_target`` themselves."""
-    if not trainer.path.has_cell_table:
-        raise TypeError(f"{type(trainer.path.env).__name__}'s states cannot be listed: it declares no cell table")
+    if not trainer.stepping.has_cell_table:
+        raise TypeError(f"{type(trainer.stepping.env).__name__}'s states cannot be listed: it declares no cell table")
     tables = jax.vmap(lambda run: one_run_tables(trainer, run))(runs)
     hp = runs.hparams
     if "counts" in tables and "c_action" in hp:

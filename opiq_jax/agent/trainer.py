@@ -12,10 +12,10 @@
 
 The agent is DQN with the exploration parts of ``static.parts`` (:mod:`opiq_jax.parts`), called at
 fixed places; nothing here names a method. What differs between environments (how they are stepped,
-what is counted) is the observation path's, and what the replay stores is its replay's (:mod:`opiq_jax.paths`).
+what is counted) is the stepping's, and what the replay stores is its replay's (:mod:`opiq_jax.contracts`).
 
 Order within one environment step: choose the action with the counts as they are, step the
-environment, increment ``N(s_t, a_t)``, store the transition, then train (a pool path may overlap
+environment, increment ``N(s_t, a_t)``, store the transition, then train (a pool stepping may overlap
 training with the emulators' step, see ``Execution.overlap``). What is common to all runs (the step
 counter, "train now", "copy the target now") stays outside the vmap, so it remains a real
 ``lax.cond`` instead of a select that would run both branches for every run.
@@ -37,11 +37,11 @@ import optax
 from ..common.config import HParams, StaticConfig, hparam_options
 from ..kernels.mlp_backward import SQUARE_SUMS
 from ..parts import PARTS, Example, Part, checked_metrics, checked_output, checked_state, get_part
-from ..paths import Batch, Decision, Stepping, Outcome, StepRecord
-from ..paths.pool import ATARI_FRAMES
-from ..pieces.networks import init_params, init_variables, make_bootstrapped_network, make_network
-from ..pieces.state import DIAGNOSTIC_METRICS, ChunkStats, Diagnostics, RunState, RunStats, TrainState
-from ..pieces.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
+from ..contracts import Batch, Decision, Stepping, Outcome, StepRecord
+from ..contracts.pool import ATARI_FRAMES
+from ..primitives.networks import init_params, init_variables, make_bootstrapped_network, make_network
+from ..primitives.state import DIAGNOSTIC_METRICS, ChunkStats, Diagnostics, RunState, RunStats, TrainState
+from ..primitives.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
 from ..registry.environments import contracts_of, environment_spec
 from .backward import LeanBackward, XlaBackward
 from .bootstrap_values import target_values
@@ -74,7 +74,7 @@ METRIC_DOCS = {
                         "pairs (pool)",
     "sketch_false_visits": "share of the probe's never-taken (code, action) pairs that the sketch reads as taken "
                            "(pool)",
-    "probe_codes": "codes whose exact counts the probe keeps (pool; at most opiq_jax.paths.pool.PROBE_SLOTS)",
+    "probe_codes": "codes whose exact counts the probe keeps (pool; at most opiq_jax.contracts.pool.PROBE_SLOTS)",
 }
 """What each metric of the results' ``metrics.csv`` means."""
 
@@ -144,35 +144,35 @@ def square_sum_probes(network, obs_shape: tuple[int, ...]) -> chex.ArrayTree:
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def make_path(static: StaticConfig, env: Any = None) -> Stepping:
-    """The observation path of ``static.env``: its environment built from the registry, or ``env`` (a pool must
+def make_stepping(static: StaticConfig, env: Any = None) -> Stepping:
+    """The stepping of ``static.env``: its environment built from the registry, or ``env`` (a pool must
     be given: it is started by the host loop with every run's emulators)."""
     spec = environment_spec(static.env)
-    path, replay, counting = contracts_of(spec)
-    if path.started_by_host:
+    stepping, replay, counting = contracts_of(spec)
+    if stepping.started_by_host:
         if env is None:
             raise ValueError(f"{static.env} is a pool environment: pass its pool (or PoolShapes) to make_train")
-        return path(env, static, spec.frames or ATARI_FRAMES, replay=replay, counting=counting)
-    return path(spec.make(static) if env is None else env, static, replay=replay, counting=counting)
+        return stepping(env, static, spec.frames or ATARI_FRAMES, replay=replay, counting=counting)
+    return stepping(spec.make(static) if env is None else env, static, replay=replay, counting=counting)
 
 
 class Agent:
-    """What the trainer's functions and the exploration parts share: configuration, networks, optimiser, path, its
+    """What the trainer's functions and the exploration parts share: configuration, networks, optimiser, stepping, its
     counting and its replay."""
 
-    def __init__(self, static: StaticConfig, path: Stepping):
-        self.static, self.path, self.counting, self.replay = static, path, path.counting, path.replay
+    def __init__(self, static: StaticConfig, stepping: Stepping):
+        self.static, self.stepping, self.counting, self.replay = static, stepping, stepping.counting, stepping.replay
         self.parts = tuple(get_part(name) for name in static.parts)
         for part in self.parts:
-            if part.keeps_steps and not path.replay.keeps_steps:
+            if part.keeps_steps and not stepping.replay.keeps_steps:
                 raise ValueError(f"the part {part.name} keeps replay steps of its own, which {static.env}'s replay "
                                  "does not keep whole")
-        self.num_actions, self.envs_per_run = path.num_actions, path.envs_per_run
+        self.num_actions, self.envs_per_run = stepping.num_actions, stepping.envs_per_run
         heads = [part.heads(static) for part in self.parts if part.heads(static) > 1]
         if len(heads) > 1:
             raise ValueError(f"two parts of {static.parts} both set the number of Q-heads")
         self.num_heads = heads[0] if heads else 1
-        self.network_name = network_name(static, path.obs_shape)
+        self.network_name = network_name(static, stepping.obs_shape)
         self.compute_dtype = jnp.dtype(static.execution.precision)
         self.optimiser = make_optimiser(static)
         self.weights = weight_storage(static, self.optimiser)
@@ -183,10 +183,10 @@ class Agent:
         else:
             self.q_network = make_network(self.network_name, self.num_actions, static.hidden, self.compute_dtype,
                                           uses_pallas_torso(static, self.network_name), self.lean_backward)
-        self.backward = (LeanBackward(square_sum_probes(self.q_network, path.obs_shape), self.compute_dtype)
+        self.backward = (LeanBackward(square_sum_probes(self.q_network, stepping.obs_shape), self.compute_dtype)
                          if self.lean_backward else XlaBackward())
         self.uses_counts = any(part.uses_counts for part in self.parts)
-        self.targets = target_values(static, path)
+        self.targets = target_values(static, stepping)
         self.hparam_options = hparam_options(self.parts)
 
     def resolved(self) -> dict[str, str]:
@@ -254,8 +254,9 @@ class Agent:
         return q
 
     def batch_cells(self, batch: Batch, name: str) -> jax.Array | None:
-        """The batch's cell ids ``name`` (``cells`` or ``next_cells``) where the path has a cell table, else None."""
-        return getattr(batch, name) if self.path.has_cell_table else None
+        """The batch's cell ids ``name`` (``cells`` or ``next_cells``) where the stepping has a cell table, else
+        None."""
+        return getattr(batch, name) if self.stepping.has_cell_table else None
 
     def count_columns(self, run: RunState, key: jax.Array) -> jax.Array:
         """Where the state of count key ``key`` is counted (its sketch columns, for the paper's counting)."""
@@ -263,11 +264,11 @@ class Agent:
 
     def metric_names(self) -> tuple[str, ...]:
         """The metrics ``train_chunk`` returns, in the order the results folder writes them."""
-        diagnosed = self.path.records_diagnostics  # its diagnostics replace qplus_start, which says little there
-        names = ["train_return", "episodes"] + (["test_return"] if self.path.has_test_episode else [])
-        names += ["max_return", *self.path.visit_sizes, "q_start", *([] if diagnosed else ["qplus_start"]), "loss",
+        diagnosed = self.stepping.records_diagnostics  # its diagnostics replace qplus_start, which says little there
+        names = ["train_return", "episodes"] + (["test_return"] if self.stepping.has_test_episode else [])
+        names += ["max_return", *self.stepping.visit_sizes, "q_start", *([] if diagnosed else ["qplus_start"]), "loss",
                   "epsilon", "intrinsic_reward", "nonfinite", *(DIAGNOSTIC_METRICS if diagnosed else ()),
-                  *self.path.metric_names, *self.counting.metric_names]
+                  *self.stepping.metric_names, *self.counting.metric_names]
         return tuple(names) + tuple(name for part in self.parts for name in part.metric_names)
 
 
@@ -312,24 +313,25 @@ def with_target(agent: Agent, run: RunState, params) -> RunState:
 
 def init_run(agent: Agent, run_key: jax.Array, env_key: jax.Array, hp: HParams, start: Any) -> RunState:
     """One run's initial state: networks, optimiser, environment, replay, counts, statistics, parts."""
-    static, path = agent.static, agent.path
+    static, stepping = agent.static, agent.stepping
     k_net, k_hash, k_reset, k_loop = jax.random.split(run_key, 4)
-    env = path.init_env(k_reset, env_key, start)
-    obs = path.observations(env)[0]
+    env = stepping.init_env(k_reset, env_key, start)
+    obs = stepping.observations(env)[0]
     params = init_params(agent.q_network, k_net, obs, hp["final_bias"], static.head_init_scale,
                          static.network_init)
     run_counts = agent.counting.init(k_hash, env, agent.num_actions) if agent.uses_counts else None
     stats = RunStats(episode_return=jnp.zeros((agent.envs_per_run,), jnp.float32), chunk=ChunkStats.zeros(),
-                     max_return=jnp.float32(-jnp.inf), visited=path.initial_visits(env, start),
-                     nonfinite=jnp.bool_(False), diagnostics=Diagnostics.zeros() if path.records_diagnostics else None)
+                     max_return=jnp.float32(-jnp.inf), visited=stepping.initial_visits(env, start),
+                     nonfinite=jnp.bool_(False),
+                     diagnostics=Diagnostics.zeros() if stepping.records_diagnostics else None)
     head = jax.random.randint(agent.init_key(run_key, "head"), (agent.envs_per_run,), 0, agent.num_heads)
     run = RunState(
         key=k_loop, hparams=hp, weights=None, target_params=None, env=env,
         memory=agent.replay.init(env, start), counts=run_counts, stats=stats, active_head=head, parts={},
     )
     run = with_initial_weights(agent, run, params, agent.init_key(run_key, "packing"))
-    # traced for every program on a cell-table path; XLA drops it where no part's init reads it
-    cell_obs = path.cell_table_obs(run) if path.has_cell_table else None
+    # traced for every program on a cell-table stepping; XLA drops it where no part's init reads it
+    cell_obs = stepping.cell_table_obs(run) if stepping.has_cell_table else None
     example = Example(obs=obs, item=agent.replay.example_item(env), cell_obs=cell_obs)
     states = {part.name: part.init(agent, run_key, example) for part in agent.parts}
     run = run.replace(parts={name: state for name, state in states.items() if state is not None})
@@ -344,7 +346,7 @@ def init(agent: Agent, run_keys: jax.Array, env_keys: jax.Array, hparams: HParam
     missing = sorted(set(agent.hparam_options) - set(hparams))
     if missing:
         raise ValueError(f"hyperparameters missing for this program: {', '.join(missing)}")
-    shared, starts = agent.path.initial(start, num_runs)
+    shared, starts = agent.stepping.initial(start, num_runs)
     runs = jax.vmap(functools.partial(init_run, agent))(run_keys, env_keys, hparams, starts)
     return TrainState(step=jnp.int32(0), env=shared, runs=runs)
 
@@ -388,10 +390,10 @@ def action_values_and_bonus(agent: Agent, run: RunState, obs: jax.Array,
 def choose_actions(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunState, Decision]:
     """Epsilon-greedy actions on the action values, with the counts as they are before this step."""
     key, k_explore, k_random, k_env = jax.random.split(run.key, 4)
-    envs, path = agent.envs_per_run, agent.path
-    before = path.count_keys(run.env)
+    envs, stepping = agent.envs_per_run, agent.stepping
+    before = stepping.count_keys(run.env)
     columns = jax.vmap(functools.partial(agent.count_columns, run))(before) if agent.uses_counts else None
-    values, bonus = action_values_and_bonus(agent, run, path.observations(run.env), columns)
+    values, bonus = action_values_and_bonus(agent, run, stepping.observations(run.env), columns)
     greedy = jnp.argmax(values, axis=-1)
     explore = jax.random.uniform(k_explore, (envs,)) < epsilon_at(agent, run, step)
     actions = jnp.where(explore, jax.random.randint(k_random, (envs,), 0, agent.num_actions), greedy).astype(jnp.int32)
@@ -410,7 +412,7 @@ def record_step(agent: Agent, run: RunState, decision: Decision, outcome: Outcom
     done = outcome.terminated | outcome.truncated
     episode_return = stats.episode_return + outcome.reward
     visited = {name: stats.visited[name].at[index].set(True)
-               for name, index in agent.path.visits(run, decision, outcome).items()}
+               for name, index in agent.stepping.visits(run, decision, outcome).items()}
     stats = stats.replace(
         episode_return=jnp.where(done, 0.0, episode_return),
         chunk=stats.chunk.add_episodes(jnp.sum(jnp.where(done, episode_return, 0.0)), jnp.sum(done.astype(jnp.int32))),
@@ -606,7 +608,7 @@ def copy_target_if_due(agent: Agent, runs: RunState, stored: jax.Array) -> RunSt
 def act_and_record(agent: Agent, state: TrainState) -> tuple[Any, RunState]:
     """Every run chooses its action, its environment steps, and the step is counted and stored."""
     runs, decision = jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None))(state.runs, state.step)
-    shared, runs, outcome = agent.path.step(state.env, runs, decision)
+    shared, runs, outcome = agent.stepping.step(state.env, runs, decision)
     return shared, record_all(agent, runs, decision, outcome)
 
 
@@ -630,12 +632,12 @@ def overlapped_step(agent: Agent, carry: tuple, _) -> tuple[tuple, None]:
     and counts as they were before this step (one step late), as acting does not wait for it.
     """
     state, (pending_decision, pending_outcome, has_pending) = carry
-    path = agent.path
+    stepping = agent.stepping
     with jax.named_scope("act"):
         runs = jax.lax.cond(has_pending, lambda r: record_all(agent, r, pending_decision, pending_outcome),
                             lambda r: r, state.runs)
         runs, decision = jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None))(runs, state.step)
-        shared = path.send(state.env, decision)
+        shared = stepping.send(state.env, decision)
         runs, shared = jax.lax.optimization_barrier((runs, shared))  # pin the update between send and receive
     with jax.named_scope("update"):
         # the updates due after state.step steps, on the replay that holds them; those of the step in flight are made
@@ -643,7 +645,7 @@ def overlapped_step(agent: Agent, carry: tuple, _) -> tuple[tuple, None]:
         runs = train_if_due(agent, runs, state.step)
     with jax.named_scope("act"):
         runs, shared = jax.lax.optimization_barrier((runs, shared))
-        shared, runs, outcome = path.receive(shared, runs)
+        shared, runs, outcome = stepping.receive(shared, runs)
     stored = state.step + 1
     state = TrainState(step=stored, env=shared, runs=copy_target_if_due(agent, runs, stored))
     return (state, (decision, outcome, jnp.bool_(True))), None
@@ -654,7 +656,7 @@ def overlapped_steps(agent: Agent, state: TrainState, length: int) -> TrainState
 
     def first_step(s: TrainState):
         runs, decision = jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None))(s.runs, s.step)
-        return decision, agent.path.step(s.env, runs, decision)[2]
+        return decision, agent.stepping.step(s.env, runs, decision)[2]
 
     decision, outcome = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(first_step, state))
     carry = (state, (decision, outcome, jnp.bool_(False)))
@@ -679,13 +681,13 @@ def all_finite(tree) -> jax.Array:
 
 def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunState, dict[str, jax.Array]]:
     """The chunk's metrics of one run (:data:`METRIC_DOCS`); resets the chunk's sums."""
-    path, stats, key = agent.path, run.stats, run.key
+    stepping, stats, key = agent.stepping, run.stats, run.key
     metrics = stats.chunk.means()
-    if path.has_test_episode:  # the paper's test protocol: greedy on plain Q, with keys of its own
+    if stepping.has_test_episode:  # the paper's test protocol: greedy on plain Q, with keys of its own
         key, k_reset, k_steps = jax.random.split(run.key, 3)
         vote = lambda obs: majority_vote(agent.head_values(run, agent.forward_params(run), obs[None])[0])  # noqa: E731
-        metrics["test_return"] = path.test_return(run, vote, k_reset, k_steps)
-    start_obs, start_key = path.start_state(run)
+        metrics["test_return"] = stepping.test_return(run, vote, k_reset, k_steps)
+    start_obs, start_key = stepping.start_state(run)
     q0 = jnp.mean(agent.head_values(run, agent.forward_params(run), start_obs[None])[0], axis=0)
     n0 = None
     if agent.uses_counts:
@@ -700,8 +702,8 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
         "qplus_start": jnp.max(q0 if bonus is None else q0 + bonus[0]),
         "epsilon": epsilon_at(agent, run, step),
         "nonfinite": nonfinite.astype(jnp.float32),
-        **agent.counting.metrics(run),  # before the path's: the programs trace as they did when the path had both
-        **path.metrics(run),
+        **agent.counting.metrics(run),  # before the stepping's: the programs trace as when the stepping had both
+        **stepping.metrics(run),
     })
     for part in agent.parts:
         metrics.update(checked_metrics(part, part.metrics(agent, run)))
@@ -715,7 +717,7 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
 def train_chunk(agent: Agent, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """``log_every`` environment steps of every run, then every run's metrics."""
     length = agent.static.log_every // agent.envs_per_run
-    if agent.path.overlaps:
+    if agent.stepping.overlaps:
         state = overlapped_steps(agent, state, length)
     else:
         state, _ = jax.lax.scan(functools.partial(env_step, agent), state, None, length=length)
@@ -740,8 +742,8 @@ class Trainer:
     metric_names: tuple[str, ...]
 
     @property
-    def path(self):
-        return self.agent.path
+    def stepping(self):
+        return self.agent.stepping
 
     @property
     def network(self):
@@ -752,14 +754,14 @@ class Trainer:
         agent = self.agent
         columns = None
         if agent.uses_counts:
-            columns = jax.vmap(functools.partial(agent.count_columns, run))(agent.path.count_keys(run.env))
+            columns = jax.vmap(functools.partial(agent.count_columns, run))(agent.stepping.count_keys(run.env))
         return action_values(agent, run, obs, columns)
 
 
 def make_train(static: StaticConfig, env: Any = None) -> Trainer:
-    """Builds the pure ``init`` and ``train_chunk`` functions of one experiment (``env``: see :func:`make_path`)."""
+    """Builds the pure ``init`` and ``train_chunk`` functions of one experiment (``env``: see :func:`make_stepping`)."""
     static.validate()
-    agent = Agent(static, make_path(static, env))
+    agent = Agent(static, make_stepping(static, env))
     return Trainer(static=static, agent=agent, init=functools.partial(init, agent),
                    train_chunk=functools.partial(train_chunk, agent), metric_names=agent.metric_names())
 

@@ -4,8 +4,8 @@
 * :class:`ComputeCopyWeights` (``precision="bfloat16"``): float32 master weights, and the bfloat16 copy that the
   forward passes read, written after every step;
 * :class:`PackedWeights` (``weight_storage="packed"``): the bfloat16 copy is the weights' high bytes, a ``uint8``
-  array their low bytes (:mod:`opiq_jax.pieces.packed_state`), and RMSProp's accumulator is bfloat16: an update reads
-  and writes 3 bytes a weight instead of 4 + 4 + 2.
+  array their low bytes (:mod:`opiq_jax.primitives.packed_state`), and RMSProp's accumulator is bfloat16: an update
+  reads and writes 3 bytes a weight instead of 4 + 4 + 2.
 
 Each strategy owns the weights' initialisation, what the forward passes read, the float32 master weights, the
 optimiser's step, and the subtree it keeps in a run's state (``RunState.weights``): :class:`Float32Stored`,
@@ -26,9 +26,9 @@ import optax
 from flax import struct
 
 from ..common.config import StaticConfig
-from ..pieces import packed_state
-from ..pieces.networks import in_compute_precision
-from ..pieces.state import RunState
+from ..primitives import packed_state
+from ..primitives.networks import in_compute_precision
+from ..primitives.state import RunState
 
 
 @struct.dataclass
@@ -50,7 +50,7 @@ class ComputeCopyStored:
 
 @struct.dataclass
 class PackedStored:
-    """What :class:`PackedWeights` keeps of a run (:mod:`opiq_jax.pieces.packed_state`)."""
+    """What :class:`PackedWeights` keeps of a run (:mod:`opiq_jax.primitives.packed_state`)."""
 
     compute: Any  # the bfloat16 copy the forward passes read, which is the weights' high bytes
     low: Any  # uint8: the weights' low bytes (empty arrays for the leaves that compute in float32)

@@ -16,7 +16,7 @@ from ..common.config import STATIC_OPTIONS, StaticConfig
 from ..common.errors import UsageError, option_name
 from ..registry.environments import environment_spec
 from ..registry.methods import METHODS, program_parts
-from ..running.plan import static_with
+from ..host.plan import static_with
 
 
 BENCH_DEFAULTS: dict[str, tuple[Any, str | None]] = {

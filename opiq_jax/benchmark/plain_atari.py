@@ -13,8 +13,8 @@ count sketch):
 * the Nature DQN network written with stock flax layers (``nn.Conv``, ``nn.Dense``), the shapes and
   initialisation of the trainer's, reading EnvPool's ``[4, 84, 84]`` stacks as they come;
 * a hashed count table ``int32[count_slots, num_actions]`` per run: the paper's frame feature (the newest frame
-  area-downsampled to 8 x 11 pixels of 8 levels, :func:`opiq_jax.pieces.counts.montezuma_feature`: what is counted is
-  the paper's, so both columns of the table count the same thing) hashed to one slot by a fixed random linear
+  area-downsampled to 8 x 11 pixels of 8 levels, :func:`opiq_jax.primitives.counts.montezuma_feature`: what is
+  counted is the paper's, so both columns of the table count the same thing) hashed to one slot by a fixed random linear
   hash; two features that share a slot share a count (no dictionary, no sketch);
 * a uniform replay ring of full transitions on the device, ``(obs, slot, action, reward, terminated, done,
   next_obs, next_slot)`` with both uint8 stacks stored whole (no sharing of the frames that consecutive stacks
@@ -57,7 +57,7 @@ from flax import struct
 
 from ..common.config import HParams, StaticConfig
 from ..envs.atari import StepOutput, clip_reward, newest_frame
-from ..pieces.counts import montezuma_feature
+from ..primitives.counts import montezuma_feature
 from ..runs.memory import tree_bytes
 from .plain import count_bonus, epsilon_at, init_params, make_optimiser, n_step_targets, update_on_windows
 

@@ -158,7 +158,7 @@ def work_model(static: StaticConfig) -> WorkModel:
     for the clip and RMSProp.
     """
     trainer = make_train(static)
-    env = trainer.path.env
+    env = trainer.stepping.env
     example_obs = env.obs_from_compact(env.start_compact(env.default_params), env.default_params)
     params = jax.eval_shape(lambda: {"params": trainer.network.init(jax.random.key(0), example_obs[None])["params"]})
     keys = jax.random.split(jax.random.key(0), 1)

@@ -570,7 +570,7 @@ LOOP_OPTIONS: dict[str, Option] = {option.name: option for option in (
     Option("progress", True, "Show a progress bar.", type=bool),
 )}
 """How an experiment is run, not what it trains: declared once for the command line, the Python API and the loop
-(:func:`opiq_jax.running.host_loop.run_experiment`), which take their names, defaults, documentation and checks from
+(:func:`opiq_jax.host.host_loop.run_experiment`), which take their names, defaults, documentation and checks from
 here."""
 
 SWEEP_OPTIONS: dict[str, Option] = {

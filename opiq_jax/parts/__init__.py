@@ -19,7 +19,7 @@ every environment step (DORA keeps a ring of recent steps); ``resolved`` says wh
 chose. Every hook has a default that does nothing, so a part defines only what it changes.
 
 Every hook gets the ``agent`` (:class:`AgentView`, which the trainer's ``Agent`` is: the static configuration, the
-networks, the optimiser, the observation path) and the run's state ``run``: ``run.hparams`` holds
+networks, the optimiser, the stepping) and the run's state ``run``: ``run.hparams`` holds
 the run's numbers, ``run.parts[part.name]`` the part's own state. Hooks run per run, under the
 trainer's ``vmap`` over runs.
 

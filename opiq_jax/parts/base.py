@@ -2,7 +2,7 @@
 
 :mod:`opiq_jax.parts` documents the hooks; the paper's parts are its other modules. This module imports nothing
 above the configuration: a part sees the agent through :class:`AgentView` (what the trainer's ``Agent`` offers
-it) and the run's state as plain data (:mod:`opiq_jax.pieces.state`).
+it) and the run's state as plain data (:mod:`opiq_jax.primitives.state`).
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import numpy as np
 from ..common.config import CORE_HPARAMS, Option, Owner, StaticConfig, register_static_options, static_options_problem
 from ..common.errors import PartError
 
-if TYPE_CHECKING:  # types only: a part reads the run's state and the path's records, never the trainer
-    from ..paths import Batch, Stepping, Replay, StepRecord
-    from ..pieces.state import RunState
+if TYPE_CHECKING:  # types only: a part reads the run's state and the stepping's records, never the trainer
+    from ..contracts import Batch, Stepping, Replay, StepRecord
+    from ..primitives.state import RunState
 
 
 class AgentView(Protocol):
     """What a part's hooks read of the agent they are given (the trainer's ``Agent`` is one): the configuration,
-    the Q-network and its optimiser, the observation path and its replay, and helpers to build and apply networks
+    the Q-network and its optimiser, the stepping and its replay, and helpers to build and apply networks
     like the Q-network's. A part that needs more than this reaches past its interface."""
 
     static: StaticConfig
-    path: Stepping
+    stepping: Stepping
     replay: Replay
     num_actions: int
     num_heads: int
@@ -50,11 +50,11 @@ class AgentView(Protocol):
 
 class Example(NamedTuple):
     """What a part's ``init`` may shape its state after: one observation and one replay item of the run and, on a
-    path with a cell table, every cell's observation (BSP tabulates its prior over them)."""
+    stepping with a cell table, every cell's observation (BSP tabulates its prior over them)."""
 
     obs: jax.Array  # [*obs_shape]: an observation as the Q-network reads it
     item: Any  # one item of the replay (the compact replay's Transition), or None
-    cell_obs: jax.Array | None = None  # [num_cells, *obs_shape]: every cell's observation, where the path has a
+    cell_obs: jax.Array | None = None  # [num_cells, *obs_shape]: every cell's observation, where the stepping has a
     # cell table (chain, maze), else None
 
 
@@ -107,7 +107,7 @@ class Part:
                     cells: jax.Array | None) -> jax.Array:
         """``[B, K, A]``: what each head acts and bootstraps on, from the network's ``q`` on ``obs``; ``cells``
         (int32[B]) are the cell ids of ``obs`` where the caller knows them (the loss's and the targets' states on a
-        path with a cell table), else None."""
+        stepping with a cell table), else None."""
         del agent, run, obs, cells
         return q
 

@@ -46,7 +46,7 @@ table existed, so those programs and checkpoints are unchanged."""
 
 def uses_prior_table(agent: AgentView) -> bool:
     """Whether the prior's values are looked up per cell (``prior_values``; ``auto``: as for the target table)."""
-    return uses_cell_table(agent.static, "prior_values", agent.path.has_cell_table)
+    return uses_cell_table(agent.static, "prior_values", agent.stepping.has_cell_table)
 
 
 class Bsp(Part):

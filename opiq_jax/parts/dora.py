@@ -25,9 +25,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from ..common.config import Option
-from ..pieces import replay
-from ..pieces.networks import zero_final_layer
-from ..pieces.targets import td_loss, window_mask
+from ..primitives import replay
+from ..primitives.networks import zero_final_layer
+from ..primitives.targets import td_loss, window_mask
 from .base import Part
 
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ..common.config import Option
-from ..pieces.networks import PatchConv
+from ..primitives.networks import PatchConv
 from .base import Part
 
 
@@ -116,7 +116,7 @@ class Rnd(Part):
 
     def init(self, agent, run_key, example):
         predictor, target = self.networks(agent)
-        obs = agent.path.bonus_obs(example.obs)[None]
+        obs = agent.stepping.bonus_obs(example.obs)[None]
         params = agent.init_variables(predictor, agent.init_key(run_key, "predictor"), obs)
         return RndState(params=params, opt_state=agent.optimiser.init(params),
                         target_params=agent.init_variables(target, agent.init_key(run_key, "rnd_target"), obs))

@@ -1,12 +1,12 @@
 """The environment registry: a name, how to build the environment, and the paper's settings for it.
 
-An environment's spec composes the three contracts of :mod:`opiq_jax.paths`: its ``stepping`` class, and its
+An environment's spec composes the three contracts of :mod:`opiq_jax.contracts`: its ``stepping`` class, and its
 ``replay`` and ``counting`` where they are not the stepping's own. Two stepping classes ship:
 
-* :class:`~opiq_jax.paths.compact.CompactStepping` (the default): a
+* :class:`~opiq_jax.contracts.compact.CompactStepping` (the default): a
   :class:`~opiq_jax.envs.base.CompactEnvironment` stepped inside the compiled program, one per run under ``vmap``
   (the chain, the maze, any gymnax environment, one of your own);
-* :class:`~opiq_jax.paths.pool.PoolStepping`: an EnvPool pool of all runs' emulators stepped through EnvPool's XLA
+* :class:`~opiq_jax.contracts.pool.PoolStepping`: an EnvPool pool of all runs' emulators stepped through EnvPool's XLA
   interface (Montezuma's Revenge, any Atari game), with a replay of single frames; its ``frames`` say what the
   frames mean to the agent (what is counted, the reward learned from, whether the game has rooms).
 
@@ -39,9 +39,9 @@ from ..envs.atari import AtariPool, atari_game, check_game, import_envpool
 from ..envs.maze import MAZE_SIZE
 from ..envs.minigrid import check_task, make_minigrid
 from ..envs.montezuma import MontezumaPool
-from ..paths import Counting, Stepping, Replay
-from ..paths.compact import CompactStepping
-from ..paths.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures, PoolStepping
+from ..contracts import Counting, Stepping, Replay
+from ..contracts.compact import CompactStepping
+from ..contracts.pool import ATARI_FRAMES, NUM_ROOMS, FrameFeatures, PoolStepping
 
 
 DEFAULT_MEMORY_HEADROOM = 3.0
@@ -65,8 +65,8 @@ class EnvironmentSpec:
     settings: str = "chain"
     """Whose per-method best settings apply (``chain``, ``maze``, ``montezuma``)."""
     stepping: type[Stepping] = CompactStepping
-    """How its environments step and what the networks see: a :class:`~opiq_jax.paths.Stepping` class, built with
-    what ``make`` returns (the pool's: :class:`~opiq_jax.paths.pool.PoolStepping`)."""
+    """How its environments step and what the networks see: a :class:`~opiq_jax.contracts.Stepping` class, built with
+    what ``make`` returns (the pool's: :class:`~opiq_jax.contracts.pool.PoolStepping`)."""
     frames: FrameFeatures | None = None
     """A pool: what its frames mean to the agent (default: an Atari game without rooms)."""
     static_options: tuple[Option, ...] = ()
@@ -84,11 +84,11 @@ class EnvironmentSpec:
     headline_metric: str = "test_return"
     """The metric a sweep ranks its settings by unless its preset names one."""
     replay: type[Replay] | None = None
-    """The replay its runs keep: a :class:`~opiq_jax.paths.Replay` class, built with the environment's path (default:
-    the path's own, the compact ring or the frame rings)."""
+    """The replay its runs keep: a :class:`~opiq_jax.contracts.Replay` class, built with the environment's stepping
+    (default: the stepping's own, the compact ring or the frame rings)."""
     counting: type[Counting] | None = None
-    """What counts its states: a :class:`~opiq_jax.paths.Counting` class, built with the environment's path
-    (default: the path's own count-min sketch of SimHash codes, exact cell ids or the frame feature)."""
+    """What counts its states: a :class:`~opiq_jax.contracts.Counting` class, built with the environment's stepping
+    (default: the stepping's own count-min sketch of SimHash codes, exact cell ids or the frame feature)."""
 
     def declares(self, option_name: str) -> bool:
         """Whether ``option_name`` is one of this environment's own static options."""
@@ -176,7 +176,7 @@ def contracts_of(spec: EnvironmentSpec) -> tuple[type[Stepping], type[Replay], t
 
 def started_by_host(env: str) -> bool:
     """Whether ``env``'s environments are started on the host and handed to the program (a pool of emulators:
-    Montezuma, ``atari:NAME``), as its path declares."""
+    Montezuma, ``atari:NAME``), as its stepping declares."""
     return contracts_of(environment_spec(env))[0].started_by_host
 
 
@@ -189,7 +189,7 @@ def envs_per_run(env: str, chosen: int) -> int:
 
 def contract_options() -> dict[str, str]:
     """Every static option that some contract alone reads (``options``), with where it applies (``serves``): of the
-    paths, replays and counters of every registered environment."""
+    steppings, replays and counters of every registered environment."""
     specs = (*ENVIRONMENTS.values(), GYMNAX, MINIGRID, ATARI)
     return {name: contract.serves for spec in specs for contract in contracts_of(spec) for name in contract.options}
 
@@ -257,7 +257,7 @@ def _make_gymnax(static: StaticConfig):
 
 
 def _check_gymnax(static: StaticConfig) -> None:
-    """Builds the environment and its path once: a missing package or an unknown name fails in the plan."""
+    """Builds the environment and its stepping once: a missing package or an unknown name fails in the plan."""
     CompactStepping(_make_gymnax(static), static)
 
 

@@ -405,7 +405,7 @@ def _experiment_identity(config: dict) -> str:
 
 def _experiment_root(folder: Path, out: Path, config: dict) -> Path:
     """The folder an experiment was written to: ``folder`` less a per-program subfolder (named after its
-    program, as :func:`~opiq_jax.running.train_programs.run_methods` writes them) and per-process or per-batch
+    program, as :func:`~opiq_jax.host.train_programs.run_methods` writes them) and per-process or per-batch
     folders."""
     older = older_layout(config)
     try:

@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec
 from ..agent.trainer import Trainer, make_train
 from ..common.config import StaticConfig
 from ..parts import definition, get_part
-from ..paths.pool import PoolShapes, first_output
+from ..contracts.pool import PoolShapes, first_output
 from ..registry.environments import started_by_host
 from .devices import runs_mesh
 
@@ -54,7 +54,7 @@ def trainer_for(static: StaticConfig, pool=None) -> tuple[Trainer, callable, cal
 
 def shape_trainer(static: StaticConfig) -> Trainer:
     """A trainer to trace for shapes alone (nothing runs): a pool environment's is built around
-    :class:`~opiq_jax.paths.pool.PoolShapes`, no emulator started."""
+    :class:`~opiq_jax.contracts.pool.PoolShapes`, no emulator started."""
     return make_train(static, PoolShapes()) if started_by_host(static.env) else compiled_trainer(static)[0]
 
 

@@ -1,9 +1,9 @@
 """The paper's counting: a count-min sketch per run, of the columns a state's code hashes to.
 
-:class:`SketchCounting` keeps the sketch (``int32[actions, rows, width]``, :mod:`opiq_jax.pieces.counts`) and,
+:class:`SketchCounting` keeps the sketch (``int32[actions, rows, width]``, :mod:`opiq_jax.primitives.counts`) and,
 where its subclass measures it, a probe of exact counts against which the sketch's over-counting is reported. A
 subclass says what is counted: :meth:`SketchCounting.init_features` (what turns one run's states into codes, its
-SimHash projection say) and :meth:`~opiq_jax.paths.Counting.columns`. The compact path's (SimHash of the
+SimHash projection say) and :meth:`~opiq_jax.contracts.Counting.columns`. The compact stepping's (SimHash of the
 observation, or the environment's exact cell id) and the pool's (the frame feature) are the two.
 """
 
@@ -16,8 +16,8 @@ import jax
 
 from . import Counting, Decision, Outcome
 from ..common.config import StaticConfig
-from ..pieces import counts
-from ..pieces.state import Counts
+from ..primitives import counts
+from ..primitives.state import Counts
 
 
 class SketchCounting(Counting):

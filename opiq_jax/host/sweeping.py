@@ -1,6 +1,6 @@
 """Hyperparameter sweeps as few compiled programs as memory allows, and the paper's selection protocol.
 
-A preset is a plain JSON file (the ones shipped live in ``opiq_jax/running/presets/``; copy one and edit it)::
+A preset is a plain JSON file (the ones shipped live in ``opiq_jax/host/presets/``; copy one and edit it)::
 
     {"env": "chain", "seeds": 20, "metric": "test_return",
      "static": {"total_steps": 100000},
@@ -37,8 +37,8 @@ from ..agent.trainer import METRIC_DOCS
 from ..common.config import RUNNER_SET, STATIC_OPTIONS, SWEEP_DEFAULTS, StaticConfig, static_option
 from ..common.errors import DoesNotFit, ResultsError, UsageError, message_of, option_name
 from ..parts import get_part
-from ..paths.pool import FrameCounting, PoolStepping
-from ..pieces.state import DIAGNOSTIC_METRICS
+from ..contracts.pool import FrameCounting, PoolStepping
+from ..primitives.state import DIAGNOSTIC_METRICS
 from ..registry.environments import environment_spec, envs_per_run, started_by_host
 from ..registry.methods import method_hparams
 from ..registry.methods import get_method, program_name
@@ -73,7 +73,7 @@ PRESET_FIELDS = ("env", "seeds", "metric", "static", "grids", "seed", "note")
 
 def preset_names() -> list[str]:
     """Names of the presets shipped with the package."""
-    return sorted(p.name.removesuffix(".json") for p in resources.files("opiq_jax.running.presets").iterdir()
+    return sorted(p.name.removesuffix(".json") for p in resources.files("opiq_jax.host.presets").iterdir()
                   if p.name.endswith(".json"))
 
 
@@ -87,7 +87,7 @@ def read_preset(preset: str | Path | Mapping) -> tuple[str, dict]:
             raise UsageError(f"preset file {path} does not exist")
         return path.stem, read_json(path)
     if str(preset) in preset_names():
-        return str(preset), json.loads(resources.files("opiq_jax.running.presets").joinpath(f"{preset}.json")
+        return str(preset), json.loads(resources.files("opiq_jax.host.presets").joinpath(f"{preset}.json")
                                        .read_text())
     raise UsageError(f"unknown preset {str(preset)!r}: use a JSON file or one of {', '.join(preset_names())}")
 

@@ -1,4 +1,4 @@
-"""The pool path: one EnvPool pool holds every run's emulators (any Atari game), replay of single frames.
+"""The pool stepping: one EnvPool pool holds every run's emulators (any Atari game), replay of single frames.
 
 What a game's frames mean to the agent comes with its environment's spec, as :class:`FrameFeatures` (what is
 counted, the reward learned from, whether there are rooms); this module names no game.
@@ -7,7 +7,7 @@ counted, the reward learned from, whether there are rooms); this module names no
   between the pool's ``[runs * envs]`` and ``[runs, envs]``. It is stepped through EnvPool's XLA
   interface *inside* the compiled ``lax.scan``: a pool cannot be vmapped, so acting and recording are
   vmapped over runs and the pool step sits between them, its handle in ``TrainState.env``.
-* The replay stores single uint8 frames (:mod:`opiq_jax.pieces.frame_replay`), one ring per environment
+* The replay stores single uint8 frames (:mod:`opiq_jax.primitives.frame_replay`), one ring per environment
   (``buffer_size`` frames per run in all, split evenly; a minibatch draws an equal share from each ring),
   with 4-frame stacks rebuilt at sampling, never across an episode. EnvPool's reset step is stored as a
   ``first`` slot, so it is never a transition, never in an n-step window and never counted.
@@ -23,7 +23,7 @@ counted, the reward learned from, whether there are rooms); this module names no
   with ``G = 0`` while the episode is unfinished (``StaticConfig.mmc_unfinished``). Each environment keeps
   how many transitions its running episode has stored (``PoolEnv.episode_steps``), which tells a sampled
   transition whose return is still unknown (``Batch.mc_known``).
-* Diagnostics: the runs record the trainer's learning diagnostics, and a :class:`~opiq_jax.pieces.counts.CountProbe`
+* Diagnostics: the runs record the trainer's learning diagnostics, and a :class:`~opiq_jax.primitives.counts.CountProbe`
   of exact counts of the first codes to claim its slots, against which the sketch's over-counting is reported.
 * Resuming: the emulators' state lives in EnvPool, outside JAX, so a resumed run starts fresh
   episodes (:meth:`PoolStepping.restart`): the agent, its replay, counts and parts are restored exactly, the
@@ -47,7 +47,7 @@ from flax import struct
 from . import Batch, Counting, Decision, Stepping, Outcome, Replay
 from ..common.config import StaticConfig
 from ..envs.atari import StepOutput, clip_reward, newest_frame
-from ..pieces import counts, frame_replay
+from ..primitives import counts, frame_replay
 from .sketch import SketchCounting
 
 NUM_ROOMS = 256  # a room is a RAM byte's value (Montezuma has 24 rooms per level)
@@ -222,9 +222,9 @@ class FrameCounting(SketchCounting):
 
     metric_names = ("sketch_overcount", "sketch_false_visits", "probe_codes")
 
-    def __init__(self, path: PoolStepping):
-        super().__init__(path.static)
-        self.frames, self.frame_shape, self.counted = path.frames, path.frame_shape, path.frames.counted
+    def __init__(self, stepping: PoolStepping):
+        super().__init__(stepping.static)
+        self.frames, self.frame_shape, self.counted = stepping.frames, stepping.frame_shape, stepping.frames.counted
 
     def init_features(self, hash_key: jax.Array, env: PoolEnv) -> None:
         del hash_key, env  # the frame feature needs nothing per run
@@ -260,10 +260,10 @@ class FrameRingReplay(Replay):
     options = ("mmc_unfinished",)
     serves = "environments stepped through a pool of emulators (montezuma, atari:NAME)"
 
-    def __init__(self, path: PoolStepping):
-        self.path, self.static, self.frames = path, path.static, path.frames
-        self.envs_per_run, self.frame_shape = path.envs_per_run, path.frame_shape
-        self.episode_window = path.episode_window
+    def __init__(self, stepping: PoolStepping):
+        self.stepping, self.static, self.frames = stepping, stepping.static, stepping.frames
+        self.envs_per_run, self.frame_shape = stepping.envs_per_run, stepping.frame_shape
+        self.episode_window = stepping.episode_window
 
     def example_item(self, env: PoolEnv) -> None:
         del env
@@ -305,7 +305,7 @@ class FrameRingReplay(Replay):
         rings = jax.vmap(frame_replay.sample, in_axes=(0, 0, None, None))(
             run.memory, jax.random.split(key, envs), share, static.n_step)
         flat = jax.tree.map(lambda x: x.reshape((static.batch_size,) + x.shape[2:]), rings)
-        columns = jax.vmap(lambda frame: self.path.counting.columns(run, frame))
+        columns = jax.vmap(lambda frame: self.stepping.counting.columns(run, frame))
 
         def reached():
             frames = jax.vmap(frame_replay.frames_after, in_axes=(0, 0, None))(run.memory, rings.slots, static.n_step)

@@ -11,10 +11,10 @@ The one trainer (:mod:`opiq_jax.agent.trainer`) is written against three declare
 An environment's spec (:class:`~opiq_jax.registry.environments.EnvironmentSpec`) names its stepping class, and may
 name its replay and its counting; each stepping class has its own of both by default. Two stepping classes ship:
 
-* :class:`~opiq_jax.paths.compact.CompactStepping`: environments stepped inside the compiled program, one
+* :class:`~opiq_jax.contracts.compact.CompactStepping`: environments stepped inside the compiled program, one
   per run under ``vmap`` (chain, maze, gymnax environments, your own); its replay stores compact
   states and rebuilds observations when it samples;
-* :class:`~opiq_jax.paths.pool.PoolStepping`: one EnvPool pool holding every run's emulators (Montezuma),
+* :class:`~opiq_jax.contracts.pool.PoolStepping`: one EnvPool pool holding every run's emulators (Montezuma),
   stepped through EnvPool's XLA interface; its replay stores single frames and rebuilds stacks.
 
 A stepping keeps per-run environment data (``run.env``) and, for the pool, the pool's handle shared by all runs
@@ -37,7 +37,7 @@ class Decision:
 
     actions: jax.Array  # int32[E]
     columns: jax.Array | None  # int32[E, rows]: sketch columns of the current states (None without counts)
-    before: jax.Array  # the current states as the path remembers them ([E, compact_dim] or frames [E, H, W])
+    before: jax.Array  # the current states as the stepping remembers them ([E, compact_dim] or frames [E, H, W])
     env_key: jax.Array  # the run's key for this environment step
     bonus: jax.Array | None = None  # float32[E]: the parts' action bonus of the chosen actions (None: no part has one)
 
@@ -51,7 +51,7 @@ class Outcome:
     terminated: jax.Array  # bool[E]: a true terminal (no bootstrap)
     truncated: jax.Array  # bool[E]: the time limit (bootstrap from the last real state)
     first: jax.Array  # bool[E]: no transition led here (EnvPool's reset step): not counted, not stored as one
-    extra: dict  # the path's own fields (the compact path: next_compact, cell_id; the pool: room)
+    extra: dict  # the stepping's own fields (the compact stepping: next_compact, cell_id; the pool: room)
 
 
 @struct.dataclass
@@ -94,7 +94,7 @@ class Batch:
         lazy = self.__dict__.get("_lazy", {})
         if name not in lazy:
             raise AttributeError(f"this batch has no {name!r} "
-                                 f"(its path provides {', '.join(sorted(lazy)) or 'nothing lazy'})")
+                                 f"(its stepping provides {', '.join(sorted(lazy)) or 'nothing lazy'})")
         value = lazy.pop(name)()
         setattr(self, name, value)
         return value
@@ -131,7 +131,7 @@ class Replay(Contract, abc.ABC):
     """
 
     rings_apart: tuple[str, str] | None = None
-    """A replay of frames too large to rewrite at every checkpoint: the key paths of its frames leaf and its
+    """A replay of frames too large to rewrite at every checkpoint: the key steppings of its frames leaf and its
     positions leaf in the training state, which checkpoints save as what changed (:mod:`opiq_jax.store.frames`)."""
     keeps_steps: ClassVar[bool] = False
     """Whether its items are whole steps a part may keep and read back (:meth:`example_item`, :meth:`steps`,
@@ -162,13 +162,13 @@ class Replay(Contract, abc.ABC):
 
     @abc.abstractmethod
     def recent(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
-        """The states that the newest ``count`` stored steps reached, as bonus networks read them (the path's
+        """The states that the newest ``count`` stored steps reached, as bonus networks read them (the stepping's
         ``bonus_obs``), and float32 1.0 for each that is stored yet (0.0 where the ring holds fewer)."""
 
     def acted(self, decision: Decision, outcome: Outcome) -> dict[str, Callable[[], Any]]:
         """What a batch of one step's acted ``(s_t, a_t)`` (``[E, 1]`` windows) holds beyond actions and counts, as
         lazy fields (``step_obs``, ``reached_obs``), so the parts' intrinsic rewards read there as at sampling
-        (paths that record diagnostics; the default offers none)."""
+        (steppings that record diagnostics; the default offers none)."""
         del decision, outcome
         return {}
 
@@ -183,7 +183,7 @@ class Replay(Contract, abc.ABC):
 
 class Counting(Contract, abc.ABC):
     """What is counted and how often: one run's counts (``run.counts``, any pytree), where a state is counted (its
-    *columns*, from the path's count key of the state) and ``N(s, a)`` read there. The trainer and the parts see
+    *columns*, from the stepping's count key of the state) and ``N(s, a)`` read there. The trainer and the parts see
     counts only through it (``Batch.step_counts``, ``next_counts``; the action bonus's ``counts``).
 
     Per-run methods run under the trainer's ``vmap`` over runs (``run`` is one run's state)."""
@@ -199,7 +199,7 @@ class Counting(Contract, abc.ABC):
 
     @abc.abstractmethod
     def columns(self, run: Any, key: jax.Array) -> jax.Array:
-        """Where the state of count key ``key`` (the path's :meth:`Stepping.count_keys`) is counted: an int32
+        """Where the state of count key ``key`` (the stepping's :meth:`Stepping.count_keys`) is counted: an int32
         array of the counter's own shape (the sketch's ``[rows]``)."""
 
     @abc.abstractmethod
@@ -224,7 +224,8 @@ class Counting(Contract, abc.ABC):
 class Stepping(Contract, abc.ABC):
     """What the trainer asks of an environment family: how its environments are stepped and what is seen, with what
     counts its states (``counting``, a :class:`Counting`) and its replay (``replay``, a :class:`Replay`).
-    :class:`~opiq_jax.paths.compact.CompactStepping` and :class:`~opiq_jax.paths.pool.PoolStepping` implement it.
+    :class:`~opiq_jax.contracts.compact.CompactStepping` and :class:`~opiq_jax.contracts.pool.PoolStepping`
+    implement it.
 
     What a stepping can do beyond the common contract is declared, never probed: ``has_test_episode``,
     ``has_cell_table`` and ``overlaps`` say which of the optional methods below it implements. Per-run methods run

@@ -1,4 +1,4 @@
-"""The compact path: environments stepped inside the compiled program, one per run, replay of compact states.
+"""The compact stepping: environments stepped inside the compiled program, one per run, replay of compact states.
 
 Every run owns one :class:`~opiq_jax.envs.base.CompactEnvironment` (its own parameters: the chain's
 flips, the maze's action permutations), stepped under the trainer's ``vmap`` over runs. The replay
@@ -21,8 +21,8 @@ from flax import struct
 from . import Batch, Counting, Decision, Stepping, Outcome, Replay, Steps
 from ..common.config import StaticConfig
 from ..envs.base import CompactEnvironment
-from ..pieces import counts, replay
-from ..pieces.targets import window_mask
+from ..primitives import counts, replay
+from ..primitives.targets import window_mask
 from .sketch import SketchCounting
 
 
@@ -170,9 +170,9 @@ class CompactCounting(SketchCounting):
     options = ("count_features",)
     serves = "the chain, the maze and gymnax environments"
 
-    def __init__(self, path: CompactStepping):
-        super().__init__(path.static)
-        self.env, self.obs_dim, self.has_cell_table = path.env, path.obs_dim, path.has_cell_table
+    def __init__(self, stepping: CompactStepping):
+        super().__init__(stepping.static)
+        self.env, self.obs_dim, self.has_cell_table = stepping.env, stepping.obs_dim, stepping.has_cell_table
         self.counted = (f"SimHash codes of {self.static.simhash_bits} bits of the observation"
                         if self.static.count_features == "simhash" else "the environment's exact cell id")
 
@@ -211,12 +211,12 @@ class CompactCounting(SketchCounting):
 
 class CompactReplay(Replay):
     """One ring of :class:`Transition` per run, uniform windows, observations rebuilt from the compact states of the
-    path's environment when a batch reads them."""
+    stepping's environment when a batch reads them."""
 
     keeps_steps = True
 
-    def __init__(self, path: CompactStepping):
-        self.path, self.env, self.static = path, path.env, path.static
+    def __init__(self, stepping: CompactStepping):
+        self.stepping, self.env, self.static = stepping, stepping.env, stepping.static
 
     def example_item(self, env: EnvData) -> Transition:
         compact = self.env.compact_state(env.state)
@@ -258,7 +258,7 @@ class CompactReplay(Replay):
         included = window_mask(windows.done, exists)
         last = jnp.sum(included.astype(jnp.int32), axis=1) - 1
         next_compact = jnp.take_along_axis(windows.next_compact, last[:, None, None], axis=1)[:, 0]
-        columns = jax.vmap(lambda c: self.path.counting.columns(run, c))
+        columns = jax.vmap(lambda c: self.stepping.counting.columns(run, c))
         return Batch(
             actions=windows.action, rewards=windows.reward, terminated=windows.terminated, included=included,
             lazy=dict(

@@ -11,8 +11,8 @@ from opiq_jax.agent.trainer import linear_epsilon, make_optimiser
 from opiq_jax.common.config import StaticConfig
 from opiq_jax.parts.optimism import optimism_bonus
 from opiq_jax.parts.pseudocounts import intrinsic_reward
-from opiq_jax.pieces import networks, replay
-from opiq_jax.pieces.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss, window_mask
+from opiq_jax.primitives import networks, replay
+from opiq_jax.primitives.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss, window_mask
 
 # ---------------------------------------------------------------------------------- optimism
 

@@ -2,7 +2,7 @@
 
 :func:`run_methods` is what the API and the command line call: a single program trains in ``out`` itself; several
 train in subfolders named after them, either one after another in this process (each program's device memory
-freed before the next starts) or at once, each in a process of its own (:mod:`opiq_jax.running.processes`).
+freed before the next starts) or at once, each in a process of its own (:mod:`opiq_jax.host.processes`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ def run_methods(experiment: Experiment, out: str | Path, programs: str = LOOP_DE
                 keep_states: bool = False, **kwargs) -> dict[str, object]:
     """Runs ``experiment`` (any mix of methods) as one program per group; a single program uses ``out`` itself.
 
-    Each program's memory was checked when the experiment was planned (:func:`opiq_jax.running.plan.check_memory`).
+    Each program's memory was checked when the experiment was planned (:func:`opiq_jax.host.plan.check_memory`).
     Keyword arguments go to :func:`run_experiment`; ``max_seconds`` bounds the whole call. ``programs``:
     ``sequential`` trains the programs one after another in this process; ``parallel`` trains them at once,
-    each in a process of its own (:mod:`opiq_jax.running.processes`; on one GPU under NVIDIA MPS). Returns the
+    each in a process of its own (:mod:`opiq_jax.host.processes`; on one GPU under NVIDIA MPS). Returns the
     final state of a single program. Of several trained one after another, each program's state leaves the
     device before the next starts (it needs the memory): with ``keep_states`` its host copy is returned, else
     None (``Results.state`` reads it from the checkpoint). None with ``parallel``.

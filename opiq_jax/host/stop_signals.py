@@ -1,6 +1,6 @@
 """SIGINT and SIGTERM handled for the length of a ``with`` block, in a light module (no JAX): the training
-loop's :class:`opiq_jax.running.host_loop.StopSignals` and the parent of programs in processes of their own
-(:class:`opiq_jax.running.processes.ForwardSignals`) both build on it."""
+loop's :class:`opiq_jax.host.host_loop.StopSignals` and the parent of programs in processes of their own
+(:class:`opiq_jax.host.processes.ForwardSignals`) both build on it."""
 
 from __future__ import annotations
 

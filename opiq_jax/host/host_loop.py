@@ -18,7 +18,7 @@ file is written so that no stop loses it is :mod:`opiq_jax.store.files`' busines
 the loop at the next chunk's end with a checkpoint (:class:`Stopped`).
 
 This loop trains one program (an :class:`~opiq_jax.runs.experiment.Experiment`); a mix of methods is one program per
-group (:func:`opiq_jax.running.train_programs.run_methods`), and :mod:`opiq_jax.runs.results_folder` reads such a
+group (:func:`opiq_jax.host.train_programs.run_methods`), and :mod:`opiq_jax.runs.results_folder` reads such a
 folder as one experiment.
 
 Every environment goes through the same loop; a pool environment (Montezuma) also starts its pool of
@@ -45,7 +45,7 @@ from ..agent.trainer import Trainer
 from ..common.config import LOOP_DEFAULTS, StaticConfig, stack_hparams
 from ..common.errors import NonFiniteRuns, PeerFailed, ResultsError, Stopped
 from ..envs.atari import DevicePools, threads_per_pool
-from ..paths import Replay
+from ..contracts import Replay
 from ..registry.environments import environment_spec
 from ..reporting import tracking
 from ..registry.environments import envs_per_run, started_by_host
@@ -225,7 +225,7 @@ def run_experiment(experiment: Experiment, out: str | Path, progress: bool = LOO
         while training goes on, one at a time (the last, a stop's and ``max_seconds``' are written at once).
       pool_overrides: options of a pool environment's emulators (EnvPool's, e.g. ``max_episode_steps``).
     Its device memory is checked by the caller, once, before anything is written
-    (:func:`opiq_jax.running.train_programs.run_methods`, a sweep's batches, the parent of programs in processes of
+    (:func:`opiq_jax.host.train_programs.run_methods`, a sweep's batches, the parent of programs in processes of
     their own: :func:`opiq_jax.runs.memory.check_fits`).
     Returns the final training state (None when the folder's metrics show the run finished and it keeps no
     checkpoint: nothing was trained). Raises :class:`Stopped` after SIGINT or SIGTERM (progress checkpointed).
@@ -290,11 +290,11 @@ def _start(experiment: Experiment, out: Path, signals: StopSignals, loop: Loop, 
     resolved = {**experiment.to_json(), "resolved": trainer.agent.resolved()}  # what auto chose, on this device
     resolved[DIGEST_KEY] = experiment_digest(resolved)
     atomic_write_bytes(out / CONFIG_FILE, json.dumps(resolved, indent=1).encode())
-    progress.rings = frame_rings(trainer.path.replay, restored)
+    progress.rings = frame_rings(trainer.stepping.replay, restored)
     if restored is None:
         state = init(run_keys, env_keys, hparams, *(() if pool is None else (pool.reset(),)))
     else:
-        state = restored.state if pool is None else trainer.path.restart(restored.state, pool)
+        state = restored.state if pool is None else trainer.stepping.restart(restored.state, pool)
     if pool is None or pool.spans_devices:  # a single pool's runs stay on its one device
         state = shard_over_devices(state, len(experiment.runs), loop.say)
     return trainer, state, progress

@@ -8,7 +8,7 @@ Multi-Process Service (MPS), their kernels share the card and the figure takes t
 program sharing it (``docs/performance.md`` has the measurements). Without MPS, processes on one GPU take
 turns, which is no faster than one after another.
 
-Each process trains its program exactly as :func:`opiq_jax.running.host_loop.run_experiment` does alone: the same
+Each process trains its program exactly as :func:`opiq_jax.host.host_loop.run_experiment` does alone: the same
 compiled program and numbers, its own subfolder, checkpoints and metrics, so stopping and resuming work as
 for one program. The processes start with XLA's command buffers for loops and conditionals (a whole chunk
 is one CUDA graph, launched once), which changes how kernels are launched, not what they compute.
@@ -115,7 +115,7 @@ def write_program_config(folder: Path, experiment, say=print) -> None:
 
 
 def program_command(folder: Path, options: dict) -> list[str]:
-    return [sys.executable, "-m", "opiq_jax.running.processes", str(folder), json.dumps(options), str(os.getpid())]
+    return [sys.executable, "-m", "opiq_jax.host.processes", str(folder), json.dumps(options), str(os.getpid())]
 
 
 class ForwardSignals(SignalHandlers):
@@ -205,7 +205,7 @@ def start_programs(todo: dict, folders: dict[str, Path], options: dict, signals:
 def run_programs_at_once(todo: dict, out: Path, *, progress: bool = LOOP_DEFAULTS["progress"], say=print,
                          **options) -> None:
     """Trains every program of ``todo`` (the unfinished ones of ``Experiment.programs``) at once, each in a
-    process of its own writing ``out/<program>``; ``options``: :func:`opiq_jax.running.host_loop.run_experiment`'s
+    process of its own writing ``out/<program>``; ``options``: :func:`opiq_jax.host.host_loop.run_experiment`'s
     loop options (checkpoint_seconds, max_seconds, stop_on_nonfinite, verbose, track) and ``plugins``, the modules each
     process imports first (they register the methods, parts and environments not of the paper). The processes rebuild
     their programs from ``config.json``.
@@ -252,7 +252,7 @@ def end_with_parent(parent_pid: int) -> None:
 
 
 def program_main(argv: list[str]) -> int:
-    """``python -m opiq_jax.running.processes FOLDER OPTIONS_JSON PARENT_PID``: trains the program whose
+    """``python -m opiq_jax.host.processes FOLDER OPTIONS_JSON PARENT_PID``: trains the program whose
     ``config.json`` is in FOLDER; the exit code says how it ended (0: done or time-boxed)."""
     folder, options, parent_pid = Path(argv[0]), json.loads(argv[1]), int(argv[2])
     end_with_parent(parent_pid)
