@@ -87,6 +87,49 @@ def test_a_replay_named_by_the_spec_trains_in_place_of_the_steppings_own(chain_w
     assert np.all(np.isfinite(losses(toy))) and losses(toy) != losses(uniform)
 
 
+class TdErrorTally(opiq_jax.CompactReplay):
+    """A toy of a prioritised replay's write-back: the compact ring, sampled as it samples, beside a tally of the TD
+    errors that every update hands back (a prioritised replay would write them to the slots it sampled)."""
+
+    writes_priorities = True
+
+    def init(self, env, start):
+        return dict(ring=super().init(env, start), td_sum=jnp.float32(0), updates=jnp.int32(0))
+
+    def ring_of(self, run):
+        return run.replace(memory=run.memory["ring"])
+
+    def add(self, run, decision, outcome):
+        ring, item = super().add(self.ring_of(run), decision, outcome)
+        return dict(run.memory, ring=ring), item
+
+    def sample(self, run, key):
+        return super().sample(self.ring_of(run), key)
+
+    def recent(self, run, count):
+        return super().recent(self.ring_of(run), count)
+
+    def prioritised(self, run, batch, td_errors):
+        assert td_errors.shape == batch.actions.shape[:1] and td_errors.dtype == jnp.float32
+        return dict(run.memory, td_sum=run.memory["td_sum"] + jnp.sum(td_errors), updates=run.memory["updates"] + 1)
+
+
+def test_a_replay_that_writes_priorities_gets_every_updates_td_errors_and_trains_as_its_sampler(tmp_path):
+    options = dict(seeds=2, steps=1_500, chain_length=8, log_every=500, buffer_size=500, hidden=(16,))
+    with the_chain_with("chain-tally", replay=TdErrorTally) as name:
+        program = opiq_jax.make_train(env=name, methods=["opiq"], **options)
+        state = program.init(program.run_keys, program.env_keys, program.hparams)
+        for _ in range(program.chunks):
+            state, _ = program.train_chunk(state)
+        tally = opiq_jax.train(env=name, methods=["opiq"], out=tmp_path / "tally", **options)
+    updates, td_sum = np.asarray(state.runs.memory["updates"]), np.asarray(state.runs.memory["td_sum"])
+    losses = [r for r in tally.metrics if r["metric"] == "loss" and np.isfinite(r["value"])]
+    assert losses and np.all(updates > 0) and np.all(np.isfinite(td_sum)) and np.all(td_sum > 0)
+    # the write-back reads and changes nothing the learner uses: the runs train as the compact ring's do
+    plain = opiq_jax.train(env="chain", methods=["opiq"], out=tmp_path / "plain", **options)
+    assert [(r["metric"], r["value"]) for r in tally.metrics] == [(r["metric"], r["value"]) for r in plain.metrics]
+
+
 # ------------------------------------------------------------------------------------ a different counter
 
 

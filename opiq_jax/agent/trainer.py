@@ -528,6 +528,9 @@ def update(agent: Agent, run: RunState) -> RunState:
             grads = checked_state(part, "scale_gradients", grads, part.scale_gradients(agent, grads))
     with jax.named_scope("optimiser"):
         learned = learning_step(agent, run, grads, jax.random.fold_in(k_q, PACKING_STREAM), square_sums)
+    if agent.replay.writes_priorities:  # a prioritised replay: the rows' TD errors, as the loss saw them
+        errors = row_td_errors(agent, run, batch, targets)
+        learned = learned.replace(memory=agent.replay.prioritised(run, batch, errors))
     stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / agent.num_heads, jnp.mean(intrinsic[:, 0])))
     if stats.diagnostics is not None:
         stats = stats.replace(diagnostics=sampled_diagnostics(agent, run, batch, targets))
@@ -537,6 +540,14 @@ def update(agent: Agent, run: RunState) -> RunState:
             parts[part.name] = checked_state(part, "update", run.parts.get(part.name),
                                              part.update(agent, run, batch, jax.random.fold_in(k_q, 1 + j)))
     return learned.replace(key=key, stats=stats, parts=parts)
+
+
+def row_td_errors(agent: Agent, run: RunState, batch: Batch, targets: jax.Array) -> jax.Array:
+    """``float32[B]``: each sampled row's absolute TD error under the weights the loss read, the mean over heads."""
+    q = agent.head_values(run, agent.forward_params(run), batch.obs, agent.batch_cells(batch, "cells"))  # [B, K, A]
+    errors = jnp.mean(jnp.abs(taken_values(q, batch.actions[:, 0]) - targets), axis=1).astype(jnp.float32)
+    chex.assert_shape(errors, batch.actions.shape[:1])
+    return errors
 
 
 def sampled_diagnostics(agent: Agent, run: RunState, batch: Batch, targets: jax.Array) -> Diagnostics:

@@ -136,6 +136,9 @@ class Replay(Contract, abc.ABC):
     keeps_steps: ClassVar[bool] = False
     """Whether its items are whole steps a part may keep and read back (:meth:`example_item`, :meth:`steps`,
     :meth:`obs_of`)."""
+    writes_priorities: ClassVar[bool] = False
+    """Whether it takes each sampled row's TD error back after the loss (:meth:`prioritised`), as a prioritised replay
+    writes its priorities; the trainer computes those errors only for such a replay."""
 
     @abc.abstractmethod
     def init(self, env: Any, start: Any) -> Any:
@@ -158,7 +161,14 @@ class Replay(Contract, abc.ABC):
 
     @abc.abstractmethod
     def sample(self, run: Any, key: jax.Array) -> Batch:
-        """A minibatch of ``n``-step windows from one run's replay."""
+        """A minibatch of ``n``-step windows from one run's replay (its rows' ``weights`` are where a prioritised
+        replay puts its importance weights; the loss reads them)."""
+
+    def prioritised(self, run: Any, batch: Batch, td_errors: jax.Array) -> Any:
+        """One run's replay (``run.memory``) after an update learned from ``batch``, whose rows' absolute TD errors
+        under the weights the loss read are ``td_errors`` (float32[B], the mean over heads): where a prioritised
+        replay writes its priorities back to the slots it sampled (``writes_priorities`` only)."""
+        raise NotImplementedError(f"{type(self).__name__} writes no priorities (writes_priorities is False)")
 
     @abc.abstractmethod
     def recent(self, run: Any, count: int) -> tuple[jax.Array, jax.Array]:
@@ -179,6 +189,11 @@ class Replay(Contract, abc.ABC):
     def obs_of(self, run: Any, states: jax.Array) -> jax.Array:
         """The observations of states as :meth:`steps` gives them (``keeps_steps`` only)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no whole steps (keeps_steps is False)")
+
+    def bytes_per_step(self, memory: Any, capacity: int) -> int:
+        """Bytes that the replay ``memory`` (its arrays or their shapes) keeps per step of its ``capacity``: what a
+        stored step costs, as the bench's byte model reads it."""
+        return sum(leaf.size * jax.numpy.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(memory)) // capacity
 
 
 class Counting(Contract, abc.ABC):
