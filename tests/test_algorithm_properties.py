@@ -157,12 +157,12 @@ def test_td_error_max_and_q_abs_max_are_the_largest_over_every_update_of_the_chu
     alone = []
     original = trainer_module.sampled_diagnostics
 
-    def recording(agent, run, batch, targets):
+    def recording(agent, run, batch, targets, q):
         fresh = run.replace(stats=run.stats.replace(diagnostics=Diagnostics.zeros()))
-        own = original(agent, fresh, batch, targets)
+        own = original(agent, fresh, batch, targets, q)
         jax.debug.callback(lambda td, q: alone.append((float(np.ravel(td)[0]), float(np.ravel(q)[0]))),
                            own.td_error_max, own.q_abs_max)
-        return original(agent, run, batch, targets)
+        return original(agent, run, batch, targets, q)
 
     monkeypatch.setattr(trainer_module, "sampled_diagnostics", recording)
     _, _, metrics = one_chunk("opiq", 60, seed=3, batch_size=8)
@@ -304,7 +304,8 @@ def test_the_cut_episodes_transitions_are_not_unknown_and_keep_the_mixed_target(
         batch = sample_batch(agent, run, k)
         targets, _ = targets_for(agent, run, batch)
         diagnostics = trainer_module.sampled_diagnostics(
-            agent, run.replace(stats=run.stats.replace(diagnostics=Diagnostics.zeros())), batch, targets)
+            agent, run.replace(stats=run.stats.replace(diagnostics=Diagnostics.zeros())), batch, targets,
+            trainer_module.sampled_values(agent, run, batch))
         return targets[:, 0], batch.mc_known, batch.mc_return, diagnostics.unknown_return_sum
 
     targets, known, mc_return, unknown_share = jax.device_get(jax.jit(sampled)(resumed, key, jnp.float32(beta)))

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opiq_jax.agent.trainer import make_train, sample_batch, sampled_diagnostics, targets_for
+from opiq_jax.agent.trainer import make_train, sample_batch, sampled_diagnostics, sampled_values, targets_for
 from opiq_jax.primitives import counts, frame_replay
 from opiq_jax.primitives.state import DIAGNOSTIC_METRICS, Diagnostics
 from opiq_jax.registry.environments import static_for_env
@@ -120,7 +120,7 @@ def test_largest_td_error_and_q_of_an_update_by_hand(trained_chunk):
     batch = with_valid_rows(sample_batch(agent, run, jax.random.key(7)), [1, 4])
     targets, _ = targets_for(agent, run, batch)
     run = run.replace(stats=run.stats.replace(diagnostics=Diagnostics.zeros()))
-    diag = sampled_diagnostics(agent, run, batch, targets)
+    diag = sampled_diagnostics(agent, run, batch, targets, sampled_values(agent, run, batch))
     q = np.asarray(agent.q_network.apply(agent.forward_params(run), batch.obs))  # [B, A]
     taken = q[np.arange(q.shape[0]), np.asarray(batch.actions[:, 0])]
     errors = np.abs(taken - np.asarray(targets[:, 0]))
@@ -135,7 +135,7 @@ def test_sampled_bonus_and_unknown_share_by_hand(trained_chunk):
     batch = with_valid_rows(sample_batch(agent, run, jax.random.key(11)), [0, 2, 5])
     targets, _ = targets_for(agent, run, batch)
     run = run.replace(stats=run.stats.replace(diagnostics=Diagnostics.zeros()))
-    diag = sampled_diagnostics(agent, run, batch, targets)
+    diag = sampled_diagnostics(agent, run, batch, targets, sampled_values(agent, run, batch))
     n = np.asarray(jax.vmap(lambda cols, a: counts.query(run.counts.sketch, cols, a))(
         batch.step_columns[:, 0], batch.actions[:, 0]))
     bonus = HP["c_action"] / (n + 1.0) ** HP["m"]

@@ -340,7 +340,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "the pool's stepping ignores --envs-per-run, so the host and the program disagree on E",
            ("tests/test_layers.py::test_the_environments_per_run_come_from_the_stepping_alone",)),
     Mutant("priorities-not-written-back", "opiq_jax/agent/trainer.py",
-           "        learned = learned.replace(memory=agent.replay.prioritised(run, batch, errors))\n",
+           "        learned = learned.replace(memory=agent.replay.prioritised(run, batch, row_td_errors(q, batch, targets)))\n",
            "        learned = learned.replace(memory=run.memory)\n",
            "a prioritised replay never gets its TD errors back after the loss",
            ("tests/test_contract_extension.py::test_a_replay_that_writes_priorities_gets_every_updates_td_errors_and_"

@@ -528,12 +528,13 @@ def update(agent: Agent, run: RunState) -> RunState:
             grads = checked_state(part, "scale_gradients", grads, part.scale_gradients(agent, grads))
     with jax.named_scope("optimiser"):
         learned = learning_step(agent, run, grads, jax.random.fold_in(k_q, PACKING_STREAM), square_sums)
-    if agent.replay.writes_priorities:  # a prioritised replay: the rows' TD errors, as the loss saw them
-        errors = row_td_errors(agent, run, batch, targets)
-        learned = learned.replace(memory=agent.replay.prioritised(run, batch, errors))
     stats = run.stats.replace(chunk=run.stats.chunk.add_update(loss / agent.num_heads, jnp.mean(intrinsic[:, 0])))
+    # the sampled rows' values as the loss saw them, once, for the diagnostics and a prioritised replay alike
+    q = sampled_values(agent, run, batch) if stats.diagnostics is not None or agent.replay.writes_priorities else None
     if stats.diagnostics is not None:
-        stats = stats.replace(diagnostics=sampled_diagnostics(agent, run, batch, targets))
+        stats = stats.replace(diagnostics=sampled_diagnostics(agent, run, batch, targets, q))
+    if agent.replay.writes_priorities:  # a prioritised replay: the rows' TD errors, written back
+        learned = learned.replace(memory=agent.replay.prioritised(run, batch, row_td_errors(q, batch, targets)))
     parts, updating = dict(run.parts), [p for p in agent.parts if type(p).update is not Part.update]
     for j, part in enumerate(updating):  # each part learns from the run as it was sampled, with a key of its own
         with jax.named_scope(part.name):
@@ -542,19 +543,23 @@ def update(agent: Agent, run: RunState) -> RunState:
     return learned.replace(key=key, stats=stats, parts=parts)
 
 
-def row_td_errors(agent: Agent, run: RunState, batch: Batch, targets: jax.Array) -> jax.Array:
-    """``float32[B]``: each sampled row's absolute TD error under the weights the loss read, the mean over heads."""
-    q = agent.head_values(run, agent.forward_params(run), batch.obs, agent.batch_cells(batch, "cells"))  # [B, K, A]
+def sampled_values(agent: Agent, run: RunState, batch: Batch) -> jax.Array:
+    """``[B, K, A]``: every head's values at the sampled states under the weights the loss read."""
+    return agent.head_values(run, agent.forward_params(run), batch.obs, agent.batch_cells(batch, "cells"))
+
+
+def row_td_errors(q: jax.Array, batch: Batch, targets: jax.Array) -> jax.Array:
+    """``float32[B]``: each sampled row's absolute TD error under the values ``q`` (:func:`sampled_values`), the mean
+    over heads."""
     errors = jnp.mean(jnp.abs(taken_values(q, batch.actions[:, 0]) - targets), axis=1).astype(jnp.float32)
     chex.assert_shape(errors, batch.actions.shape[:1])
     return errors
 
 
-def sampled_diagnostics(agent: Agent, run: RunState, batch: Batch, targets: jax.Array) -> Diagnostics:
-    """The run's diagnostics with one update added: over its valid rows, the largest TD error and |Q| (the online
-    network as the loss saw it, every head), the mean action bonus of the sampled (s_t, a_t) with the counts now, and
-    the share of rows whose Monte Carlo return is not known yet."""
-    q = agent.head_values(run, agent.forward_params(run), batch.obs, agent.batch_cells(batch, "cells"))  # [B, K, A]
+def sampled_diagnostics(agent: Agent, run: RunState, batch: Batch, targets: jax.Array, q: jax.Array) -> Diagnostics:
+    """The run's diagnostics with one update added: over its valid rows, the largest TD error and |Q| (``q``, the
+    online network as the loss saw it, every head: :func:`sampled_values`), the mean action bonus of the sampled
+    (s_t, a_t) with the counts now, and the share of rows whose Monte Carlo return is not known yet."""
     valid = batch.weights > 0 if batch.weights is not None else jnp.ones(q.shape[:1], bool)
     actions = batch.actions[:, 0]
     q_taken = taken_values(q, actions)

@@ -163,7 +163,7 @@ def work_model(static: StaticConfig) -> WorkModel:
     params = jax.eval_shape(lambda: {"params": trainer.network.init(jax.random.key(0), example_obs[None])["params"]})
     keys = jax.random.split(jax.random.key(0), 1)
     shapes = jax.eval_shape(trainer.init, keys, keys, stack_hparams(bench_experiment(static, 1).hparams()))
-    item_bytes = trainer.agent.replay.bytes_per_step(shapes.runs.memory, static.buffer_size)
+    item_bytes = tree_bytes(shapes.runs.memory) // static.buffer_size  # the replay's state per stored step
 
     num_params = count_params(params)
     param_bytes = float(tree_bytes(params))

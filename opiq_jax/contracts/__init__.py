@@ -190,11 +190,6 @@ class Replay(Contract, abc.ABC):
         """The observations of states as :meth:`steps` gives them (``keeps_steps`` only)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no whole steps (keeps_steps is False)")
 
-    def bytes_per_step(self, memory: Any, capacity: int) -> int:
-        """Bytes that the replay ``memory`` (its arrays or their shapes) keeps per step of its ``capacity``: what a
-        stored step costs, as the bench's byte model reads it."""
-        return sum(leaf.size * jax.numpy.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(memory)) // capacity
-
 
 class Counting(Contract, abc.ABC):
     """What is counted and how often: one run's counts (``run.counts``, any pytree), where a state is counted (its
