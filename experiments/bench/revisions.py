@@ -1,0 +1,196 @@
+"""The same benchmarks for two or more source trees of the project, alternating, in one process tree on one card.
+
+A change that must not slow the trainer (a refactor, a new contract) is checked by timing the code before and after
+it on the same card in the same call: ``opiq-jax bench`` on the chain and the maze, and
+``experiments/bench/montezuma_bench.py`` on Montezuma's Revenge. Each tree runs each benchmark in a subprocess of
+its own, from its own folder (``PYTHONPATH=TREE``, made importable by :mod:`experiments.tools.source_tree`), and the
+trees take turns within each round, so a drift of the card's clock over the call touches both alike.
+
+A tree is a folder holding a revision's ``opiq_jax/``, ``envs/`` and ``experiments/``, for example
+``git archive REV -- pyproject.toml opiq_jax envs experiments | tar -x -C bench-trees/REV``; ``.`` is this
+working tree.
+
+Writes ``--out``: ``revisions.json`` (every rate of every round, with each subprocess's wall-clock), ``README.md``
+(the table: the best rate per tree over the rounds, and each tree's ratio to the first) and ``run_info.json`` (the
+card, the command, the trees and this tree's revision). Each benchmark's own files are kept under ``raw/``.
+
+Run: ``python -m experiments.bench.revisions --trees before=bench-trees/REV after=. --out DIR``; ``--quick`` is a
+tiny CPU run of the same code (a test).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import tyro
+
+from experiments.tools.source_tree import importable
+from opiq_jax.reporting import portable, source_revision
+from opiq_jax.store.files import atomic_write_text
+
+
+@dataclass(frozen=True)
+class Job:
+    """One benchmark configuration: its label, its command's arguments after ``python -m``, and how to read its
+    rate (environment steps per second) from the folder it wrote."""
+
+    label: str
+    module_args: tuple[str, ...]
+    read_rate: Callable[[Path], float]
+
+
+def trainer_rate(env: str) -> Callable[[Path], float]:
+    """The rate of ``opiq-jax bench``'s trainer row for ``env`` (one number of runs is timed per job)."""
+    def read(folder: Path) -> float:
+        rows = json.loads((folder / "bench.json").read_text())["envs"][env]["rows"]
+        return max(row["trainer"]["steps_per_s"] for row in rows if row["trainer"].get("steps_per_s"))
+    return read
+
+
+def montezuma_rate(kind: str) -> Callable[[Path], float]:
+    """The rate of ``montezuma_bench``'s rows of ``kind`` ('agent' or 'raw' EnvPool) on one device."""
+    def read(folder: Path) -> float:
+        rows = json.loads((folder / "montezuma_bench.json").read_text())["rows"]
+        return max(row["env_steps_per_second"] for row in rows if row["kind"] == kind and row.get("devices", 1) == 1)
+    return read
+
+
+def bench_job(env: str, runs: int, precision: str, steps: int, extra: tuple[str, ...] = ()) -> Job:
+    """``opiq-jax bench`` on ``env`` at exactly ``runs`` runs, OPIQ at the paper's settings, no plain baseline."""
+    args = ("opiq_jax", "bench", "--envs", env, "--min-runs", str(runs), "--max-runs", str(runs),
+            "--precision", precision, "--steps-per-measure", str(steps), "--repeats", "2", "--no-baseline",
+            "--no-progress", "--probe-bytes", str(2**28), "--matmul-size", "2048", *extra)
+    name = f"{env}, {runs} runs, {precision}" + (f" ({' '.join(extra)})" if extra else "")
+    return Job(name, args, trainer_rate(env))
+
+
+def montezuma_job(pool: int, steps: int, buffer_size: int) -> Job:
+    """``montezuma_bench`` at one pool size, the agent overlapped with its emulators (the default program)."""
+    args = ("experiments.bench.montezuma_bench", "--pool-sizes", str(pool), "--steps", str(steps),
+            "--buffer-size", str(buffer_size), "--no-strict")
+    return Job(f"Montezuma, {pool} environments, OPIQ agent", args, montezuma_rate("agent"))
+
+
+def default_jobs(quick: bool) -> list[Job]:
+    """The default programs of the chain and the maze in float32 and bfloat16, and Montezuma's agent; ``quick``:
+    a few runs and steps of the chain and the maze, for a CPU test."""
+    if quick:
+        return [bench_job("chain", 2, "float32", 20), bench_job("maze", 1, "float32", 10)]
+    return [bench_job("chain", 4096, "float32", 1000), bench_job("chain", 4096, "bfloat16", 1000),
+            bench_job("maze", 512, "float32", 250), bench_job("maze", 1024, "bfloat16", 250),
+            montezuma_job(16, 1000, 20000)]
+
+
+def run_job(job: Job, tree: Path, folder: Path) -> dict:
+    """Runs ``job`` with ``tree``'s code from ``tree``'s folder; returns its rate and wall-clock, or its error."""
+    tree = importable(tree.resolve())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])))
+    out_args = ("--out", str(folder.resolve()))
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", *job.module_args, *out_args], cwd=tree, env=env,
+                          capture_output=True, text=True)
+    seconds = round(time.perf_counter() - started, 1)
+    if done.returncode != 0:
+        return dict(rate=None, seconds=seconds, error=done.stderr.strip().splitlines()[-1:] or ["exit status"])
+    return dict(rate=job.read_rate(folder), seconds=seconds, error=None)
+
+
+def best_rates(rounds: list[dict], labels: list[str], job: str) -> dict[str, float | None]:
+    """Each tree's fastest rate of ``job`` over the rounds (None where it never ran)."""
+    def best(label: str) -> float | None:
+        rates = [r[job][label]["rate"] for r in rounds if r[job][label]["rate"] is not None]
+        return max(rates) if rates else None
+    return {label: best(label) for label in labels}
+
+
+def table(rounds: list[dict], labels: list[str], jobs: list[Job], device: str) -> str:
+    """The README table: the best rate of each tree per job and each tree's ratio to the first tree's."""
+    first = labels[0]
+    head = ["| benchmark | " + " | ".join(f"{label} steps/s" for label in labels) + " | "
+            + " | ".join(f"{label} / {first}" for label in labels[1:]) + " |",
+            "|---|" + "---|" * (2 * len(labels) - 1)]
+    rows = []
+    for job in jobs:
+        best = best_rates(rounds, labels, job.label)
+        rates = " | ".join("failed" if best[label] is None else f"{best[label]:,.0f}" for label in labels)
+        ratios = " | ".join("n/a" if None in (best[label], best[first]) else f"{best[label] / best[first]:.3f}"
+                            for label in labels[1:])
+        rows.append(f"| {job.label} | {rates} | {ratios} |")
+    return "\n".join([f"Environment steps per second on {device}, the fastest of {len(rounds)} round(s) per tree "
+                      "(the trees alternate within each round; compiles excluded).", "", *head, *rows])
+
+
+@dataclass
+class Args:
+    trees: tuple[str, ...] = ("before=bench-trees/before", "after=.")
+    """LABEL=FOLDER for each source tree, the first being the one the others are compared with."""
+    rounds: int = 2
+    """How many times each tree runs every benchmark (alternating); the fastest round counts."""
+    out: Path = Path("results/bench-revisions")
+    """Folder for revisions.json, README.md and run_info.json."""
+    quick: bool = False
+    """A few runs and steps of the chain and the maze only (a CPU test of this script)."""
+
+
+def parse_trees(specs: tuple[str, ...]) -> dict[str, Path]:
+    """``LABEL=FOLDER`` pairs as a dict, refusing a malformed pair, a repeated label or a folder without the
+    package, in one line each."""
+    trees: dict[str, Path] = {}
+    for spec in specs:
+        label, sep, folder = spec.partition("=")
+        if not sep or not label or not folder:
+            raise SystemExit(f"--trees: {spec!r} is not LABEL=FOLDER")
+        if label in trees:
+            raise SystemExit(f"--trees: the label {label!r} is given twice")
+        if not (Path(folder) / "opiq_jax" / "__init__.py").is_file():
+            raise SystemExit(f"--trees: {folder!r} holds no opiq_jax package")
+        trees[label] = Path(folder)
+    if len(trees) < 2:
+        raise SystemExit("--trees: give at least two trees to compare")
+    return trees
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = tyro.cli(Args, args=argv)
+    trees = parse_trees(args.trees)
+    jobs, labels = default_jobs(args.quick), list(trees)
+    import jax  # after the arguments are checked: a typo costs no backend start
+
+    device = jax.devices()[0].device_kind
+    started, rounds = time.perf_counter(), []
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every job: a call cut short keeps the rates it measured
+        atomic_write_text(args.out / "revisions.json", json.dumps(dict(
+            device=device, trees={k: portable(str(v)) for k, v in trees.items()},
+            jobs=[dict(label=j.label, command=["python", "-m", *j.module_args]) for j in jobs], rounds=rounds),
+            indent=1))
+    for number in range(args.rounds):
+        rounds.append({})
+        for index, job in enumerate(jobs):
+            rounds[-1][job.label] = {}
+            for label in labels:
+                folder = args.out / "raw" / f"round{number}" / f"job{index}-{label}"
+                rounds[-1][job.label][label] = run_job(job, trees[label], folder)
+                print(f"round {number + 1}: {job.label}, {label}: {rounds[-1][job.label][label]}", file=sys.stderr)
+                save()
+    text = table(rounds, labels, jobs, device)
+    command = "python -m experiments.bench.revisions " + " ".join(portable(a) for a in (argv or sys.argv[1:]))
+    atomic_write_text(args.out / "README.md", f"# Benchmarks of several source trees\n\n`{command}`\n\n{text}\n")
+    atomic_write_text(args.out / "run_info.json", json.dumps(dict(
+        device=device, jax=jax.__version__, command=command, wall_seconds=round(time.perf_counter() - started),
+        revision=source_revision(), settings=dataclasses.asdict(args) | {"out": portable(str(args.out))}),
+        indent=1))
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""``python -m experiments.bench.revisions``: the same benchmarks for several source trees, taking turns.
+
+The subprocesses' rates are replaced by fixed numbers here (a real run is a GPU's work); what is checked is that
+every tree runs every job in every round, in turn, that the table keeps each tree's fastest round and its ratio to
+the first tree, that a failed job reads as failed, and that bad ``--trees`` are refused in one line.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.bench import revisions
+
+HERE = str(Path(__file__).resolve().parents[1])
+
+
+def fake_runs(rates: dict[str, list[float | None]]):
+    """A stand-in for ``run_job`` that gives each tree its next rate from ``rates`` and records the order."""
+    calls: list[tuple[str, str]] = []
+
+    def run(job, tree, folder):
+        label = folder.name.split("-", 1)[1]
+        calls.append((job.label, label))
+        rate = rates[label].pop(0)
+        return dict(rate=rate, seconds=1.0, error=None if rate is not None else ["boom"])
+    return run, calls
+
+
+def test_trees_take_turns_and_the_table_keeps_the_fastest_round(monkeypatch, tmp_path):
+    jobs = revisions.default_jobs(quick=True)
+    run, calls = fake_runs({"old": [100.0, 50.0, 120.0, 40.0], "new": [110.0, None, 90.0, 60.0]})
+    monkeypatch.setattr(revisions, "run_job", run)
+    out = tmp_path / "a, \"quoted\" résumé"
+    revisions.main(["--trees", f"old={HERE}", f"new={HERE}", "--rounds", "2", "--quick", "--out", str(out)])
+    per_round = [(job.label, label) for job in jobs for label in ("old", "new")]
+    assert calls == per_round * 2
+    text = (out / "README.md").read_text()
+    chain, maze = jobs[0].label, jobs[1].label
+    assert f"| {chain} | 120 | 110 | 0.917 |" in text  # old's best is round 2's 120, new's round 1's 110
+    assert f"| {maze} | 50 | 60 | 1.200 |" in text  # new's failed round leaves its other one
+    saved = json.loads((out / "revisions.json").read_text())
+    assert saved["rounds"][0][maze]["new"]["error"] == ["boom"]
+    assert json.loads((out / "run_info.json").read_text())["settings"]["rounds"] == 2
+
+
+def test_a_job_that_never_ran_reads_failed_and_has_no_ratio():
+    jobs = revisions.default_jobs(quick=True)[:1]
+    rounds = [{jobs[0].label: {"old": dict(rate=10.0), "new": dict(rate=None)}}]
+    assert f"| {jobs[0].label} | 10 | failed | n/a |" in revisions.table(rounds, ["old", "new"], jobs, "cpu")
+
+
+@pytest.mark.parametrize("trees, message", [
+    (["old"], "is not LABEL=FOLDER"),
+    ([f"old={HERE}", f"old={HERE}"], "given twice"),
+    ([f"old={HERE}", "new=/nonexistent"], "holds no opiq_jax package"),
+    ([f"old={HERE}"], "at least two trees"),
+])
+def test_bad_trees_are_refused_in_one_line(trees, message):
+    with pytest.raises(SystemExit, match=message):
+        revisions.parse_trees(tuple(trees))
+
+
+def test_a_failing_subprocess_gives_its_last_error_line(tmp_path):
+    job = revisions.Job("nothing", ("opiq_jax", "no-such-command"), lambda folder: 1.0)
+    result = revisions.run_job(job, Path(HERE), tmp_path / "out")
+    assert result["rate"] is None and result["error"]
