@@ -328,6 +328,11 @@ HAND_CHECKED: dict[str, dict[str, str]] = {
                                                        "the parser is checked on hand-written HLO"},
     "test_regression_illustration.py": {"Figure": "replaced by a subclass that keeps the figures the script draws "
                                                   "without pyplot"},
+    "test_bench_revisions.py": {
+        **dict.fromkeys(("run_job", "Job", "default_jobs"), "a real job is a GPU's minutes: the subprocesses are "
+                        "replaced by fixed rates, and one failing command is run"),
+        **dict.fromkeys(("table", "parse_trees"), "a job that never ran and bad --trees are checked on their own"),
+    },
     "test_throughput_table.py": {
         **dict.fromkeys(("FrameCounts", "Replay", "SimHashCounts"),
                         "torch is not in the test install: the PyTorch loop's NumPy pieces are checked alone"),

@@ -16,6 +16,8 @@ card, the command, the trees and this tree's revision). Each benchmark's own fil
 
 Run: ``python -m experiments.bench.revisions --trees before=bench-trees/REV after=. --out DIR``; ``--quick`` is a
 tiny CPU run of the same code (a test).
+
+Reaches inside: opiq_jax.store.files, for its atomic writes (a call cut short keeps the rates it measured).
 """
 
 from __future__ import annotations
