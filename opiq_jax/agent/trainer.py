@@ -32,14 +32,14 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
-import optax
 
 from ..common.config import HParams, StaticConfig, hparam_options
 from ..kernels.mlp_backward import SQUARE_SUMS
 from ..parts import PARTS, Example, Part, checked_metrics, checked_output, checked_state, get_part
 from ..contracts import Batch, Decision, Stepping, Outcome, StepRecord
 from ..contracts.pool import ATARI_FRAMES
-from ..primitives.networks import init_params, init_variables, make_bootstrapped_network, make_network
+from ..primitives.networks import init_params, init_variables, make_bootstrapped_network, make_network, network_for
+from ..primitives.optimiser import make_optimiser
 from ..primitives.state import DIAGNOSTIC_METRICS, ChunkStats, Diagnostics, RunState, RunStats, TrainState
 from ..primitives.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
 from ..registry.environments import contracts_of, environment_spec
@@ -75,6 +75,8 @@ METRIC_DOCS = {
     "sketch_false_visits": "share of the probe's never-taken (code, action) pairs that the sketch reads as taken "
                            "(pool)",
     "probe_codes": "codes whose exact counts the probe keeps (pool; at most opiq_jax.contracts.pool.PROBE_SLOTS)",
+    "count_nonfinite": "1 where the learned count's network, optimiser or moments are NaN or infinite (count_features "
+                       "cfn; the run is then flagged nonfinite too)",
 }
 """What each metric of the results' ``metrics.csv`` means."""
 
@@ -93,27 +95,15 @@ def stream_slot(name: str) -> int | None:
     return next((part.random_streams[name] for part in PARTS.values() if name in part.random_streams), None)
 PACKING_STREAM = 0x9AC4
 """``fold_in`` of an update's sampling key giving packed storage's rounding key (the parts' keys fold in 1, 2, ...)."""
-
-
-def make_optimiser(static: StaticConfig) -> optax.GradientTransformation:
-    """Global-norm clip then PyTorch-style RMSProp scaling; the per-run learning rate is applied after."""
-    return optax.chain(
-        optax.clip_by_global_norm(static.grad_clip),
-        optax.scale_by_rms(decay=static.rms_decay, eps=static.rms_eps, eps_in_sqrt=False),
-    )
-
-
-SMALLEST_CONV_SIDE = 16
-"""The smallest image side ``auto`` gives the maze's conv net: its two VALID 3x3 convolutions of stride 2 leave a
-3x3 map of a 16x16 image, but a single cell of MinAtar's 10x10 or MiniGrid's 7x7 view, which the MLP reads whole."""
+COUNT_STREAM = 0xC0C0
+"""``fold_in`` of an update's sampling key giving a learned count's key for its own step."""
+COUNT_TARGETS_STREAM = 0xC01F
+"""``fold_in`` of a step's environment key giving a learned count's draw of the targets stored with the step."""
 
 
 def network_name(static: StaticConfig, obs_shape: tuple[int, ...]) -> str:
-    """``static.network``, or for ``auto`` the small conv net for images whose sides are both at least
-    :data:`SMALLEST_CONV_SIDE` and an MLP over the flattened observation for anything else (vectors, small grids)."""
-    if static.network != "auto":
-        return static.network
-    return "maze_conv" if len(obs_shape) == 3 and min(obs_shape[:2]) >= SMALLEST_CONV_SIDE else "mlp"
+    """``static.network``, or for ``auto`` :func:`~opiq_jax.primitives.networks.network_for` the observation."""
+    return network_for(static.network, obs_shape)
 
 
 def uses_pallas_torso(static: StaticConfig, net_name: str) -> bool:
@@ -148,7 +138,7 @@ def make_stepping(static: StaticConfig, env: Any = None) -> Stepping:
     """The stepping of ``static.env``: its environment built from the registry, or ``env`` (a pool must
     be given: it is started by the host loop with every run's emulators)."""
     spec = environment_spec(static.env)
-    stepping, replay, counting = contracts_of(spec)
+    stepping, replay, counting = contracts_of(spec, static)
     if stepping.started_by_host:
         if env is None:
             raise ValueError(f"{static.env} is a pool environment: pass its pool (or PoolShapes) to make_train")
@@ -398,8 +388,10 @@ def choose_actions(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunSta
     explore = jax.random.uniform(k_explore, (envs,)) < epsilon_at(agent, run, step)
     actions = jnp.where(explore, jax.random.randint(k_random, (envs,), 0, agent.num_actions), greedy).astype(jnp.int32)
     chosen_bonus = None if bonus is None else jnp.take_along_axis(bonus, actions[:, None], axis=1)[:, 0]
+    # a learned count's targets for the replay (its coin flips), from a key of their own: no other draw changes
+    count_target = agent.counting.draw_targets(jax.random.fold_in(k_env, COUNT_TARGETS_STREAM), envs)
     return run.replace(key=key), Decision(actions=actions, columns=columns, before=before, env_key=k_env,
-                                          bonus=chosen_bonus)
+                                          bonus=chosen_bonus, count_target=count_target)
 
 
 def record_step(agent: Agent, run: RunState, decision: Decision, outcome: Outcome) -> RunState:
@@ -535,6 +527,9 @@ def update(agent: Agent, run: RunState) -> RunState:
         stats = stats.replace(diagnostics=sampled_diagnostics(agent, run, batch, targets, q))
     if agent.replay.writes_priorities:  # a prioritised replay: the rows' TD errors, written back
         learned = learned.replace(memory=agent.replay.prioritised(run, batch, row_td_errors(q, batch, targets)))
+    if agent.uses_counts and agent.counting.learns:  # a learned count: a step on the same minibatch
+        with jax.named_scope("counts"):
+            learned = learned.replace(counts=agent.counting.learn(run, batch, jax.random.fold_in(k_q, COUNT_STREAM)))
     parts, updating = dict(run.parts), [p for p in agent.parts if type(p).update is not Part.update]
     for j, part in enumerate(updating):  # each part learns from the run as it was sampled, with a key of its own
         with jax.named_scope(part.name):
@@ -711,6 +706,8 @@ def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunStat
     bonus = contributions(agent, "action_bonus", (1, agent.num_actions), run, start_obs[None], n0)
     nonfinite = (stats.nonfinite | ~jnp.isfinite(stats.chunk.loss_sum) | ~jnp.all(jnp.isfinite(q0))
                  | ~all_finite(agent.weights.master(run)))
+    if agent.uses_counts and agent.counting.learns:  # a learned count gone NaN stops its run as a NaN loss does
+        nonfinite = nonfinite | ~all_finite(run.counts)
     metrics.update({
         "max_return": jnp.where(jnp.isfinite(stats.max_return), stats.max_return, jnp.nan),
         **{name: jnp.sum(seen).astype(jnp.float32) for name, seen in stats.visited.items()},

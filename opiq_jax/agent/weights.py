@@ -28,6 +28,7 @@ from flax import struct
 from ..common.config import StaticConfig
 from ..primitives import packed_state
 from ..primitives.networks import in_compute_precision
+from ..primitives.optimiser import sgd_step
 from ..primitives.state import RunState
 
 
@@ -55,13 +56,6 @@ class PackedStored:
     compute: Any  # the bfloat16 copy the forward passes read, which is the weights' high bytes
     low: Any  # uint8: the weights' low bytes (empty arrays for the leaves that compute in float32)
     accumulator: Any  # RMSProp's accumulator in bfloat16
-
-
-def sgd_step(optimiser: optax.GradientTransformation, params: Any, opt_state: Any, grads: Any, lr: jax.Array):
-    """One clipped RMSProp step of float32 ``params`` with the run's learning rate."""
-    grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)  # bfloat16 under mixed precision
-    updates, opt_state = optimiser.update(grads, opt_state, params)
-    return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
 
 
 class WeightStorage(abc.ABC):

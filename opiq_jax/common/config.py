@@ -185,9 +185,19 @@ class StaticConfig:
     target_update: int = option(200, "Steps between copies of the online network to the target network.",
                                 minimum=1, environment_default=True)
     gamma: float = option(0.99, "Discount.", minimum=0.0, maximum=1.0)
-    count_features: str = option("simhash", "What is counted: SimHash codes of the observation (the paper) or the "
-                                 "environment's exact cell id (no aliasing); Montezuma counts its frame feature.",
-                                 choices=("simhash", "exact"))
+    count_features: str = option("simhash", "What is counted: SimHash codes of the observation (the paper), the "
+                                 "environment's exact cell id (no aliasing), or cfn: a learned pseudo-count of the "
+                                 "observation (coin-flip network; the chain, the maze and gymnax environments); "
+                                 "Montezuma counts its frame feature.",
+                                 choices=("simhash", "exact", "cfn"))
+    cfn_outputs: int = option(20, "The learned count (--count-features cfn): coin flips d drawn per step and "
+                              "regressed per action; more give less noisy counts.", minimum=1, maximum=32)
+    cfn_torso: str = option("auto", "The learned count's network: mlp (on the flattened observation), maze_conv, or "
+                            "auto (as the Q-network's auto rule picks for the observation).",
+                            choices=("auto", "mlp", "maze_conv"))
+    cfn_hidden: Hidden = option((256, 256), "Hidden layer widths of the learned count's MLP.")
+    cfn_lr: float = option(5e-4, "The learned count's RMSProp learning rate (one step per update, on the update's "
+                           "minibatch).", minimum=0.0, open_minimum=True)
     simhash_bits: int = option(32, "SimHash code length k.", minimum=1, environment_default=True)
     sketch_rows: int = option(4, "Rows of the count-min sketch.", minimum=1)
     sketch_width: int = option(1 << 14, "Columns per row of the count-min sketch.", minimum=2,
@@ -301,6 +311,10 @@ class StaticConfig:
             (self.train_every % e == 0 or e % self.train_every == 0,
              f"{name['train_every']} ({self.train_every}) and {name['envs_per_run']} ({e}) must divide one another"),
             (all(w >= 1 for w in self.hidden), f"{name['hidden']} widths must be >= 1, got {self.hidden}"),
+            (all(w >= 1 for w in self.cfn_hidden), f"{name['cfn_hidden']} widths must be >= 1, got {self.cfn_hidden}"),
+            (self.count_features == "cfn" or all(self.value(o) == STATIC_OPTIONS[o].default for o in CFN_OPTIONS),
+             f"{', '.join(name[o] for o in CFN_OPTIONS)} set the learned count: they need {name['count_features']} "
+             f"cfn, got {self.count_features}"),
             (x.weight_storage == "float32" or x.precision == "bfloat16",
              f"{name['weight_storage']} packed needs {name['precision']} bfloat16 (float32 networks keep float32 "
              f"weights), got {x.precision}"),
@@ -328,6 +342,10 @@ def _declared_fields(config: type) -> dict[str, Option]:
             options[f.name] = dataclasses.replace(f.metadata["option"], name=f.name, type=types[f.name])
     return options
 
+
+CFN_OPTIONS = ("cfn_outputs", "cfn_torso", "cfn_hidden", "cfn_lr")
+"""The learned count's options (``count_features cfn``): refused with any other counting, where they would change
+nothing."""
 
 STATIC_OPTIONS: dict[str, Option] = _declared_fields(StaticConfig)
 """Every static option by public name: :class:`StaticConfig`'s fields, then the registered parts' and environments'

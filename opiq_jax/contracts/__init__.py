@@ -36,10 +36,12 @@ class Decision:
     """What a run decided before the environment step (per run, ``E`` environments)."""
 
     actions: jax.Array  # int32[E]
-    columns: jax.Array | None  # int32[E, rows]: sketch columns of the current states (None without counts)
+    columns: jax.Array | None  # [E, ...]: where the current states are counted (the sketch's int32 columns, a learned
+    # count's input features; None without counts)
     before: jax.Array  # the current states as the stepping remembers them ([E, compact_dim] or frames [E, H, W])
     env_key: jax.Array  # the run's key for this environment step
     bonus: jax.Array | None = None  # float32[E]: the parts' action bonus of the chosen actions (None: no part has one)
+    count_target: jax.Array | None = None  # [E]: what a learned count keeps with each step (None: nothing)
 
 
 @struct.dataclass
@@ -77,7 +79,9 @@ class Batch:
     ``step_obs`` and ``reached_obs`` (``[B, n, ...]``: each step's state and the state it reached, as bonus
     networks read them), ``step_columns`` / ``next_columns`` (count-min sketch columns), ``cells`` and ``next_cells``
     (cell ids of ``s_t`` and of the bootstrap states, for the per-cell tables), and from the trainer ``step_counts``
-    (``N(s_{t+i}, a_{t+i})``, int32[B, n]) and ``next_counts`` (``N(s_{t+L}, .)``, int32[B, A]).
+    (``N(s_{t+i}, a_{t+i})``, int32[B, n]) and ``next_counts`` (``N(s_{t+L}, .)``, int32[B, A]); a learned
+    count's are float32. Where the counter learns (:attr:`Counting.learns`), ``count_targets`` ([B, n]): what each step
+    was stored with for it.
     """
 
     def __init__(self, *, actions, rewards, terminated, included, weights=None, mc_return=None, mc_known=None,
@@ -196,8 +200,14 @@ class Counting(Contract, abc.ABC):
     *columns*, from the stepping's count key of the state) and ``N(s, a)`` read there. The trainer and the parts see
     counts only through it (``Batch.step_counts``, ``next_counts``; the action bonus's ``counts``).
 
+    A counter that learns (``learns``: :class:`~opiq_jax.contracts.learned.LearnedCounting`) has a
+    ``count_target`` drawn for every step (:meth:`draw_targets`), which the replay stores with the step and gives
+    back as the batch's ``count_targets``, and it takes a step of its own on every update's minibatch (:meth:`learn`).
+
     Per-run methods run under the trainer's ``vmap`` over runs (``run`` is one run's state)."""
 
+    learns: ClassVar[bool] = False
+    """Whether its counts are learned from the replay's minibatches (:meth:`draw_targets`, :meth:`learn`)."""
     counted: str = ""
     """What it counts, in words, as a results folder's ``config.json`` records it."""
     metric_names: tuple[str, ...] = ()
@@ -230,6 +240,16 @@ class Counting(Contract, abc.ABC):
         del run
         return {}
 
+    def draw_targets(self, key: jax.Array, envs: int) -> jax.Array | None:
+        """``[envs]``: what the replay keeps with each of a run's ``envs`` steps for :meth:`learn` (``learns``
+        only; the default keeps nothing)."""
+        del key, envs
+        return None
+
+    def learn(self, run: Any, batch: Batch, key: jax.Array) -> Any:
+        """One run's counts after a step of learning from ``batch`` (its ``count_targets``), ``learns`` only."""
+        raise NotImplementedError(f"{type(self).__name__} does not learn its counts (learns is False)")
+
 
 class Stepping(Contract, abc.ABC):
     """What the trainer asks of an environment family: how its environments are stepped and what is seen, with what
@@ -249,6 +269,8 @@ class Stepping(Contract, abc.ABC):
     """The replay its runs keep unless the environment's spec names another."""
     counting_class: ClassVar[type[Counting]]
     """What counts its states unless the environment's spec names another."""
+    learned_counting_class: ClassVar[type[Counting] | None] = None
+    """What counts its states with ``count_features cfn`` (a learned pseudo-count); None where it has none."""
     num_actions: int
     envs_per_run: int
     """``E``: the environments each run acts in at once, :meth:`environments_per_run` of the configuration. Every

@@ -23,6 +23,7 @@ from ..common.config import StaticConfig
 from ..envs.base import CompactEnvironment
 from ..primitives import counts, replay
 from ..primitives.targets import window_mask
+from .learned import LearnedCounting
 from .sketch import SketchCounting
 
 
@@ -36,6 +37,7 @@ class Transition:
     terminated: jax.Array  # bool: s_{t+1} is a true terminal
     done: jax.Array  # bool: the episode ended at this step (terminated or truncated)
     next_compact: jax.Array  # [compact_dim]: s_{t+1} before any auto-reset
+    count_target: Any = None  # what a learned count keeps with the step (its packed coin flips); None: nothing
 
 
 @struct.dataclass
@@ -220,8 +222,10 @@ class CompactReplay(Replay):
 
     def example_item(self, env: EnvData) -> Transition:
         compact = self.env.compact_state(env.state)
+        target = self.stepping.counting.draw_targets(jax.random.key(0), 1)
         return Transition(compact=compact, action=jnp.int32(0), reward=jnp.float32(0), terminated=jnp.bool_(False),
-                          done=jnp.bool_(False), next_compact=compact)
+                          done=jnp.bool_(False), next_compact=compact,
+                          count_target=None if target is None else jnp.zeros_like(target[0]))
 
     def init(self, env: EnvData, start: Any) -> replay.ReplayBuffer:
         del start
@@ -234,6 +238,7 @@ class CompactReplay(Replay):
             reward=(outcome.reward[0] - run.hparams["reward_subtract"]).astype(jnp.float32),
             terminated=outcome.terminated[0], done=outcome.terminated[0] | outcome.truncated[0],
             next_compact=outcome.extra["next_compact"][0],
+            count_target=None if decision.count_target is None else decision.count_target[0],
         )
         return replay.add(run.memory, item), item
 
@@ -259,6 +264,7 @@ class CompactReplay(Replay):
         last = jnp.sum(included.astype(jnp.int32), axis=1) - 1
         next_compact = jnp.take_along_axis(windows.next_compact, last[:, None, None], axis=1)[:, 0]
         columns = jax.vmap(lambda c: self.stepping.counting.columns(run, c))
+        learned = {} if windows.count_target is None else {"count_targets": lambda: windows.count_target}
         return Batch(
             actions=windows.action, rewards=windows.reward, terminated=windows.terminated, included=included,
             lazy=dict(
@@ -270,6 +276,7 @@ class CompactReplay(Replay):
                 next_columns=lambda: columns(next_compact),
                 cells=lambda: jax.vmap(self.env.cell_id)(windows.compact[:, 0]),
                 next_cells=lambda: jax.vmap(self.env.cell_id)(next_compact),
+                **learned,
             ),
         )
 
@@ -282,5 +289,6 @@ class CompactReplay(Replay):
 
 
 CompactStepping.replay_class, CompactStepping.counting_class = CompactReplay, CompactCounting
+CompactStepping.learned_counting_class = LearnedCounting
 
 __all__ = ["CompactCounting", "CompactStepping", "CompactReplay", "CountFeatures", "EnvData", "Transition"]

@@ -187,10 +187,12 @@ def finished_by_metrics(out: Path, experiment: Experiment) -> bool:
 def report_nonfinite(metrics: dict, experiment: Experiment, step: int, flagged: set[int], loop: Loop) -> None:
     """Says which runs became non-finite in this chunk (once each); raises :class:`NonFiniteRuns` if asked to."""
     new = [i for i in np.flatnonzero(np.asarray(metrics["nonfinite"]) > 0) if i not in flagged]
+    counts = np.asarray(metrics.get("count_nonfinite", np.zeros(len(experiment.runs))))
     for i in new:
         spec = experiment.runs[i]
-        loop.say(f"opiq-jax: run {i} ({spec.method}, {spec.setting}, seed {spec.seed}) has NaN or infinite loss, "
-                 f"Q-values or parameters by step {step:,}; "
+        what = "its learned count" if counts[i] > 0 else "loss, Q-values or parameters"
+        loop.say(f"opiq-jax: run {i} ({spec.method}, {spec.setting}, seed {spec.seed}) has NaN or infinite {what} "
+                 f"by step {step:,}; "
                  + ("stopping" if loop.stop_on_nonfinite else "the other runs go on"))
     flagged.update(new)
     if new and loop.stop_on_nonfinite:

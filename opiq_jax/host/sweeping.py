@@ -184,8 +184,8 @@ def checked_preset(name: str, data: dict) -> Preset:
 MAX_SWEEP_RUNS = 1_000_000
 """The most runs (settings x seeds) a sweep plans: its list of runs is built on the host before anything trains."""
 
-LOWER_IS_BETTER = frozenset({"loss", "td_error_max", "q_abs_max", "nonfinite", "env_restarts", "sketch_overcount",
-                             "sketch_false_visits", "unknown_return_share"})
+LOWER_IS_BETTER = frozenset({"loss", "td_error_max", "q_abs_max", "nonfinite", "count_nonfinite", "env_restarts",
+                             "sketch_overcount", "sketch_false_visits", "unknown_return_share"})
 """Metrics a sweep ranks smallest first: errors and faults, where the largest area would be the worst setting."""
 
 

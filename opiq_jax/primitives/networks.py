@@ -266,6 +266,19 @@ def zero_final_layer(params: chex.ArrayTree) -> chex.ArrayTree:
     return {**params, "params": {**params["params"], HEAD: new_head}}
 
 
+SMALLEST_CONV_SIDE = 16
+"""The smallest image side ``auto`` gives the maze's conv net: its two VALID 3x3 convolutions of stride 2 leave a
+3x3 map of a 16x16 image, but a single cell of MinAtar's 10x10 or MiniGrid's 7x7 view, which the MLP reads whole."""
+
+
+def network_for(choice: str, obs_shape: tuple[int, ...]) -> str:
+    """The network ``choice`` names, or for ``auto`` the small conv net for images whose sides are both at least
+    :data:`SMALLEST_CONV_SIDE` and an MLP over the flattened observation for anything else (vectors, small grids)."""
+    if choice != "auto":
+        return choice
+    return "maze_conv" if len(obs_shape) == 3 and min(obs_shape[:2]) >= SMALLEST_CONV_SIDE else "mlp"
+
+
 def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256),
                  dtype: jnp.dtype = jnp.float32, pallas_torso: bool = False, lean_backward: bool = False) -> nn.Module:
     """Builds a network by name: ``mlp``, ``maze_conv`` or ``nature``, its hidden layers computing in ``dtype``

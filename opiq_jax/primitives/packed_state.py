@@ -128,7 +128,7 @@ def clipped(grads: chex.ArrayTree, square_sum: jax.Array, max_norm: float) -> ch
 
 
 def rmsprop_step(static, compute, lows, accumulator, grads, lr: jax.Array, salt: jax.Array, square_sums=None):
-    """One clipped RMSProp step on packed storage: ``trainer.make_optimiser``'s operations in float32 (the step
+    """One clipped RMSProp step on packed storage: ``optimiser.make_optimiser``'s operations in float32 (the step
     is one division where optax multiplies by a reciprocal, which can differ in the last bit).
 
     Returns the new ``(compute, lows, accumulator)``; ``salt`` (uint32) seeds the stochastic rounding.

@@ -167,11 +167,19 @@ def environment_spec(name: str) -> EnvironmentSpec:
     raise UnknownEnvironment(f"unknown env {name!r}: use {environment_names()}")
 
 
-def contracts_of(spec: EnvironmentSpec) -> tuple[type[Stepping], type[Replay], type[Counting]]:
+def contracts_of(spec: EnvironmentSpec, static: StaticConfig | None = None
+                 ) -> tuple[type[Stepping], type[Replay], type[Counting]]:
     """The classes an environment's runs are made of: its spec's stepping, and the replay and the counting its spec
-    names, else the stepping's own."""
+    names, else the stepping's own; with ``static``, the stepping's learned count where ``count_features`` is
+    ``cfn``."""
     stepping = spec.stepping
-    return stepping, spec.replay or stepping.replay_class, spec.counting or stepping.counting_class
+    counting = spec.counting or stepping.counting_class
+    if static is not None and static.count_features == "cfn":
+        if spec.counting is not None or stepping.learned_counting_class is None:
+            raise UsageError(f"count_features cfn: {static.env} counts with {counting.__name__}, which has no "
+                             "learned count")
+        counting = stepping.learned_counting_class
+    return stepping, spec.replay or stepping.replay_class, counting
 
 
 def started_by_host(env: str) -> bool:
