@@ -1,0 +1,158 @@
+"""How well the learned pseudo-count (``--count-features cfn``) of trained runs matches the exact counts it estimates.
+
+The coin-flip network regresses the signs stored with the steps its replay holds, so what ``Ñ(s, a)`` estimates is
+``N(s, a)``, the visits of each (cell, action) pair among the steps the replay holds. For each run of a results
+folder trained with ``--count-features cfn`` on an environment whose cells can be listed (the chain, the maze), from
+its newest checkpoint:
+
+* ``Ñ(s, a)`` of every (cell, action) pair, as the agent reads it when acting (``opiq_jax.Results.cell_values``);
+* ``N(s, a)``: the (cell, action) pairs of the steps in the run's replay, counted exactly.
+
+Over the pairs the replay holds, per run: the rank correlation of ``Ñ`` and ``N``, the median and quartiles of
+``Ñ / N``, and by ranges of ``N`` the median ratio; over the pairs it does not hold, the median ``Ñ``.
+
+``python -m experiments.studies.learned_count_calibration --results DIR --out DIR`` writes ``calibration.json``,
+``calibration.md``, ``calibration.png`` (``Ñ`` against ``N``, every run, log scales) and ``run_info.json``.
+
+Reaches inside: the runs' replay (``Results.state().state.memory``) and the environment's cell ids, for the exact
+counts the learned one is judged against; nothing else reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tyro
+
+import opiq_jax
+from opiq_jax.reporting import portable, source_revision
+from opiq_jax.store.files import atomic_write_text
+
+RANGES = ((1, 1), (2, 9), (10, 99), (100, 999), (1000, None))
+"""Ranges of the exact count over which the median ratio is reported."""
+
+
+def exact_counts(memory, cell_id, num_cells: int, num_actions: int) -> np.ndarray:
+    """``int64[runs, cells, actions]``: the (cell, action) pairs of the steps each run's replay holds."""
+    items, size = memory.items, np.asarray(memory.size)
+    compact, action = np.asarray(items.compact), np.asarray(items.action)
+    runs, capacity = action.shape
+    table = np.zeros((runs, num_cells * num_actions), np.int64)
+    for r in range(runs):
+        held = np.arange(capacity) < size[r]  # a ring that has wrapped holds every slot
+        cells = np.asarray(jax.vmap(cell_id)(jnp.asarray(compact[r][held])))
+        np.add.at(table[r], cells * num_actions + action[r][held], 1)
+    return table.reshape(runs, num_cells, num_actions)
+
+
+def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation, ties ranked in order of appearance (NaN below two pairs)."""
+    if len(a) < 2:
+        return float("nan")
+    return float(np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1])
+
+
+def run_row(learned: np.ndarray, exact: np.ndarray) -> dict:
+    """One run's calibration figures (``learned`` and ``exact``: ``[cells, actions]``)."""
+    held = exact > 0
+    ratio = learned[held] / exact[held]
+    by_range = {}
+    for low, high in RANGES:
+        inside = held & (exact >= low) & (exact <= (high if high is not None else np.inf))
+        label = f"{low}" if high == low else (f"{low}-{high}" if high is not None else f">={low}")
+        by_range[label] = float(np.median(learned[inside] / exact[inside])) if inside.any() else None
+    return dict(steps_held=int(exact.sum()), pairs_held=int(held.sum()), rank_correlation=rank_correlation(learned[held], exact[held]),
+                ratio_median=float(np.median(ratio)), ratio_q25=float(np.quantile(ratio, 0.25)),
+                ratio_q75=float(np.quantile(ratio, 0.75)), ratio_by_count=by_range,
+                unheld_pairs=int((~held).sum()),
+                unheld_median=float(np.median(learned[~held])) if (~held).any() else None)
+
+
+def table(rows: list[dict], folder: str, step: int) -> str:
+    """The markdown report."""
+    labels = [f"{low}" if high == low else (f"{low}-{high}" if high is not None else f">={low}") for low, high in RANGES]
+    lines = [f"Learned count against the exact counts of the replay, `{folder}` at step {step:,}.", "",
+             "| run | seed | pairs held | rank corr. | Ñ/N median (25-75 %) | " + " | ".join(f"N {x}" for x in labels)
+             + " | Ñ of pairs not held (median) |",
+             "|---|---|---|---|---|" + "---|" * len(labels) + "---|"]
+    for r in rows:
+        ranges = " | ".join("-" if r["ratio_by_count"][x] is None else f"{r['ratio_by_count'][x]:.2f}" for x in labels)
+        unheld = "-" if r["unheld_median"] is None else f"{r['unheld_median']:.2f}"
+        lines.append(f"| {r['run']} | {r['seed']} | {r['pairs_held']} | {r['rank_correlation']:.3f} | "
+                     f"{r['ratio_median']:.2f} ({r['ratio_q25']:.2f}-{r['ratio_q75']:.2f}) | {ranges} | {unheld} |")
+    corr = np.array([r["rank_correlation"] for r in rows])
+    ratio = np.array([r["ratio_median"] for r in rows])
+    lines += ["", f"Across runs: rank correlation median {np.median(corr):.3f} (lowest {corr.min():.3f}); median "
+              f"Ñ/N {np.median(ratio):.2f} (runs' medians from {ratio.min():.2f} to {ratio.max():.2f}). A ratio below 1 "
+              "is an under-count (more optimism than the exact count gives), above 1 an over-count."]
+    return "\n".join(lines)
+
+
+def draw(path: Path, learned: np.ndarray, exact: np.ndarray, title: str) -> None:
+    """``Ñ`` against ``N`` for every held pair of every run, log scales, with the line ``Ñ = N``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    held = exact > 0
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.scatter(exact[held], learned[held], s=3, alpha=0.25, color="tab:blue", linewidths=0)
+    top = max(float(exact.max()), float(learned[held].max()))
+    ax.plot([1, top], [1, top], color="black", lw=1, label="Ñ = N")
+    ax.set(xscale="log", yscale="log", xlabel="N(s, a): visits held in the replay", ylabel="Ñ(s, a): learned count",
+           title=title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+@dataclass
+class Args:
+    results: Path
+    """A results folder of one program trained with --count-features cfn on the chain or the maze."""
+    out: Path = Path("results/learned-count-calibration")
+    """Where calibration.json, calibration.md, calibration.png and run_info.json go."""
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = tyro.cli(Args, args=argv)
+    started = time.perf_counter()
+    results = opiq_jax.load(args.results)
+    static = results.config["static"]
+    if static.get("count_features") != "cfn":
+        raise SystemExit(f"{args.results}: trained with count_features {static.get('count_features')!r}, not cfn")
+    final = results.state()
+    learned = results.cell_values()["counts"]
+    from opiq_jax.registry.environments import environment_spec, static_for_env
+
+    env = environment_spec(static["env"]).make(static_for_env(static["env"], **{
+        k: v for k, v in static.items() if k in ("chain_length",)}))
+    exact = exact_counts(final.state.memory, env.cell_id, learned.shape[1], learned.shape[2])
+    rows = [dict(run=i, seed=run["seed"], method=run["method"], **run_row(learned[i], exact[i]))
+            for i, run in enumerate(final.runs)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = table(rows, portable(str(args.results)), final.step)
+    atomic_write_text(args.out / "calibration.json", json.dumps(dict(step=final.step, runs=rows), indent=1))
+    atomic_write_text(args.out / "calibration.md", text + "\n")
+    draw(args.out / "calibration.png", learned, exact, f"{static['env']}: learned against exact counts, step "
+         f"{final.step:,}, {len(rows)} runs")
+    command = "python -m experiments.studies.learned_count_calibration " + " ".join(
+        portable(a) for a in (argv if argv is not None else sys.argv[1:]))
+    atomic_write_text(args.out / "run_info.json", json.dumps(dict(
+        command=command, seconds=round(time.perf_counter() - started, 1), revision=source_revision(),
+        settings={k: portable(str(v)) for k, v in dataclasses.asdict(args).items()}), indent=1))
+    print(text)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
