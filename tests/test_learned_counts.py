@@ -106,8 +106,9 @@ def calibrated():
     def train(counts):
         def update(counts, key):
             rows = jax.random.randint(key, (64,), 0, stream.shape[0])
+            lazy = dict(step_columns=lambda: stream[rows][:, None], count_targets=lambda: signs[rows][:, None])
             batch = Batch(actions=jnp.zeros((64, 1), jnp.int32), rewards=None, terminated=None, included=None,
-                          lazy=dict(step_columns=lambda: stream[rows][:, None], count_targets=lambda: signs[rows][:, None]))
+                          lazy=lazy)
             return counting.learn(types.SimpleNamespace(counts=counts), batch, key), None
         return jax.lax.scan(update, counts, jax.random.split(jax.random.key(2), 20_000))[0]
 
@@ -188,6 +189,7 @@ def test_a_learned_count_gone_nonfinite_flags_its_run_and_says_so(tmp_path, caps
     results = opiq_jax.train("chain", ["opiq"], 1, steps=300, out=tmp_path / "r", progress=False,
                              count_features="cfn", cfn_lr=1e30, cfn_hidden=(8,), chain_length=6, log_every=100)
     said = capsys.readouterr()
-    assert "NaN or infinite its learned count" in said.out + said.err
-    flagged = {(r["metric"], r["step"]) for r in results.metrics if r["metric"].endswith("nonfinite") and r["value"] > 0}
+    assert "has a NaN or infinite learned count by step" in said.out + said.err
+    flagged = {(r["metric"], r["step"]) for r in results.metrics
+               if r["metric"].endswith("nonfinite") and r["value"] > 0}
     assert ("count_nonfinite", 300) in flagged and ("nonfinite", 300) in flagged

@@ -40,6 +40,11 @@ RANGES = ((1, 1), (2, 9), (10, 99), (100, 999), (1000, None))
 """Ranges of the exact count over which the median ratio is reported."""
 
 
+def range_label(low: int, high: int | None) -> str:
+    """``1``, ``2-9``, ``>=1000``: how a range of counts is named."""
+    return f"{low}" if high == low else (f"{low}-{high}" if high is not None else f">={low}")
+
+
 def exact_counts(memory, cell_id, num_cells: int, num_actions: int) -> np.ndarray:
     """``int64[runs, cells, actions]``: the (cell, action) pairs of the steps each run's replay holds."""
     items, size = memory.items, np.asarray(memory.size)
@@ -67,9 +72,9 @@ def run_row(learned: np.ndarray, exact: np.ndarray) -> dict:
     by_range = {}
     for low, high in RANGES:
         inside = held & (exact >= low) & (exact <= (high if high is not None else np.inf))
-        label = f"{low}" if high == low else (f"{low}-{high}" if high is not None else f">={low}")
-        by_range[label] = float(np.median(learned[inside] / exact[inside])) if inside.any() else None
-    return dict(steps_held=int(exact.sum()), pairs_held=int(held.sum()), rank_correlation=rank_correlation(learned[held], exact[held]),
+        by_range[range_label(low, high)] = float(np.median(learned[inside] / exact[inside])) if inside.any() else None
+    return dict(steps_held=int(exact.sum()), pairs_held=int(held.sum()),
+                rank_correlation=rank_correlation(learned[held], exact[held]),
                 ratio_median=float(np.median(ratio)), ratio_q25=float(np.quantile(ratio, 0.25)),
                 ratio_q75=float(np.quantile(ratio, 0.75)), ratio_by_count=by_range,
                 unheld_pairs=int((~held).sum()),
@@ -78,7 +83,7 @@ def run_row(learned: np.ndarray, exact: np.ndarray) -> dict:
 
 def table(rows: list[dict], folder: str, step: int) -> str:
     """The markdown report."""
-    labels = [f"{low}" if high == low else (f"{low}-{high}" if high is not None else f">={low}") for low, high in RANGES]
+    labels = [range_label(low, high) for low, high in RANGES]
     lines = [f"Learned count against the exact counts of the replay, `{folder}` at step {step:,}.", "",
              "| run | seed | pairs held | rank corr. | Ñ/N median (25-75 %) | " + " | ".join(f"N {x}" for x in labels)
              + " | Ñ of pairs not held (median) |",
@@ -91,8 +96,8 @@ def table(rows: list[dict], folder: str, step: int) -> str:
     corr = np.array([r["rank_correlation"] for r in rows])
     ratio = np.array([r["ratio_median"] for r in rows])
     lines += ["", f"Across runs: rank correlation median {np.median(corr):.3f} (lowest {corr.min():.3f}); median "
-              f"Ñ/N {np.median(ratio):.2f} (runs' medians from {ratio.min():.2f} to {ratio.max():.2f}). A ratio below 1 "
-              "is an under-count (more optimism than the exact count gives), above 1 an over-count."]
+              f"Ñ/N {np.median(ratio):.2f} (runs' medians from {ratio.min():.2f} to {ratio.max():.2f}). A ratio "
+              "below 1 is an under-count (more optimism than the exact count gives), above 1 an over-count."]
     return "\n".join(lines)
 
 

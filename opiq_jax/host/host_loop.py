@@ -190,8 +190,8 @@ def report_nonfinite(metrics: dict, experiment: Experiment, step: int, flagged: 
     counts = np.asarray(metrics.get("count_nonfinite", np.zeros(len(experiment.runs))))
     for i in new:
         spec = experiment.runs[i]
-        what = "its learned count" if counts[i] > 0 else "loss, Q-values or parameters"
-        loop.say(f"opiq-jax: run {i} ({spec.method}, {spec.setting}, seed {spec.seed}) has NaN or infinite {what} "
+        what = "a NaN or infinite learned count" if counts[i] > 0 else "NaN or infinite loss, Q-values or parameters"
+        loop.say(f"opiq-jax: run {i} ({spec.method}, {spec.setting}, seed {spec.seed}) has {what} "
                  f"by step {step:,}; "
                  + ("stopping" if loop.stop_on_nonfinite else "the other runs go on"))
     flagged.update(new)
