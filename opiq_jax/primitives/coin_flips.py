@@ -34,7 +34,7 @@ from flax import struct
 
 MAX_SIGNS = 32
 """Signs per step: one ``uint32`` of the replay holds them."""
-PRIOR_EPS = 1e-4
+PRIOR_EPS = 1e-8
 """Added to the prior's running variance before its square root (a constant output has variance 0)."""
 SMALLEST_COUNT = 1e-6
 """Where ``mean f²`` would divide by zero, it reads as this (a count of a million)."""
