@@ -340,8 +340,8 @@ def test_an_atari_game_is_called_by_its_game_in_the_plan_line_the_config_and_the
 
 # ---------------------------------------------------------------------------------- 8. a sweep's direction
 
-SMALLER_IS_BETTER = {"loss", "td_error_max", "q_abs_max", "nonfinite", "env_restarts", "sketch_overcount",
-                     "sketch_false_visits", "unknown_return_share"}
+SMALLER_IS_BETTER = {"loss", "td_error_max", "q_abs_max", "nonfinite", "count_nonfinite", "env_restarts",
+                     "sketch_overcount", "sketch_false_visits", "unknown_return_share"}
 """Errors and faults: the setting with the smallest area is the best."""
 LARGER_IS_BETTER = {"train_return", "test_return", "max_return", "states_visited", "state_actions_visited",
                     "rooms_visited", "episodes", "q_start", "qplus_start", "epsilon", "intrinsic_reward",

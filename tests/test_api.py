@@ -113,12 +113,14 @@ STRUCTURAL = dict(
     rnd_outputs=64, rnd_batch=16, dora_buffer_factor=2, dora_gamma=0.9, precision="bfloat16", maze_torso="xla",
     target_values="network", envs_per_run=2, overlap=False, env_kwargs=(("size", 8),), weight_storage="packed",
     mlp_backward="pallas", prior_values="table", mmc_unfinished="n_step", head_init_scale=0.5, network_init="flax",
+    cfn_outputs=8, cfn_torso="mlp", cfn_hidden=(16,), cfn_lr=1e-3,
 )
 # Options valid only beside another's non-default value: that value is set with them.
 NEEDS = {"weight_storage": {"precision": "bfloat16"},
          "mlp_backward": {"precision": "bfloat16", "weight_storage": "packed"},
          "envs_per_run": {"buffer_size": 4096}, "overlap": {"buffer_size": 4096},
-         "mmc_unfinished": {"buffer_size": 4096}}  # Montezuma's, smaller
+         "mmc_unfinished": {"buffer_size": 4096},  # Montezuma's, smaller
+         **dict.fromkeys(("cfn_outputs", "cfn_torso", "cfn_hidden", "cfn_lr"), {"count_features": "cfn"})}
 # options of the pool path (Montezuma's): refused on the chain
 POOL_ONLY = ("envs_per_run", "overlap", "mmc_unfinished")
 
