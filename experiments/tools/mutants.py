@@ -30,6 +30,7 @@ COUNTS = "tests/test_counts.py::"
 BASE = "tests/test_baselines.py::"
 MR = "tests/test_montezuma.py::"
 ENVS = "tests/test_envs.py::"
+LEARNED = "tests/test_learned_counts.py::"
 
 MONTEZUMA_TARGET = V + "test_montezuma_n_step_q_plus_target_with_mixed_monte_carlo_by_hand"
 MONTEZUMA_CLIP = V + "test_montezuma_stores_clipped_rewards_and_reports_unclipped_returns"
@@ -600,6 +601,34 @@ MUTANTS: tuple[Mutant, ...] = (
            'below = [p for p in folder.parent.rglob("*") if p.is_dir()]',
            "the provenance rule lets a cited sub-folder borrow its siblings' files",
            (ALGO + "test_the_index_and_the_provenance_rule_see_a_cited_sub_folder_as_that_sub_folder",)),
+    Mutant("cfn-count-of-mean-not-square", "opiq_jax/primitives/coin_flips.py",
+           "jnp.mean(jnp.square(outputs.astype(jnp.float32)), axis=-1)",
+           "jnp.square(jnp.mean(outputs.astype(jnp.float32), axis=-1))",
+           "the learned count is one over the square of the outputs' mean, not the mean of their squares",
+           (LEARNED + "test_the_pseudo_count_and_the_three_bonuses_by_hand",)),
+    Mutant("cfn-signs-all-positive", "opiq_jax/primitives/coin_flips.py",
+           "return bits.astype(jnp.float32) * 2.0 - 1.0", "return bits.astype(jnp.float32)",
+           "the stored coin flips unpack as 0 and 1, not -1 and +1",
+           (LEARNED + "test_the_signs_are_fair_independent_and_packed_below_d",)),
+    Mutant("cfn-learns-every-action", "opiq_jax/contracts/learned.py",
+           "taken = jnp.take_along_axis(self.outputs(counts, params, obs), actions[:, None, None], axis=1)[:, 0]",
+           "taken = jnp.mean(self.outputs(counts, params, obs), axis=1)",
+           "the learned count regresses the mean of every action's outputs, so it counts states, not pairs",
+           (LEARNED + "test_never_visited_pairs_read_as_at_most_about_one_visit",)),
+    Mutant("cfn-prior-not-scaled", "opiq_jax/contracts/learned.py",
+           "prior = coin_flips.normalised(self.network.apply(counts.prior, obs), counts.moments)",
+           "prior = self.network.apply(counts.prior, obs)",
+           "the learned count's prior is added as drawn, not scaled to unit variance by the running moments",
+           (LEARNED + "test_never_visited_pairs_read_as_at_most_about_one_visit",)),
+    Mutant("cfn-signs-not-stored", "opiq_jax/contracts/compact.py",
+           "count_target=None if decision.count_target is None else decision.count_target[0],",
+           "count_target=None if decision.count_target is None else jnp.zeros_like(decision.count_target[0]),",
+           "the replay stores no coin flips with a step (every stored sign reads -1)",
+           (LEARNED + "test_every_stored_step_keeps_its_signs_and_the_count_learns_from_them",)),
+    Mutant("cfn-nonfinite-not-flagged", "opiq_jax/agent/trainer.py",
+           "        nonfinite = nonfinite | ~all_finite(run.counts)", "        nonfinite = nonfinite",
+           "a learned count gone NaN no longer flags its run",
+           (LEARNED + "test_a_learned_count_gone_nonfinite_flags_its_run_and_says_so",)),
     Mutant("overlap-off-by-default", "opiq_jax/common/config.py",
            "overlap: bool = option(True,", "overlap: bool = option(False,",
            "pool environments no longer overlap the update with the emulators' step by default",
