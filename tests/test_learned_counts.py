@@ -193,3 +193,17 @@ def test_a_learned_count_gone_nonfinite_flags_its_run_and_says_so(tmp_path, caps
     flagged = {(r["metric"], r["step"]) for r in results.metrics
                if r["metric"].endswith("nonfinite") and r["value"] > 0}
     assert ("count_nonfinite", 300) in flagged and ("nonfinite", 300) in flagged
+
+
+def test_a_learned_count_gone_nonfinite_flags_its_run_even_while_q_is_finite():
+    """NaN in the count's network alone (Q, its loss and its parameters finite): the chunk's metrics flag the run."""
+    from opiq_jax.agent.trainer import with_chunk_metrics
+
+    trainer, state, _ = one_run(count_features="cfn", cfn_hidden=(8,))
+    counts = state.runs.counts
+    poisoned = counts.replace(params=jax.tree.map(lambda x: jnp.full_like(x, jnp.nan), counts.params))
+    _, metrics = jax.jit(lambda s: with_chunk_metrics(trainer.agent, s))(
+        state.replace(runs=state.runs.replace(counts=poisoned)))
+    assert float(metrics["count_nonfinite"][0]) == 1.0 and float(metrics["nonfinite"][0]) == 1.0
+    _, clean = jax.jit(lambda s: with_chunk_metrics(trainer.agent, s))(state)
+    assert float(clean["nonfinite"][0]) == 0.0

@@ -628,7 +628,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("cfn-nonfinite-not-flagged", "opiq_jax/agent/trainer.py",
            "        nonfinite = nonfinite | ~all_finite(run.counts)", "        nonfinite = nonfinite",
            "a learned count gone NaN no longer flags its run",
-           (LEARNED + "test_a_learned_count_gone_nonfinite_flags_its_run_and_says_so",)),
+           (LEARNED + "test_a_learned_count_gone_nonfinite_flags_its_run_even_while_q_is_finite",)),
     Mutant("overlap-off-by-default", "opiq_jax/common/config.py",
            "overlap: bool = option(True,", "overlap: bool = option(False,",
            "pool environments no longer overlap the update with the emulators' step by default",
