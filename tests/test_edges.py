@@ -242,7 +242,8 @@ def test_options_that_would_do_nothing_or_overflow_are_refused(capsys):
     assert "--sketch-width must lie in [2, 1,073,741,824], got 4,294,967,296" in line
     pytest.importorskip("envpool")
     line = one_line_error(capsys, ["train", "--env", "atari:Venture", "--count-features", "exact", "--no-progress"])
-    assert "--count-features applies to the chain, the maze and gymnax environments only" in line
+    assert "atari:Venture counts the frame feature (the default) or a learned count of the frame (cfn); it has no " \
+           "exact cell ids" in line
 
 
 def test_the_api_refuses_booleans_and_strings_for_numbers_and_takes_numpys_integers():

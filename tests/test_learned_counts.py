@@ -8,6 +8,7 @@ factor of 3 at every count, and with rank correlation >= 0.9. It checks no learn
 
 from __future__ import annotations
 
+import json
 import types
 
 import jax
@@ -207,3 +208,45 @@ def test_a_learned_count_gone_nonfinite_flags_its_run_even_while_q_is_finite():
     assert float(metrics["count_nonfinite"][0]) == 1.0 and float(metrics["nonfinite"][0]) == 1.0
     _, clean = jax.jit(lambda s: with_chunk_metrics(trainer.agent, s))(state)
     assert float(clean["nonfinite"][0]) == 0.0
+
+
+# ------------------------------------------------------------------------------------ a pool (Montezuma's stepping)
+
+
+@pytest.fixture(scope="module")
+def fake_pool_env():
+    """``fake_montezuma_cfn``: Montezuma's spec stepped by a FakePool of 20-step episodes."""
+    import dataclasses
+
+    from opiq_jax.registry.environments import ENVIRONMENTS, register_environment
+    from tests.fake_pool import FakePool
+
+    register_environment(dataclasses.replace(
+        ENVIRONMENTS["montezuma"], name="fake_montezuma_cfn",
+        make=lambda static, num_envs, seed, **kw: FakePool(num_envs, seed, 20, **kw)))
+    yield "fake_montezuma_cfn"
+    ENVIRONMENTS.pop("fake_montezuma_cfn")
+
+
+def test_a_pool_keeps_each_transitions_signs_beside_its_frame_and_learns_the_count(fake_pool_env, tmp_path):
+    from opiq_jax.host.train_programs import run_methods
+    from opiq_jax.registry.environments import static_for_env
+    from opiq_jax.registry.methods import method_hparams, program_parts
+    from opiq_jax.runs.experiment import Experiment, RunSpec
+
+    static = static_for_env(fake_pool_env, total_steps=64, log_every=32, buffer_size=256, batch_size=8, train_every=4,
+                            target_update=32, count_features="cfn", parts=program_parts(["opiq"]))
+    experiment = Experiment(static, (RunSpec("opiq", "paper", 0, method_hparams(fake_pool_env, "opiq")),), seed=1)
+    state = run_methods(experiment, tmp_path / "pool", progress=False, keep_states=True)["plain"]
+    ring, counts = state.runs.memory, state.runs.counts
+    stored = np.asarray(ring.count_target[0, 0, :int(ring.size[0, 0])])
+    assert ring.count_target.dtype == jnp.uint32 and np.count_nonzero(stored) > 0.9 * (len(stored) - 1)
+    assert float(counts.moments.count[0]) == 64 - 3  # every real step moved the prior's moments (3 reset steps)
+    assert "newest frame" in json.loads((tmp_path / "pool" / "config.json").read_text())["resolved"]["counted"]
+
+
+def test_a_pool_refuses_exact_counts_in_one_line(fake_pool_env):
+    from opiq_jax.host.plan import plan_experiment
+
+    with pytest.raises(UsageError, match="it has no exact cell ids"):
+        plan_experiment(fake_pool_env, ("opiq",), 1, options={"count_features": "exact"})

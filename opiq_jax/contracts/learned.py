@@ -21,13 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from . import Batch, Counting, Decision, Outcome
 from ..primitives import coin_flips
-from ..primitives.networks import init_variables, make_network, network_for
+from ..primitives.networks import PatchConv, init_variables, make_network, network_for
 from ..primitives.optimiser import make_optimiser, sgd_step
 
 
@@ -51,14 +52,17 @@ class LearnedCounting(Counting):
 
     def __init__(self, stepping: Any):
         static = self.static = stepping.static
-        self.num_actions, self.obs_shape = stepping.num_actions, tuple(stepping.obs_shape)
-        self.env = stepping.env
-        self.num_signs = static.cfn_outputs
-        torso = network_for(static.cfn_torso, self.obs_shape)
-        self.network = make_network(torso, self.num_actions * self.num_signs, static.cfn_hidden)
+        self.num_actions, self.num_signs = stepping.num_actions, static.cfn_outputs
         self.optimiser = make_optimiser(static)
-        self.counted = (f"a learned pseudo-count of the observation (coin-flip network, {torso}, "
-                        f"d = {self.num_signs} per action)")
+        self.network, what = self.counter_network(stepping)
+        self.counted = f"a learned pseudo-count of {what} (coin-flip network, d = {self.num_signs} per action)"
+
+    def counter_network(self, stepping: Any) -> tuple[nn.Module, str]:
+        """The network g (and its prior's shape) for the stepping's observations, and what it reads, in words."""
+        self.env = stepping.env
+        torso = network_for(self.static.cfn_torso, tuple(stepping.obs_shape))
+        network = make_network(torso, self.num_actions * self.num_signs, self.static.cfn_hidden)
+        return network, f"the observation, {torso}"
 
     # ------------------------------------------------------------------ the network
 
@@ -136,4 +140,37 @@ class LearnedCounting(Counting):
         return {"count_nonfinite": (~finite).astype(jnp.float32)}
 
 
-__all__ = ["CoinFlipCounts", "LearnedCounting"]
+class FrameConvCounter(nn.Module):
+    """The learned count's network on single 84x84 frames (``[B, 84, 84, 1]`` uint8, scaled to [0, 1]): the Nature
+    network's three convolutions and a linear layer, the authors' choice for Atari (no fully connected hidden
+    layer)."""
+
+    num_outputs: int
+
+    @nn.compact
+    def __call__(self, frames: jax.Array) -> jax.Array:
+        x = frames.astype(jnp.float32) / 255.0
+        x = nn.relu(PatchConv(32, (8, 8), (4, 4))(x))
+        x = nn.relu(PatchConv(64, (4, 4), (2, 2))(x))
+        x = nn.relu(PatchConv(64, (3, 3), (1, 1))(x))
+        return nn.Dense(self.num_outputs)(jnp.reshape(x, (x.shape[0], -1)))
+
+
+class FrameLearnedCounting(LearnedCounting):
+    """The coin-flip network's pseudo-count of a pool's newest frame (Montezuma, ``atari:NAME``): the frame ring
+    keeps each transition's signs beside its frame."""
+
+    def counter_network(self, stepping: Any) -> tuple[nn.Module, str]:
+        return FrameConvCounter(self.num_actions * self.num_signs), "the newest frame, three convolutions"
+
+    def stepping_obs(self, env: Any) -> jax.Array:
+        """``[1, 84, 84, 1]``: the run's first environment's newest frame, as an example batch."""
+        return env.obs[:1, -1, :, :, None]
+
+    def columns(self, run: Any, frame: jax.Array) -> jax.Array:
+        """``[84, 84, 1]``: the newest frame, as the network reads it."""
+        del run
+        return frame[..., None]
+
+
+__all__ = ["CoinFlipCounts", "FrameConvCounter", "FrameLearnedCounting", "LearnedCounting"]

@@ -48,6 +48,7 @@ from . import Batch, Counting, Decision, Stepping, Outcome, Replay
 from ..common.config import StaticConfig
 from ..envs.atari import StepOutput, clip_reward, newest_frame
 from ..primitives import counts, frame_replay
+from .learned import FrameLearnedCounting
 from .sketch import SketchCounting
 
 NUM_ROOMS = 256  # a room is a RAM byte's value (Montezuma has 24 rooms per level)
@@ -218,8 +219,11 @@ class PoolStepping(Stepping):
 class FrameCounting(SketchCounting):
     """Counts of the code of the newest frame (the spec's ``FrameFeatures.count_code``: the paper's Montezuma feature),
     into the sketch, with a probe of exact counts of the first codes to claim its slots, against which the sketch's
-    over-counting is reported."""
+    over-counting is reported. ``count_features``: the default counts the frame feature, ``cfn`` learns a count of
+    the newest frame (:class:`~opiq_jax.contracts.learned.FrameLearnedCounting`)."""
 
+    options = ("count_features",)
+    serves = "every environment (a pool: the frame feature by default, or cfn)"
     metric_names = ("sketch_overcount", "sketch_false_visits", "probe_codes")
 
     def __init__(self, stepping: PoolStepping):
@@ -278,13 +282,16 @@ class FrameRingReplay(Replay):
         """One ring per environment, holding its first observation as an episode's first slot."""
         del start
         capacity = self.static.buffer_size // self.envs_per_run
-        return jax.vmap(lambda obs: self.add_first(frame_replay.init(capacity, self.frame_shape), obs))(env.obs)
+        learned = self.stepping.counting.learns
+        return jax.vmap(lambda obs: self.add_first(frame_replay.init(capacity, self.frame_shape, learned), obs))(
+            env.obs)
 
     def add(self, run: Any, decision: Decision, outcome: Outcome) -> tuple[frame_replay.FrameReplay, None]:
         """Stores each environment's received frame with the transition that led to it."""
         reward = self.frames.train_reward(outcome.reward) - run.hparams["reward_subtract"]
         memory = jax.vmap(frame_replay.add)(run.memory, newest_frame(outcome.obs), decision.actions, reward,
-                                            outcome.terminated, outcome.truncated, outcome.first)
+                                            outcome.terminated, outcome.truncated, outcome.first,
+                                            decision.count_target)
         return memory, None
 
     def settle(self, runs: Any, outcome: Outcome) -> Any:
@@ -312,6 +319,7 @@ class FrameRingReplay(Replay):
             return frames.reshape((static.batch_size, static.n_step) + self.frame_shape)[..., None]
 
         unfinished = jax.vmap(frame_replay.return_unknown)(run.memory, rings.slots, run.env.episode_steps)
+        learned = {} if flat.count_targets is None else {"count_targets": lambda: flat.count_targets}
         return Batch(
             actions=flat.actions, rewards=flat.rewards, terminated=flat.terminated, included=flat.included,
             weights=flat.valid.astype(jnp.float32), mc_return=flat.mc_return, mc_known=~unfinished.reshape(-1),
@@ -322,6 +330,7 @@ class FrameRingReplay(Replay):
                 reached_obs=reached,
                 step_columns=lambda: jax.vmap(columns)(flat.count_frames),
                 next_columns=lambda: columns(newest_frame(flat.next_obs)),
+                **learned,
             ),
         )
 
@@ -340,6 +349,7 @@ class FrameRingReplay(Replay):
 
 
 PoolStepping.replay_class, PoolStepping.counting_class = FrameRingReplay, FrameCounting
+PoolStepping.learned_counting_class = FrameLearnedCounting
 
 def first_output(num_envs: int, shapes: PoolShapes = PoolShapes()) -> StepOutput:
     """A pool's first ``StepOutput`` as zeros of the right shapes (for shape-only uses, such as memory estimates)."""

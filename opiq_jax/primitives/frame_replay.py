@@ -52,6 +52,7 @@ class FrameReplay:
     mc_return: jax.Array  # float32[C]: discounted return from this transition to the episode end
     position: jax.Array  # int32: where the next frame goes
     size: jax.Array  # int32: how many slots are stored (<= capacity)
+    count_target: jax.Array | None = None  # uint32[C]: a learned count's coin flips of the transition (None: none)
 
     @property
     def capacity(self) -> int:
@@ -89,10 +90,12 @@ class FrameBatch:
     mc_return: jax.Array
     valid: jax.Array
     slots: jax.Array
+    count_targets: jax.Array | None = None  # uint32[B, n]: a learned count's coin flips of each window step
 
 
-def init(capacity: int, frame_shape: tuple[int, ...] = (84, 84)) -> FrameReplay:
-    """An empty ring of ``capacity`` slots of uint8 frames of ``frame_shape``."""
+def init(capacity: int, frame_shape: tuple[int, ...] = (84, 84), count_targets: bool = False) -> FrameReplay:
+    """An empty ring of ``capacity`` slots of uint8 frames of ``frame_shape`` (``count_targets``: with a slot per
+    transition for what a learned count stores with it)."""
     if capacity < 2:
         raise ValueError(f"frame replay capacity must be at least 2, got {capacity}")
     return FrameReplay(
@@ -105,6 +108,7 @@ def init(capacity: int, frame_shape: tuple[int, ...] = (84, 84)) -> FrameReplay:
         mc_return=jnp.zeros((capacity,), jnp.float32),
         position=jnp.int32(0),
         size=jnp.int32(0),
+        count_target=jnp.zeros((capacity,), jnp.uint32) if count_targets else None,
     )
 
 
@@ -116,15 +120,20 @@ def add(
     terminated: jax.Array,
     truncated: jax.Array,
     first: jax.Array,
+    count_target: jax.Array | None = None,
 ) -> FrameReplay:
     """Stores one step: the newest ``frame`` (uint8[H, W]) of the observation just received and the
-    transition that led to it (scalars; ignored meaning when ``first``). Overwrites the oldest slot
-    once full; the slot's ``mc_return`` restarts at 0.
+    transition that led to it (scalars; ignored meaning when ``first``; ``count_target``: what a learned count keeps
+    with it, 0 where not given). Overwrites the oldest slot once full; the slot's ``mc_return`` restarts at 0.
     """
     chex.assert_shape(frame, buffer.frames.shape[1:])
     chex.assert_rank([action, reward, terminated, truncated, first], 0)
     p = buffer.position
+    targets = buffer.count_target
+    if targets is not None:
+        targets = targets.at[p].set(jnp.uint32(0) if count_target is None else jnp.asarray(count_target, jnp.uint32))
     return buffer.replace(
+        count_target=targets,
         frames=buffer.frames.at[p].set(jnp.asarray(frame, jnp.uint8)),
         action=buffer.action.at[p].set(jnp.asarray(action, jnp.int32)),
         reward=buffer.reward.at[p].set(jnp.asarray(reward, jnp.float32)),
@@ -265,6 +274,7 @@ def sample(
         mc_return=buffer.mc_return[step_slots[:, 0]],
         valid=valid,
         slots=_slot_of_age(buffer, start),
+        count_targets=None if buffer.count_target is None else buffer.count_target[step_slots],
     )
     frame_shape = buffer.frames.shape[1:]
     chex.assert_shape([batch.obs, batch.next_obs], (batch_size, stack, *frame_shape))

@@ -278,6 +278,9 @@ def _gymnax_label(static: Mapping[str, Any]) -> str:
 def _check_pool(static: StaticConfig) -> None:
     """EnvPool installed, and (``atari:NAME``) the game among its own."""
     import_envpool(static.env)
+    if static.count_features == "exact":  # a frame has no cell id
+        raise UsageError(f"count_features exact: {static.env} counts the frame feature (the default) or a learned "
+                         "count of the frame (cfn); it has no exact cell ids")
     if static.env.startswith("atari:"):
         check_game(atari_game(static.env.removeprefix("atari:")), static.env)
 
