@@ -65,3 +65,11 @@ def test_a_failing_subprocess_gives_its_last_error_line(tmp_path):
     job = revisions.Job("nothing", ("opiq_jax", "no-such-command"), lambda folder: 1.0)
     result = revisions.run_job(job, Path(HERE), tmp_path / "out")
     assert result["rate"] is None and result["error"]
+
+
+def test_envs_leave_the_other_environments_jobs_out(monkeypatch, tmp_path):
+    run, calls = fake_runs({"old": [1.0], "new": [2.0]})
+    monkeypatch.setattr(revisions, "run_job", run)
+    revisions.main(["--trees", f"old={HERE}", f"new={HERE}", "--rounds", "1", "--quick", "--envs", "maze",
+                    "--out", str(tmp_path / "m")])
+    assert [job for job, _ in calls] == [revisions.default_jobs(quick=True)[1].label] * 2
