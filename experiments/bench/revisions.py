@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     atomic_write_text(args.out / "README.md", f"# Benchmarks of several source trees\n\n`{command}`\n\n{text}\n")
     atomic_write_text(args.out / "run_info.json", json.dumps(dict(
         device=device, jax=jax.__version__, command=command, wall_seconds=round(time.perf_counter() - started),
-        revision=source_revision(), settings=dataclasses.asdict(args) | {"out": portable(str(args.out))}),
+        **source_revision(), settings=dataclasses.asdict(args) | {"out": portable(str(args.out))}),
         indent=1))
     print(text)
 

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     command = "python -m experiments.studies.learned_count_calibration " + " ".join(
         portable(a) for a in (argv if argv is not None else sys.argv[1:]))
     atomic_write_text(args.out / "run_info.json", json.dumps(dict(
-        command=command, seconds=round(time.perf_counter() - started, 1), revision=source_revision(),
+        command=command, seconds=round(time.perf_counter() - started, 1), **source_revision(),
         settings={k: portable(str(v)) for k, v in dataclasses.asdict(args).items()}), indent=1))
     print(text)
     return rows
