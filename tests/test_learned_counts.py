@@ -25,6 +25,7 @@ from opiq_jax.parts.optimism import optimism_bonus
 from opiq_jax.parts.pseudocounts import intrinsic_reward
 from opiq_jax.primitives import coin_flips
 from opiq_jax.primitives.networks import HEAD
+from opiq_jax.reporting.stats import rank_correlation
 from tests.test_properties import WINDOWS, one_run
 from tests.training import batch_of
 
@@ -76,11 +77,6 @@ def test_the_running_moments_are_welfords_and_skip_what_is_not_real():
 
 VISITS = np.array([1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000])
 UNVISITED = 4
-
-
-def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rank correlation (no ties here)."""
-    return float(np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1])
 
 
 @pytest.fixture(scope="module")

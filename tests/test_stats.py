@@ -13,6 +13,7 @@ from opiq_jax.reporting.stats import (
     iqm,
     probability_of_improvement,
     probability_of_improvement_ci,
+    rank_correlation,
     stratified_bootstrap_ci,
     summarise,
 )
@@ -333,3 +334,12 @@ def test_permutation_p_draws_random_splits_for_many_seeds():
     p = permutation_p(x, y, draws=20_000)
     assert 0 < p < 0.01
     assert permutation_p(x, x + 0.01, draws=20_000) > 0.5
+
+
+def test_rank_correlation_reads_ranks_not_values():
+    assert rank_correlation([1, 10, 1000], [0.1, 0.2, 5.0]) == pytest.approx(1.0)
+    assert rank_correlation([1, 2, 3, 4], [9, 7, 5, 1]) == pytest.approx(-1.0)
+    assert rank_correlation([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)  # 1 - 6 * 2 / (3 * 8)
+    assert math.isnan(rank_correlation([1.0], [2.0]))
+    with pytest.raises(ValueError, match="paired values"):
+        rank_correlation([1, 2], [1, 2, 3])

@@ -14,8 +14,9 @@ Over the pairs the replay holds, per run: the rank correlation of ``Ñ`` and ``N
 ``python -m experiments.studies.learned_count_calibration --results DIR --out DIR`` writes ``calibration.json``,
 ``calibration.md``, ``calibration.png`` (``Ñ`` against ``N``, every run, log scales) and ``run_info.json``.
 
-Reaches inside: the runs' replay (``Results.state().state.memory``) and the environment's cell ids, for the exact
-counts the learned one is judged against; nothing else reads them.
+Reaches inside: the runs' replay (``Results.state().state.memory``) and the environment's cell ids (the folder's
+own configuration, ``opiq_jax.host.plan.experiment_from_configs``, made into its environment by the registry), for
+the exact counts the learned one is judged against; nothing else reads them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ import numpy as np
 import tyro
 
 import opiq_jax
+from opiq_jax.host.plan import experiment_from_configs
+from opiq_jax.registry.environments import environment_spec
 from opiq_jax.reporting import portable, source_revision
+from opiq_jax.reporting.stats import rank_correlation
 from opiq_jax.store.files import atomic_write_text
 
 RANGES = ((1, 1), (2, 9), (10, 99), (100, 999), (1000, None))
@@ -56,13 +60,6 @@ def exact_counts(memory, cell_id, num_cells: int, num_actions: int) -> np.ndarra
         cells = np.asarray(jax.vmap(cell_id)(jnp.asarray(compact[r][held])))
         np.add.at(table[r], cells * num_actions + action[r][held], 1)
     return table.reshape(runs, num_cells, num_actions)
-
-
-def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rank correlation, ties ranked in order of appearance (NaN below two pairs)."""
-    if len(a) < 2:
-        return float("nan")
-    return float(np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1])
 
 
 def run_row(learned: np.ndarray, exact: np.ndarray) -> dict:
@@ -137,10 +134,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         raise SystemExit(f"{args.results}: trained with count_features {static.get('count_features')!r}, not cfn")
     final = results.state()
     learned = results.cell_values()["counts"]
-    from opiq_jax.registry.environments import environment_spec, static_for_env
-
-    env = environment_spec(static["env"]).make(static_for_env(static["env"], **{
-        k: v for k, v in static.items() if k in ("chain_length",)}))
+    saved = experiment_from_configs(args.results / final.program).static  # every option the runs trained with
+    env = environment_spec(saved.env).make(saved)
     exact = exact_counts(final.state.memory, env.cell_id, learned.shape[1], learned.shape[2])
     rows = [dict(run=i, seed=run["seed"], method=run["method"], **run_row(learned[i], exact[i]))
             for i, run in enumerate(final.runs)]

@@ -40,7 +40,8 @@ from ..contracts import Batch, Decision, Stepping, Outcome, StepRecord
 from ..contracts.pool import ATARI_FRAMES
 from ..primitives.networks import init_params, init_variables, make_bootstrapped_network, make_network, network_for
 from ..primitives.optimiser import make_optimiser
-from ..primitives.state import DIAGNOSTIC_METRICS, ChunkStats, Diagnostics, RunState, RunStats, TrainState
+from ..primitives.state import (DIAGNOSTIC_METRICS, ChunkStats, Diagnostics, RunState, RunStats, TrainState,
+                                all_finite)
 from ..primitives.targets import bootstrap_value, mixed_monte_carlo, n_step_return, td_loss
 from ..registry.environments import contracts_of, environment_spec
 from .backward import LeanBackward, XlaBackward
@@ -684,10 +685,6 @@ def majority_vote(q_heads: jax.Array) -> jax.Array:
     chex.assert_rank(q_heads, 2)
     votes = jnp.sum(jax.nn.one_hot(jnp.argmax(q_heads, axis=-1), q_heads.shape[-1]), axis=0)
     return jnp.argmax(votes).astype(jnp.int32)
-
-
-def all_finite(tree) -> jax.Array:
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
 def chunk_metrics(agent: Agent, run: RunState, step: jax.Array) -> tuple[RunState, dict[str, jax.Array]]:

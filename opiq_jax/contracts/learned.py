@@ -30,6 +30,7 @@ from . import Batch, Counting, Decision, Outcome
 from ..primitives import coin_flips
 from ..primitives.networks import PatchConv, init_variables, make_network, network_for
 from ..primitives.optimiser import make_optimiser, sgd_step
+from ..primitives.state import all_finite
 
 
 @struct.dataclass
@@ -52,6 +53,7 @@ class LearnedCounting(Counting):
 
     def __init__(self, stepping: Any):
         static = self.static = stepping.static
+        self.stepping = stepping
         self.num_actions, self.num_signs = stepping.num_actions, static.cfn_outputs
         self.optimiser = make_optimiser(static)
         self.network, what = self.counter_network(stepping)
@@ -59,7 +61,6 @@ class LearnedCounting(Counting):
 
     def counter_network(self, stepping: Any) -> tuple[nn.Module, str]:
         """The network g (and its prior's shape) for the stepping's observations, and what it reads, in words."""
-        self.env = stepping.env
         torso = network_for(self.static.cfn_torso, tuple(stepping.obs_shape))
         network = make_network(torso, self.num_actions * self.num_signs, self.static.cfn_hidden)
         return network, f"the observation, {torso}"
@@ -91,7 +92,7 @@ class LearnedCounting(Counting):
 
     def columns(self, run: Any, compact: jax.Array) -> jax.Array:
         """The observation of the state ``compact``: what the network reads."""
-        return self.env.obs_from_compact(compact, run.env.params).astype(jnp.float32)
+        return self.stepping.env.obs_from_compact(compact, run.env.params).astype(jnp.float32)
 
     def query_all(self, counts: CoinFlipCounts, obs: jax.Array) -> jax.Array:
         """``Ñ(s, .)``: float32[A]."""
@@ -136,8 +137,7 @@ class LearnedCounting(Counting):
         """``count_nonfinite``: 1 where the learned count's numbers are NaN or infinite."""
         if run.counts is None:  # a program whose methods read no counts keeps none
             return {"count_nonfinite": jnp.float32(0)}
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(run.counts)]))
-        return {"count_nonfinite": (~finite).astype(jnp.float32)}
+        return {"count_nonfinite": (~all_finite(run.counts)).astype(jnp.float32)}
 
 
 class FrameConvCounter(nn.Module):

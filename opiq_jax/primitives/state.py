@@ -15,6 +15,11 @@ from flax import struct
 from ..common.config import HParams
 
 
+def all_finite(tree: Any) -> jax.Array:
+    """Whether every number of every leaf of ``tree`` is finite (a bool scalar)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
 def chunk_mean(total: jax.Array, count: jax.Array) -> jax.Array:
     """``total / count`` for a chunk's metric, NaN when nothing was counted in the chunk."""
     return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)

@@ -266,6 +266,16 @@ def permutation_p(x: ArrayLike, y: ArrayLike, *, draws: int = 100_000, seed: int
     return float(extreme.mean())
 
 
+def rank_correlation(x: ArrayLike, y: ArrayLike) -> float:
+    """Spearman's rank correlation of paired values (ties ranked in order of appearance); NaN below two pairs."""
+    xs, ys = np.asarray(x, float).ravel(), np.asarray(y, float).ravel()
+    if xs.shape != ys.shape:
+        raise ValueError(f"rank_correlation needs paired values, got {xs.size} and {ys.size}")
+    if xs.size < 2:
+        return float("nan")
+    return float(np.corrcoef(np.argsort(np.argsort(xs)), np.argsort(np.argsort(ys)))[0, 1])
+
+
 def iqm_curve_ci(
     values: ArrayLike,
     *,
