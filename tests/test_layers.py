@@ -333,6 +333,12 @@ HAND_CHECKED: dict[str, dict[str, str]] = {
                         "replaced by fixed rates, and one failing command is run"),
         **dict.fromkeys(("table", "parse_trees"), "a job that never ran and bad --trees are checked on their own"),
     },
+    "test_learned_count_cost.py": {
+        **dict.fromkeys(("time_trainer",), "a real run is a GPU's minutes: the timer is replaced by fixed rates, and "
+                        "one real chain row is timed alone"),
+        **dict.fromkeys(("plan", "count_name", "table"), "Montezuma's plan needs EnvPool and its minutes, and an "
+                        "out-of-memory row cannot be made to happen in a test run: both are checked on their own"),
+    },
     "test_throughput_table.py": {
         **dict.fromkeys(("FrameCounts", "Replay", "SimHashCounts"),
                         "torch is not in the test install: the PyTorch loop's NumPy pieces are checked alone"),

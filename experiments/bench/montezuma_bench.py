@@ -144,7 +144,7 @@ def agent_and_state(static, pool_size: int, envs_per_run: int = 1, devices: int 
 
 
 def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = True, devices: int = 1,
-               envs_per_run: int = 1, updates: bool = True) -> dict:
+               envs_per_run: int = 1, updates: bool = True, overrides: dict | None = None) -> dict:
     """The OPIQ agent on ``pool_size`` environments: its second chunk of ``steps`` steps per environment timed.
 
     The chunk is the program ``opiq-jax train`` runs, compiled as :func:`opiq_jax.runs.compiled.compile_chunk` compiles
@@ -152,14 +152,17 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
     instead, it compiled again on its second call on one device (the first state, fresh from ``init``, is not
     committed to a device; the chunk's output is), and that compile was timed: from 521c61c to 576da19 every
     one-device agent rate of this script and of the throughput table's Montezuma row held one. ``compiles_timed``
-    counts the compiles in the timed chunk."""
+    counts the compiles in the timed chunk. ``overrides``: further static options (``count_features="cfn"``: the
+    learned count instead of the frame feature), applied to the timed program and to the paper-replay state size."""
+    from opiq_jax.benchmark.throughput import program_bytes
     from opiq_jax.runs.compiled import chunk_program
     from opiq_jax.runs.memory import state_bytes_per_run
 
     per_run = steps * envs_per_run  # each of the pool's environments steps ``steps`` times per chunk
+    overrides = overrides or {}
     static = static_for_env("montezuma", total_steps=2 * per_run, log_every=per_run, buffer_size=buffer_size,
                             overlap=overlap, envs_per_run=envs_per_run,
-                            **({} if updates else {"train_every": NEVER}))
+                            **({} if updates else {"train_every": NEVER}), **overrides)
     trainer, state, static = agent_and_state(static, pool_size, envs_per_run, devices)
 
     def compile_and_call():
@@ -167,6 +170,7 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
         return chunk, chunk(state)
 
     (chunk, (state, _)), compile_and_first, _ = timed_call(compile_and_call)
+    needs = program_bytes(chunk)
     _, seconds, compiles = timed_call(lambda: chunk(state))
     device = jax.local_devices()[0]
     peak = (device.memory_stats() or {}).get("peak_bytes_in_use") if hasattr(device, "memory_stats") else None
@@ -174,8 +178,8 @@ def time_agent(pool_size: int, steps: int, buffer_size: int, overlap: bool = Tru
                 runs=pool_size // envs_per_run, envs_per_run=envs_per_run,
                 env_steps_per_second=steps * pool_size / seconds,
                 first_call_seconds=compile_and_first, compiles_timed=compiles, peak_device_bytes=peak,
-                state_bytes_per_run=state_bytes_per_run(static), buffer_size=buffer_size,
-                paper_state_bytes_per_run=state_bytes_per_run(static_for_env("montezuma")))
+                program_bytes=needs, state_bytes_per_run=state_bytes_per_run(static), buffer_size=buffer_size,
+                paper_state_bytes_per_run=state_bytes_per_run(static_for_env("montezuma", **overrides)))
 
 
 def time_plain(pool_size: int, steps: int, buffer_size: int) -> dict:

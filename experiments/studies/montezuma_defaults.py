@@ -40,6 +40,8 @@ CELLS = {
     "opiq-flax": dict(method="opiq", network_init="flax"),
     "dqn_pc-pytorch": dict(method="dqn_pc", network_init="pytorch"),
     "opiq-pytorch-e1": dict(method="opiq", network_init="pytorch", envs_per_run=1),  # the paper's one actor
+    # the chosen defaults with the learned count (coin-flip network) in place of the frame feature
+    "opiq-pytorch-cfn": dict(method="opiq", network_init="pytorch", count_features="cfn"),
 }
 
 
