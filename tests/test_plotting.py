@@ -117,6 +117,24 @@ def test_same_config_in_two_sibling_folders_is_two_experiments(tmp_path):
         plot_folder(tmp_path / "r", ("train_return",))
 
 
+def test_program_subfolders_with_their_digests_are_one_experiment(tmp_path):
+    # each program's config.json holds the digest of what that program trained, as the trainer writes it: those
+    # differ (runs, parts), and one training command's figures must still draw (they once exited with status 2)
+    import json
+
+    from opiq_jax.runs.results_folder import CONFIG_FILE, DIGEST_KEY, experiment_digest
+
+    out = tmp_path / "two programs"
+    write_results(out / "plain", {"opiq": [[0, 1, 2]]})
+    write_results(out / "bsp", {"bsp": [[0, 1, 1]]}, parts=PLAIN + ["bsp"])
+    for program in ("plain", "bsp"):
+        path = out / program / CONFIG_FILE
+        config = json.loads(path.read_text())
+        path.write_text(json.dumps({**config, DIGEST_KEY: experiment_digest(config)}))
+    assert find_experiments(out) == {"two programs": [out / "bsp", out / "plain"]}
+    assert plot_folder(out, ("train_return",))[0].exists()
+
+
 def test_program_and_process_subfolders_are_one_experiment(tmp_path):
     out = tmp_path / "multi"
     for i in range(2):

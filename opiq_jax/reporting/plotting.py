@@ -33,7 +33,7 @@ from ..common.config import StaticConfig, saved_defaults
 from ..common.errors import UsageError
 from ..registry.environments import environment_label, environment_spec
 from ..registry.methods import METHODS, program_name
-from ..runs.results_folder import experiment_folders, read_metrics
+from ..runs.results_folder import DIGEST_KEY, experiment_folders, read_metrics
 from ..store.files import (
     CONFIG_FILE, atomic_write_bytes, named_after, older_layout, read_json, run_files_without_config, why_absent,
     without_config,
@@ -393,13 +393,14 @@ def steps_reached(rows: list[dict]) -> tuple[int, int]:
 
 
 def _experiment_identity(config: dict) -> str:
-    """What must agree for folders to be one experiment: everything but the runs and the program's parts.
-    Static fields missing from an older config count as they were then (as the runner's resume check does)."""
+    """What must agree for folders to be one experiment: everything but the runs, the program's parts and the
+    digest of what each program trained (its runs and parts differ). Static fields missing from an older config
+    count as they were then (as the runner's resume check does)."""
     static = {**json.loads(json.dumps(saved_defaults())), **config.get("static", {})}
     static.pop("parts", None)
     for name in getattr(older_layout(config), "per_program", ()):  # an older layout's programs set these apart
         static.pop(name, None)
-    rest = {k: v for k, v in config.items() if k not in ("runs", "static")}
+    rest = {k: v for k, v in config.items() if k not in ("runs", "static", DIGEST_KEY)}
     return json.dumps({"static": static, **rest}, sort_keys=True)
 
 
