@@ -118,8 +118,9 @@ def test_same_config_in_two_sibling_folders_is_two_experiments(tmp_path):
 
 
 def test_program_subfolders_with_their_digests_are_one_experiment(tmp_path):
-    # each program's config.json holds the digest of what that program trained, as the trainer writes it: those
-    # differ (runs, parts), and one training command's figures must still draw (they once exited with status 2)
+    # each program's config.json holds the digest of what that program trained and what auto resolved to there,
+    # as the trainer writes them: those differ (runs, parts; BSP's heads), and one training command's figures must
+    # still draw (they once exited with status 2)
     import json
 
     from opiq_jax.runs.results_folder import CONFIG_FILE, DIGEST_KEY, experiment_digest
@@ -130,7 +131,8 @@ def test_program_subfolders_with_their_digests_are_one_experiment(tmp_path):
     for program in ("plain", "bsp"):
         path = out / program / CONFIG_FILE
         config = json.loads(path.read_text())
-        path.write_text(json.dumps({**config, DIGEST_KEY: experiment_digest(config)}))
+        resolved = {"network": "mlp with 10 heads" if program == "bsp" else "mlp"}  # what auto became there
+        path.write_text(json.dumps({**config, "resolved": resolved, DIGEST_KEY: experiment_digest(config)}))
     assert find_experiments(out) == {"two programs": [out / "bsp", out / "plain"]}
     assert plot_folder(out, ("train_return",))[0].exists()
 

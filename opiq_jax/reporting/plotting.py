@@ -393,14 +393,15 @@ def steps_reached(rows: list[dict]) -> tuple[int, int]:
 
 
 def _experiment_identity(config: dict) -> str:
-    """What must agree for folders to be one experiment: everything but the runs, the program's parts and the
-    digest of what each program trained (its runs and parts differ). Static fields missing from an older config
-    count as they were then (as the runner's resume check does)."""
+    """What must agree for folders to be one experiment: everything but the runs, the program's parts, what
+    ``auto`` resolved to in each program (BSP's network has heads) and the digest of what each program trained (its
+    runs and parts differ). Static fields missing from an older config count as they were then (as the runner's
+    resume check does)."""
     static = {**json.loads(json.dumps(saved_defaults())), **config.get("static", {})}
     static.pop("parts", None)
     for name in getattr(older_layout(config), "per_program", ()):  # an older layout's programs set these apart
         static.pop(name, None)
-    rest = {k: v for k, v in config.items() if k not in ("runs", "static", DIGEST_KEY)}
+    rest = {k: v for k, v in config.items() if k not in ("runs", "static", "resolved", DIGEST_KEY)}
     return json.dumps({"static": static, **rest}, sort_keys=True)
 
 
