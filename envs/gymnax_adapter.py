@@ -21,10 +21,13 @@ builds ``gymnax.make(name)`` and wraps it. The adapter adds what the trainer nee
   observation it last returned, so ``compact_state(state)`` is exact for every environment, and
   ``obs_from_compact(compact, params)`` just reshapes it. Replay then stores ``2 * prod(obs_shape)`` floats per
   transition (DeepSea N=40: 12.8 kB).
-* ``cell_id(compact)`` for "distinct states visited": the environment's own where it has one (``num_cells`` and
-  ``cell_id``, as :class:`PerRunActionMapping` gives DeepSea: ``row * N + column``, ``N * N`` after the last row);
-  otherwise a 16-bit hash of the observation's bytes (``num_cells = 2**16``), an approximate count (collisions
-  merge states; continuous observations make almost every state distinct).
+* ``cell_id(compact)`` for "distinct states visited" and exact counts: the environment's own where it has one
+  (``num_cells`` and ``cell_id``, as :class:`PerRunActionMapping` gives DeepSea: ``row * N + column``, ``N * N``
+  after the last row); else, where it reads one from its *state* (``num_cells`` and ``state_cell(env_state)``, as
+  MiniGrid's agent, pocket and doors), that id, carried as one more ``float32`` after the observation in the
+  compact state (exact below 2**24, :data:`MAX_STATE_CELLS`); otherwise a 16-bit hash of the observation's bytes
+  (``num_cells = 2**16``), an approximate count (collisions merge states; continuous observations make almost
+  every state distinct).
 * Per-run parameters: an environment with ``sample_params(key, params)`` draws each run's (DeepSea's action
   mapping); any other gives every run ``params``, its randomness coming from the reset and step keys.
 * No cell table (``has_cell_table`` False): the trainer counts these environments by hashing the observation
@@ -68,6 +71,9 @@ from .hashing import mix32
 
 # Distinct cell ids of environments other than DeepSea: the observation hashed into 16 bits.
 HASH_CELLS = 1 << 16
+
+# The most cells a state's own id may take: it rides in the float32 compact state, exact for integers to 2**24.
+MAX_STATE_CELLS = 1 << 24
 
 # The reset key of ``start_compact`` for environments with a random start (a fixed, named constant:
 # q_start/qplus_start are then measured at one reproducible start state for every run).
@@ -250,8 +256,13 @@ class GymnaxAdapter(CompactEnvironment):
         self.obs_dim = int(np.prod(self.obs_shape))
         self._num_actions = int(action_space.n)
         self._action_space = action_space
-        self.compact_dim = self.obs_dim
         self.own_cells = hasattr(env, "cell_id") and hasattr(env, "num_cells")
+        self.state_cells = not self.own_cells and hasattr(env, "state_cell") and hasattr(env, "num_cells")
+        if self.state_cells and (self.resets_itself or int(env.num_cells) > MAX_STATE_CELLS):
+            raise ValueError(f"{self.label}: a state's own cell id needs an environment that does not reset itself "
+                             f"(the adapter reads the state before the reset) and at most {MAX_STATE_CELLS} cells, "
+                             f"got {int(env.num_cells)}")
+        self.compact_dim = self.obs_dim + int(self.state_cells)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -269,8 +280,9 @@ class GymnaxAdapter(CompactEnvironment):
 
     @property
     def num_cells(self) -> int:
-        """Size of the cell-id space: the environment's own (DeepSea: N * N + 1, exact), else 2**16 hash buckets."""
-        return int(self.env.num_cells) if self.own_cells else HASH_CELLS
+        """Size of the cell-id space: the environment's own (DeepSea: N * N + 1; MiniGrid's states; exact), else
+        2**16 hash buckets."""
+        return int(self.env.num_cells) if self.own_cells or self.state_cells else HASH_CELLS
 
     # ----------------------------------------------------------------- params
     @property
@@ -286,15 +298,19 @@ class GymnaxAdapter(CompactEnvironment):
         return self._default_params
 
     # ---------------------------------------------------------------- dynamics
-    def flatten(self, obs: jax.Array) -> jax.Array:
-        """float32[obs_dim]: an observation as a compact state."""
-        return jnp.reshape(obs, (self.obs_dim,)).astype(jnp.float32)
+    def flatten(self, obs: jax.Array, env_state: Any) -> jax.Array:
+        """float32[compact_dim]: an observation as a compact state, with its state's own cell id after it where the
+        environment reads one."""
+        flat = jnp.reshape(obs, (self.obs_dim,)).astype(jnp.float32)
+        if not self.state_cells:
+            return flat
+        return jnp.concatenate([flat, jnp.asarray(self.env.state_cell(env_state), jnp.float32)[None]])
 
     def reset(self, key: jax.Array, params=None) -> tuple[jax.Array, AdapterState]:
         """The wrapped ``reset``; the observation as float32."""
         params = self._default_params if params is None else params
         obs, env_state = self.env.reset(key, params)
-        compact = self.flatten(obs)
+        compact = self.flatten(obs, env_state)
         return self.obs_from_compact(compact, params), AdapterState(env_state, compact)
 
     def step(self, key: jax.Array, state: AdapterState, action, params=None):
@@ -304,11 +320,11 @@ class GymnaxAdapter(CompactEnvironment):
         action = jnp.asarray(action, jnp.int32)
         if self.resets_itself:
             obs, env_state, reward, terminated, truncated, info = self.env.step(key, state.env_state, action, params)
-            final = info["final_observation"]
+            final, final_state = info["final_observation"], None  # no state cells here: the state is reset
         else:
-            obs, final, env_state, reward, terminated, truncated, info = self._step_then_reset(key, state, action,
-                                                                                                params)
-        final, compact = self.flatten(final), self.flatten(obs)
+            (obs, final, env_state, final_state, reward, terminated, truncated,
+             info) = self._step_then_reset(key, state, action, params)
+        final, compact = self.flatten(final, final_state), self.flatten(obs, env_state)
         info = {**info, "compact": final, "cell_id": self.cell_id(final)}
         return (
             self.obs_from_compact(compact, params),
@@ -321,8 +337,8 @@ class GymnaxAdapter(CompactEnvironment):
 
     def _step_then_reset(self, key: jax.Array, state: AdapterState, action: jax.Array, params):
         """An environment that does not reset on its own: its step, then its reset where the episode ended. Returns
-        the observation and state after any reset, the step's own observation (before it), then reward, terminated,
-        truncated and info."""
+        the observation after any reset, the step's own observation (before it), the state after any reset, the
+        step's own state, then reward, terminated, truncated and info."""
         key_step, key_reset = jax.random.split(key)
         out = self.env.step(key_step, state.env_state, action, params)
         if self.step_values == 5:
@@ -336,8 +352,8 @@ class GymnaxAdapter(CompactEnvironment):
         def after_reset(reset, stepped):
             return jax.tree.map(lambda r, s: jax.lax.select(terminated | truncated, r, s), reset, stepped)
 
-        return (after_reset(obs_re, obs), obs, after_reset(state_re, env_state), reward, terminated, truncated,
-                info)
+        return (after_reset(obs_re, obs), obs, after_reset(state_re, env_state), env_state, reward, terminated,
+                truncated, info)
 
     def step_env(self, key, state, action, params):
         raise TypeError("GymnaxAdapter has no step_env: call step, which runs the wrapped environment's own step")
@@ -347,20 +363,22 @@ class GymnaxAdapter(CompactEnvironment):
 
     # ---------------------------------------------------------- compact state
     def compact_state(self, state: AdapterState) -> jax.Array:
-        """float32[obs_dim]: the (flattened) observation of ``state``."""
+        """float32[compact_dim]: the (flattened) observation of ``state``, and its own cell id where it has one."""
         return state.compact
 
     def obs_from_compact(self, compact: jax.Array, params=None) -> jax.Array:
         """The observation (float32, the wrapped environment's shape) a compact state stands for."""
         del params
-        return jnp.reshape(compact, self.obs_shape).astype(jnp.float32)
+        return jnp.reshape(compact[..., :self.obs_dim], self.obs_shape).astype(jnp.float32)
 
     def cell_id(self, compact: jax.Array) -> jax.Array:
-        """int32 in [0, num_cells): the environment's own cell id (exact), otherwise a 16-bit hash of the
-        observation's float32 bits (approximate)."""
+        """int32 in [0, num_cells): the environment's own cell id (exact: of the observation, or of the state,
+        carried after it), otherwise a 16-bit hash of the observation's float32 bits (approximate)."""
         compact = jnp.asarray(compact, jnp.float32)
         if self.own_cells:
             return self.env.cell_id(compact)
+        if self.state_cells:
+            return compact[self.obs_dim].astype(jnp.int32)
         bits = jax.lax.bitcast_convert_type(compact + 0.0, jnp.uint32)  # + 0.0 maps -0.0 to 0.0
         index = jnp.arange(self.obs_dim, dtype=jnp.uint32) * jnp.uint32(0x9E3779B9)
         mixed = jnp.sum(mix32(bits ^ mix32(index + jnp.uint32(1))), dtype=jnp.uint32)

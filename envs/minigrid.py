@@ -9,7 +9,15 @@ BlockedUnlockPickUp; it has no KeyCorridor, MultiRoom or ObstructedMaze.
 observation is the agent's 7x7 view, two channels (tile and colour ids) of ``uint8``; ``step`` returns 6 values and
 does not reset (xminigrid never does), so the adapter resets the episode that ended. An episode ends at the goal,
 with xminigrid's reward ``1 - 0.9 * steps / max_steps`` (a termination), or after ``max_steps`` steps (a
-truncation). Counts hash the view (SimHash), and "distinct states visited" counts distinct views (a 16-bit hash).
+truncation).
+
+Counts hash the view (SimHash) by default. The state's exact cell id (``--count-features exact``, and the "distinct
+states visited" metric) is what the issue of a MiniGrid task turns on: the agent's position and direction, what it
+carries (tile and colour) and the state of each door (locked, closed or open, the doors taken in row-major order),
+:func:`exact_cell`. It is small where the task has few doors (DoorKey-16x16: 256 x 4 x 156 x 3 = 479,232 ids) and
+unique per state of a layout; it does not tell layouts apart (DoorKey draws its wall and door per episode) nor where
+a ball or box was moved. A task whose ids would pass 2**24 (LockedRoom's six doors on 19x19) counts a 16-bit hash of
+the view instead, as before.
 """
 
 from __future__ import annotations
@@ -49,6 +57,50 @@ def check_task(task: str) -> None:
         raise ValueError(f"unknown MiniGrid task {task!r} in xminigrid; {hint}")
 
 
+DOOR_STATES = 3
+"""A door is locked, closed or open: its tile is one of three consecutive ids from xminigrid's ``DOOR_LOCKED``."""
+MAX_EXACT_CELLS = 1 << 24
+"""The most ids :func:`exact_cell` may take: the id rides after the view in a float32 compact state."""
+
+
+def door_tiles(grid: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Which of the grid's cells (row-major) hold a door, and each door's state: 0 locked, 1 closed, 2 open."""
+    from xminigrid.core.constants import Tiles
+
+    tiles = grid[..., 0].reshape(-1).astype(jnp.int32)
+    state = tiles - Tiles.DOOR_LOCKED
+    return (state >= 0) & (state < DOOR_STATES), state
+
+
+def exact_cell(state: Any, width: int, num_doors: int) -> jax.Array:
+    """int32: the agent's position, direction and pocket, and the first ``num_doors`` doors' states, as one id in
+    ``[0, width * height * 4 * NUM_TILES * NUM_COLORS * 3**num_doors)`` (module docstring)."""
+    from xminigrid.core.constants import NUM_COLORS, NUM_TILES
+
+    agent = state.agent
+    row, col = agent.position[0].astype(jnp.int32), agent.position[1].astype(jnp.int32)
+    pocket = agent.pocket[0].astype(jnp.int32) * NUM_COLORS + agent.pocket[1].astype(jnp.int32)
+    is_door, door_state = door_tiles(state.grid)
+    order = jnp.cumsum(is_door) - 1  # each door's index among the doors
+    weight = jnp.int32(DOOR_STATES) ** jnp.clip(order, 0, max(num_doors - 1, 0))
+    doors = jnp.sum(jnp.where(is_door & (order < num_doors), door_state * weight, 0))
+    place = ((row * width + col) * 4 + agent.direction.astype(jnp.int32)) * (NUM_TILES * NUM_COLORS) + pocket
+    return place * DOOR_STATES ** num_doors + doors
+
+
+def exact_cells_of(env: Any, env_params: Any) -> tuple[int, int]:
+    """The number of doors in the task's first layout (the tasks here keep it in every layout) and the number of
+    ids :func:`exact_cell` then takes."""
+    from xminigrid.core.constants import NUM_COLORS, NUM_TILES
+
+    from .gymnax_adapter import START_STATE_SEED
+
+    grid = env.reset(env_params, jax.random.key(START_STATE_SEED)).state.grid
+    num_doors = int(door_tiles(grid)[0].sum())
+    height, width = grid.shape[:2]
+    return num_doors, height * width * 4 * NUM_TILES * NUM_COLORS * DOOR_STATES ** num_doors
+
+
 @struct.dataclass
 class MiniGridParams:
     """xminigrid's parameters (static: the grid's size, the view, ``max_steps``) and the episode's step limit under
@@ -69,6 +121,11 @@ class MiniGridGymnax:
         self.last = StepType.LAST
         self.task = task
         self.default_params = MiniGridParams(env_params, int(env_params.max_steps))
+        self.width = int(env_params.width)
+        self.num_doors, cells = exact_cells_of(self.env, env_params)
+        if cells <= MAX_EXACT_CELLS:  # else no state_cell: the adapter hashes the view
+            self.num_cells = cells
+            self.state_cell = lambda timestep: exact_cell(timestep.state, self.width, self.num_doors)
 
     def reset(self, key: jax.Array, params: MiniGridParams):
         timestep = self.env.reset(params.env_params, key)

@@ -113,7 +113,7 @@ STRUCTURAL = dict(
     rnd_outputs=64, rnd_batch=16, dora_buffer_factor=2, dora_gamma=0.9, precision="bfloat16", maze_torso="xla",
     target_values="network", envs_per_run=2, overlap=False, env_kwargs=(("size", 8),), weight_storage="packed",
     mlp_backward="pallas", prior_values="table", mmc_unfinished="n_step", head_init_scale=0.5, network_init="flax",
-    cfn_outputs=8, cfn_torso="mlp", cfn_hidden=(16,), cfn_lr=1e-3,
+    cfn_outputs=8, cfn_torso="mlp", cfn_hidden=(16,), cfn_lr=1e-3, craftax_episode_steps=50,
 )
 # Options valid only beside another's non-default value: that value is set with them.
 NEEDS = {"weight_storage": {"precision": "bfloat16"},
@@ -133,7 +133,10 @@ def test_every_static_option_has_a_structural_case():
 def test_a_structural_option_in_a_preset_or_the_api_reaches_every_program(name):
     if name in POOL_ONLY:
         pytest.importorskip("envpool")
-    env = "gymnax:DeepSea-bsuite" if name == "env_kwargs" else "montezuma" if name in POOL_ONLY else "chain"
+    if name == "craftax_episode_steps":
+        pytest.importorskip("craftax")
+    env = ("gymnax:DeepSea-bsuite" if name == "env_kwargs" else "craftax:Classic" if name == "craftax_episode_steps"
+           else "montezuma" if name in POOL_ONLY else "chain")
     value = STRUCTURAL[name]
     assert value != STATIC_OPTIONS[name].default
     written = STATIC_OPTIONS[name].public_name

@@ -188,10 +188,12 @@ def function_local_imports() -> set[tuple[str, str]]:
 def test_imports_stand_at_the_top_of_their_modules_but_the_entry_points_and_gymnax():
     """The entry point joins the hosts before the command line (and with it the trainer, which starts JAX's
     backend) is imported; gymnax's registry is imported only for a gymnax environment or an object adapted (a
-    MiniGrid task among them)."""
+    MiniGrid task, a MinAtar game or a Craftax game among them)."""
     assert function_local_imports() == {("opiq_jax.launch", "opiq_jax.cli"),
                                         ("opiq_jax.registry.environments", "opiq_jax.envs.gymnax_adapter"),
-                                        ("opiq_jax.envs.minigrid", "opiq_jax.envs.gymnax_adapter")}
+                                        ("opiq_jax.envs.minigrid", "opiq_jax.envs.gymnax_adapter"),
+                                        ("opiq_jax.envs.minatar", "opiq_jax.envs.gymnax_adapter"),
+                                        ("opiq_jax.envs.craftax", "opiq_jax.envs.gymnax_adapter")}
 
 
 def test_the_opiq_jax_command_enters_through_the_launcher_which_refuses_half_a_host_list_in_one_line():

@@ -1,12 +1,14 @@
 """MiniGrid's tasks through xminigrid (``envs/minigrid.py``, the ``minigrid`` extra): the adapter's episodes end at
-the goal or the step limit and restart, ``--env minigrid:NAME`` trains from the API and the command line, and a task
-xminigrid lacks, or the extra missing, is one line."""
+the goal or the step limit and restart, its views step as xminigrid's own, the exact cell id is one per state (agent,
+pocket, doors), ``--env minigrid:NAME`` trains every method from the API and the command line, and a task xminigrid
+lacks, or the extra missing, is one line."""
 
 import builtins
 import csv
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -14,8 +16,9 @@ pytest.importorskip("xminigrid")
 
 import opiq_jax  # noqa: E402 (after the skip: the module needs the extra)
 from opiq_jax.cli import main  # noqa: E402
-from opiq_jax.envs.minigrid import make_minigrid, minigrid_tasks  # noqa: E402
+from opiq_jax.envs.minigrid import door_tiles, make_minigrid, minigrid_tasks  # noqa: E402
 from opiq_jax.registry.environments import static_for_env  # noqa: E402
+from tests.suite_runs import EVERY_METHOD, random_actions, train_methods  # noqa: E402
 
 FORWARD, TURN_RIGHT, TURN_LEFT = 0, 1, 2  # xminigrid's first three actions
 
@@ -85,3 +88,65 @@ def test_without_the_extra_the_command_names_it(monkeypatch, capsys):
         main(["train", "--env", "minigrid:DoorKey-5x5", "--no-progress"])
     assert exit_info.value.code == 2
     assert "pip install -e '.[minigrid]'" in capsys.readouterr().err
+
+
+def walk(env, steps: int, runs: int, seed: int):
+    """``runs`` random walks of ``steps`` steps through the adapter: every state reached, as its compact state and
+    the xminigrid state it came from."""
+    keys = jax.random.split(jax.random.key(seed), runs)
+    _, states = jax.vmap(env.reset)(keys)
+
+    def body(states, key):
+        k_act, k_step = jax.random.split(key)
+        actions = jax.random.randint(k_act, (runs,), 0, env.num_actions)
+        _, states, *_ = jax.vmap(env.step)(jax.random.split(k_step, runs), states, actions)
+        return states, (states.compact, states.env_state.state)
+
+    _, (compacts, inner) = jax.lax.scan(body, states, jax.random.split(jax.random.key(seed + 1), steps))
+    return compacts.reshape(steps * runs, -1), jax.tree.map(lambda x: x.reshape(steps * runs, *x.shape[2:]), inner)
+
+
+def test_minigrid_exact_cell_is_one_id_per_agent_pocket_and_doors():
+    env = make_minigrid("DoorKey-5x5")
+    assert env.state_cells and env.num_cells == 5 * 5 * 4 * 13 * 12 * 3
+    compacts, inner = walk(env, 400, 16, seed=0)
+    cells = np.asarray(jax.vmap(env.cell_id)(compacts))
+    door_state = jax.vmap(lambda grid: jnp.sum(jnp.where(*door_tiles(grid), 0)))(inner.grid)  # one door here
+    doors = np.asarray(door_state)
+    keys = np.column_stack([np.asarray(inner.agent.position), np.asarray(inner.agent.direction),
+                            np.asarray(inner.agent.pocket), doors])
+    by_cell, by_key = {}, {}
+    for cell, key in zip(cells.tolist(), map(tuple, keys.tolist())):
+        assert by_cell.setdefault(cell, key) == key  # one state per id
+        assert by_key.setdefault(key, cell) == cell  # one id per state
+    assert len(by_cell) > 50 and 0 <= cells.min() and cells.max() < env.num_cells
+    assert len({k[-1] for k in by_key}) >= 2 and len({k[3:5] for k in by_key}) >= 2  # doors opened, keys carried
+
+
+def test_minigrid_views_step_as_xminigrids_own_and_the_id_rides_after_them():
+    import xminigrid
+
+    env = make_minigrid("DoorKey-5x5")
+    own, own_params = xminigrid.make("MiniGrid-DoorKey-5x5")
+    obs, state = env.reset(jax.random.key(5))
+    timestep = own.reset(own_params, jax.random.key(5))
+    step, own_step = jax.jit(env.step), jax.jit(own.step)
+    for action in random_actions(jax.random.key(6), 60, env.num_actions):
+        obs, state, reward, *_ = step(jax.random.key(0), state, action)
+        timestep = own_step(own_params, timestep, action)
+        if int(timestep.step_type) == 2:  # the episode ended: the adapter reset it with keys of its own
+            break
+        np.testing.assert_array_equal(np.asarray(obs), np.asarray(timestep.observation, np.float32))
+        assert float(reward) == float(timestep.reward)
+        assert state.compact.shape == (7 * 7 * 2 + 1,)
+        np.testing.assert_array_equal(np.asarray(env.obs_from_compact(state.compact)), np.asarray(obs))
+
+
+def test_a_minigrid_task_with_too_many_doors_for_exact_ids_hashes_its_view():
+    env = make_minigrid("LockedRoom")  # six doors on 19x19: 361 x 4 x 156 x 729 ids, past 2**24
+    assert not env.state_cells and env.num_cells == 2**16 and env.compact_dim == env.obs_dim
+
+
+def test_every_method_trains_a_few_hundred_steps_on_minigrid_with_exact_counts(tmp_path):
+    out = tmp_path / "minigrid, ✓"
+    assert train_methods("minigrid:DoorKey-5x5", EVERY_METHOD, out, "--count-features", "exact") == set(EVERY_METHOD)

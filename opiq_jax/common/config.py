@@ -170,8 +170,9 @@ class StaticConfig:
                       "for any gymnax environment, or a registered name.")
     parts: tuple[str, ...] = option((), "The exploration parts of the program: the union of its methods' parts, set "
                                     "by the runner (choose methods instead).")
-    network: str = option("mlp", "Q-network: mlp, maze_conv, nature, or auto (mlp for vectors, maze_conv for images).",
-                          choices=("mlp", "maze_conv", "nature", "auto"), environment_default=True)
+    network: str = option("mlp", "Q-network: mlp, maze_conv, minatar_conv (Young and Tian's), nature, or auto (mlp "
+                          "for vectors, maze_conv for images).",
+                          choices=("mlp", "maze_conv", "minatar_conv", "nature", "auto"), environment_default=True)
     hidden: Hidden = option((256, 256), "Hidden layer widths of the MLP.")
     total_steps: int = option(100_000, "Environment steps per run.", minimum=1, cli="steps", environment_default=True)
     log_every: int = option(1_000, "Steps per compiled chunk: one row of metrics per run per chunk; divides --steps.",

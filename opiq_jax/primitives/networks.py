@@ -166,6 +166,20 @@ class MazeConv(nn.Module):
         return output_layer(self.num_outputs)(x)
 
 
+class MinAtarConv(nn.Module):
+    """The MinAtar network of Young and Tian (2019) (input ``[B, 10, 10, C]`` of 0/1 channels): one 3x3 convolution
+    of 16 filters, stride 1, then 128 hidden units."""
+
+    num_outputs: int
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = nn.relu(PatchConv(16, (3, 3), (1, 1), self.dtype)(obs.astype(self.dtype)))
+        x = nn.relu(nn.Dense(128, dtype=self.dtype)(jnp.reshape(x, (x.shape[0], -1))))
+        return output_layer(self.num_outputs)(x)
+
+
 class NatureDQN(nn.Module):
     """The Nature DQN network for stacks of 84x84 uint8 frames (``[B, 84, 84, 4]``)."""
 
@@ -201,6 +215,8 @@ class Torso(nn.Module):
         if self.name_ == "maze_conv":
             x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
             x = nn.relu(PatchConv(16, (3, 3), (2, 2), self.dtype)(x))
+        elif self.name_ == "minatar_conv":
+            x = nn.relu(PatchConv(16, (3, 3), (1, 1), self.dtype)(x))
         else:
             x = nn.relu(PatchConv(32, (8, 8), (4, 4), self.dtype)(x))
             x = nn.relu(PatchConv(64, (4, 4), (2, 2), self.dtype)(x))
@@ -223,6 +239,8 @@ class Head(nn.Module):
                 x = nn.relu(nn.Dense(width, dtype=self.dtype)(x))
         elif self.name_ == "maze_conv":
             x = nn.Dense(200, dtype=self.dtype)(nn.relu(nn.Dense(400, dtype=self.dtype)(x)))
+        elif self.name_ == "minatar_conv":
+            x = nn.relu(nn.Dense(128, dtype=self.dtype)(x))
         else:
             x = nn.relu(nn.Dense(512, dtype=self.dtype)(x))
         return output_layer(self.num_outputs)(x)
@@ -251,11 +269,15 @@ class BootstrappedQ(nn.Module):
         return heads(features)
 
 
+NETWORKS = ("mlp", "maze_conv", "minatar_conv", "nature")
+"""The Q-networks by name: the chain's MLP, the maze's conv net, MinAtar's (Young and Tian's) and the Nature DQN's."""
+
+
 def make_bootstrapped_network(name: str, num_outputs: int, num_heads: int, hidden: Sequence[int] = (256, 256),
                               dtype: jnp.dtype = jnp.float32) -> nn.Module:
-    """BSP's K-headed form of the network ``name`` (``mlp``, ``maze_conv`` or ``nature``)."""
-    if name not in ("mlp", "maze_conv", "nature"):
-        raise ValueError(f"unknown network {name!r}; choose mlp, maze_conv or nature")
+    """BSP's K-headed form of the network ``name`` (one of :data:`NETWORKS`)."""
+    if name not in NETWORKS:
+        raise ValueError(f"unknown network {name!r}; choose {', '.join(NETWORKS)}")
     return BootstrappedQ(name_=name, num_outputs=num_outputs, num_heads=num_heads, hidden=tuple(hidden), dtype=dtype)
 
 
@@ -281,7 +303,7 @@ def network_for(choice: str, obs_shape: tuple[int, ...]) -> str:
 
 def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256),
                  dtype: jnp.dtype = jnp.float32, pallas_torso: bool = False, lean_backward: bool = False) -> nn.Module:
-    """Builds a network by name: ``mlp``, ``maze_conv`` or ``nature``, its hidden layers computing in ``dtype``
+    """Builds a network by name (one of :data:`NETWORKS`), its hidden layers computing in ``dtype``
     (``pallas_torso``: the maze network's convolutions as Pallas kernels, :class:`MazeConv`; ``lean_backward``:
     the MLP's backward pass of :mod:`opiq_jax.kernels.mlp_backward`)."""
     if lean_backward and name != "mlp":
@@ -290,9 +312,11 @@ def make_network(name: str, num_outputs: int, hidden: Sequence[int] = (256, 256)
         return MLP(num_outputs=num_outputs, hidden=tuple(hidden), dtype=dtype, lean_backward=lean_backward)
     if name == "maze_conv":
         return MazeConv(num_outputs=num_outputs, dtype=dtype, pallas_torso=pallas_torso)
+    if name == "minatar_conv":
+        return MinAtarConv(num_outputs=num_outputs, dtype=dtype)
     if name == "nature":
         return NatureDQN(num_outputs=num_outputs, dtype=dtype)
-    raise ValueError(f"unknown network {name!r}; choose mlp, maze_conv or nature")
+    raise ValueError(f"unknown network {name!r}; choose {', '.join(NETWORKS)}")
 
 
 def map_output_layer(params: chex.ArrayTree, change) -> chex.ArrayTree:

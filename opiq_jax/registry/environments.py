@@ -38,6 +38,7 @@ from ..envs import Maze, RandomisedChain
 from ..envs.atari import AtariPool, atari_game, check_game, import_envpool
 from ..envs.maze import MAZE_SIZE
 from ..envs.minigrid import check_task, make_minigrid
+from ..envs import craftax, minatar
 from ..envs.montezuma import MontezumaPool
 from ..contracts import Counting, Stepping, Replay
 from ..contracts.compact import CompactStepping
@@ -146,7 +147,7 @@ def adapted_environment(env: Any, params: Any = None, *, name: str | None = None
 
 def environment_names() -> str:
     """The registered names for messages, with the gymnax pattern."""
-    return ", ".join([*ENVIRONMENTS, "gymnax:NAME", "atari:NAME", "minigrid:NAME"])
+    return ", ".join([*ENVIRONMENTS, "gymnax:NAME", "atari:NAME", "minigrid:NAME", "minatar:NAME", "craftax:NAME"])
 
 
 class UnknownEnvironment(ValueError):
@@ -162,8 +163,9 @@ def environment_spec(name: str) -> EnvironmentSpec:
         return dataclasses.replace(GYMNAX, name=name)
     if name.startswith("atari:") and len(name) > len("atari:"):
         return atari_spec(name)
-    if name.startswith("minigrid:") and len(name) > len("minigrid:"):
-        return dataclasses.replace(MINIGRID, name=name)
+    family = next((spec for spec in FAMILIES if name.startswith(spec.name.removesuffix("NAME"))), None)
+    if family is not None and len(name) > len(family.name) - len("NAME"):
+        return dataclasses.replace(family, name=name)
     raise UnknownEnvironment(f"unknown env {name!r}: use {environment_names()}")
 
 
@@ -198,7 +200,7 @@ def envs_per_run(env: str, chosen: int) -> int:
 def contract_options() -> dict[str, str]:
     """Every static option that some contract alone reads (``options``), with where it applies (``serves``): of the
     steppings, replays and counters of every registered environment."""
-    specs = (*ENVIRONMENTS.values(), GYMNAX, MINIGRID, ATARI)
+    specs = (*ENVIRONMENTS.values(), GYMNAX, *FAMILIES, ATARI)
     return {name: contract.serves for spec in specs for contract in contracts_of(spec) for name in contract.options}
 
 
@@ -213,10 +215,10 @@ def refused_contract_option(env: str, overrides: Mapping[str, Any]) -> tuple[str
 def owners_of(option_name: str, env: str) -> tuple[str, ...]:
     """The environments whose own option ``option_name`` is, where ``env`` is not one of them (empty: ``env`` may
     set it, or it is nobody's own), read from the registered specs. ``gymnax:NAME`` stands for every gymnax
-    environment."""
+    environment, and each family's pattern (``craftax:NAME``) for its own."""
     if environment_spec(env).declares(option_name):
         return ()
-    return tuple(spec.name for spec in (*ENVIRONMENTS.values(), GYMNAX) if spec.declares(option_name))
+    return tuple(spec.name for spec in (*ENVIRONMENTS.values(), GYMNAX, *FAMILIES) if spec.declares(option_name))
 
 
 def environment_label(static: Mapping[str, Any]) -> str:
@@ -341,6 +343,56 @@ MINIGRID = EnvironmentSpec(
     label=lambda static: str(static["env"]).removeprefix("minigrid:"), check=_check_minigrid,
 )
 declare_options(MINIGRID)  # every minigrid:NAME is resolved from this one spec
+
+
+def _make_minatar(static: StaticConfig):
+    return minatar.make_minatar(static.env.removeprefix("minatar:"))
+
+
+# Young and Tian's (2019) DQN on MinAtar where an option holds it: their network, a 100k replay, batch 32, 1-step
+# targets, an update every step, the target copied every 1,000, epsilon from 1 to 0.1 over the first 100k steps.
+# 128-bit SimHash codes, as the maze's, for the 10x10 binary grids; the maze's per-method settings (the paper's
+# other sparse, discrete world) until a sweep here chooses MinAtar's own.
+MINATAR = EnvironmentSpec(
+    "minatar:NAME", "the MinAtar games in JAX, from gymnax (minatar:Breakout)", _make_minatar,
+    defaults=dict(network="minatar_conv", total_steps=1_000_000, log_every=10_000, buffer_size=100_000, batch_size=32,
+                  n_step=1, train_every=1, target_update=1_000, simhash_bits=128),
+    hparams=dict(epsilon_start=1.0, epsilon_end=0.1, epsilon_decay_steps=100_000.0), settings="maze",
+    label=lambda static: f"MinAtar {str(static['env']).removeprefix('minatar:')}",
+    check=lambda static: minatar.check_game(static.env.removeprefix("minatar:")),
+)
+declare_options(MINATAR)
+
+
+def _make_craftax(static: StaticConfig):  # imports craftax only now
+    return craftax.make_craftax(static.env.removeprefix("craftax:"), static.environment(static.env).episode_steps)
+
+
+def _check_craftax(static: StaticConfig) -> None:
+    """The game one of craftax's symbolic two and craftax installed, before anything is built."""
+    craftax.check_task(static.env.removeprefix("craftax:"))
+    craftax.import_craftax_env()
+
+
+# Craftax takes the maze's settings (3-step targets, epsilon from 1 over 50k steps, 128-bit SimHash codes, 1M steps)
+# with a 100k replay: each step stores two float32 observations of 1,345 (Classic) or 8,268 numbers, 1.1 GB or
+# 6.6 GB a run at 100k; the MLP reads the vector.
+CRAFTAX = EnvironmentSpec(
+    "craftax:NAME", "Craftax's symbolic games in JAX (craftax:Classic, craftax:Craftax; pip install -e "
+    "'.[craftax]')", _make_craftax,
+    defaults={**MAZE_DEFAULTS, "network": "mlp", "buffer_size": 100_000},
+    hparams=MAZE_EXPLORATION, settings="maze",
+    static_options=(Option("craftax_episode_steps", craftax.EPISODE_STEPS, "craftax only: an episode's step limit "
+                           "(craftax's max_timesteps), where it is cut short and bootstrapped; each greedy test "
+                           "episode runs this many steps.", minimum=1, type=int),),
+    label=lambda static: str(static["env"]).removeprefix("craftax:").replace("Classic", "Craftax-Classic"),
+    check=_check_craftax,
+)
+declare_options(CRAFTAX)
+
+FAMILIES = (MINIGRID, MINATAR, CRAFTAX)
+"""The environment families named ``PREFIX:NAME`` and resolved from one spec each (gymnax's and Atari's have
+lookups of their own)."""
 
 
 register_environment(EnvironmentSpec(
