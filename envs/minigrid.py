@@ -3,7 +3,9 @@
 ``--env minigrid:NAME`` trains on xminigrid's ``MiniGrid-NAME`` (``minigrid:DoorKey-16x16``, ``minigrid:FourRooms``,
 ...; :func:`minigrid_tasks` lists them). xminigrid 0.9.3, which installs on Python 3.11 and 3.12, gives DoorKey (5x5
 to 16x16), Empty, EmptyRandom, FourRooms, LockedRoom, Memory, Playground, Unlock, UnlockPickUp and
-BlockedUnlockPickUp; it has no KeyCorridor, MultiRoom or ObstructedMaze.
+BlockedUnlockPickUp; it has no KeyCorridor, MultiRoom or ObstructedMaze. A task xminigrid lacks comes from navix
+where it has it (the ``navix`` extra, :mod:`~opiq_jax.envs.navix`: KeyCorridor S3R1 to S6R3, LavaGap, ...); a task
+both give is xminigrid's.
 
 :class:`MiniGridGymnax` puts gymnax's API on an xminigrid environment, and the gymnax adapter does the rest: the
 observation is the agent's 7x7 view, two channels (tile and colour ids) of ``uint8``; ``step`` returns 6 values and
@@ -29,6 +31,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from . import navix
+
 PREFIX = "MiniGrid-"
 EXTRA = "pip install -e '.[minigrid]'"
 
@@ -48,13 +52,29 @@ def minigrid_tasks() -> tuple[str, ...]:
     return tuple(name.removeprefix(PREFIX) for name in names if name.startswith(PREFIX))
 
 
+def task_sources() -> dict[str, str]:
+    """Every task ``minigrid:NAME`` names, with the library that gives it: xminigrid's, then navix's for the tasks
+    xminigrid lacks (KeyCorridor), of those installed; a one-line ``ImportError`` naming the extras if neither is."""
+    sources = dict.fromkeys(navix.navix_tasks(), "navix")
+    try:
+        sources.update(dict.fromkeys(minigrid_tasks(), "xminigrid"))
+    except ImportError:
+        if not sources:
+            raise ImportError(f"--env minigrid:NAME needs xminigrid: {EXTRA} (KeyCorridor: {navix.EXTRA})") from None
+    return sources
+
+
 def check_task(task: str) -> None:
-    """A one-line ``ValueError`` for a task xminigrid lacks, with the closest names."""
-    tasks = minigrid_tasks()
-    if task not in tasks:
-        close = difflib.get_close_matches(task, tasks, n=3)
-        hint = f"did you mean {', '.join(f'minigrid:{c}' for c in close)}?" if close else f"tasks: {', '.join(tasks)}"
-        raise ValueError(f"unknown MiniGrid task {task!r} in xminigrid; {hint}")
+    """A one-line ``ValueError`` for a task no installed library gives, with the closest names and the extra of a
+    library not installed."""
+    sources = task_sources()
+    if task in sources:
+        return
+    close = difflib.get_close_matches(task, list(sources), n=3)
+    hint = f"did you mean {', '.join(f'minigrid:{c}' for c in close)}?" if close else f"tasks: {', '.join(sources)}"
+    missing = [f"xminigrid's need {EXTRA}"] if "xminigrid" not in sources.values() else []
+    missing += [f"navix's (KeyCorridor) need {navix.EXTRA}"] if "navix" not in sources.values() else []
+    raise ValueError(f"unknown MiniGrid task {task!r}; {hint}" + (f" ({'; '.join(missing)})" if missing else ""))
 
 
 DOOR_STATES = 3
@@ -150,8 +170,12 @@ class MiniGridGymnax:
 
 
 def make_minigrid(task: str):
-    """``minigrid:TASK`` as the trainer's environment: xminigrid's task behind the gymnax adapter."""
+    """``minigrid:TASK`` as the trainer's environment: xminigrid's task, else navix's, behind the gymnax adapter."""
     from .gymnax_adapter import GymnaxAdapter
 
+    check_task(task)
+    if task_sources()[task] == "navix":
+        env = navix.NavixGymnax(task)
+        return GymnaxAdapter(env, env.default_params, name=f"{navix.PREFIX}{task}")
     env = MiniGridGymnax(task)
     return GymnaxAdapter(env, env.default_params, name=f"MiniGrid-{task}")

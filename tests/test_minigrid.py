@@ -18,7 +18,7 @@ import opiq_jax  # noqa: E402 (after the skip: the module needs the extra)
 from opiq_jax.cli import main  # noqa: E402
 from opiq_jax.envs.minigrid import door_tiles, make_minigrid, minigrid_tasks  # noqa: E402
 from opiq_jax.registry.environments import static_for_env  # noqa: E402
-from tests.suite_runs import EVERY_METHOD, random_actions, train_methods  # noqa: E402
+from tests.suite_runs import EVERY_METHOD, ONE_PROGRAM, random_actions, train_methods  # noqa: E402
 
 FORWARD, TURN_RIGHT, TURN_LEFT = 0, 1, 2  # xminigrid's first three actions
 
@@ -26,7 +26,7 @@ FORWARD, TURN_RIGHT, TURN_LEFT = 0, 1, 2  # xminigrid's first three actions
 def test_the_tasks_named_are_xminigrids():
     tasks = minigrid_tasks()
     assert {"DoorKey-5x5", "DoorKey-16x16", "FourRooms", "Empty-5x5"} <= set(tasks)
-    assert not any(t.startswith("KeyCorridor") for t in tasks)  # xminigrid 0.9 has none
+    assert not any(t.startswith("KeyCorridor") for t in tasks)  # xminigrid 0.9 has none: navix gives them
 
 
 def test_an_episode_ends_at_the_step_limit_and_restarts():
@@ -85,7 +85,7 @@ def test_without_the_extra_the_command_names_it(monkeypatch, capsys):
 
     monkeypatch.setattr(builtins, "__import__", without_xminigrid)
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", "--env", "minigrid:DoorKey-5x5", "--no-progress"])
+        main(["train", "--env", "minigrid:Unlock", "--steps", "10", "--no-progress"])  # a task of xminigrid's alone
     assert exit_info.value.code == 2
     assert "pip install -e '.[minigrid]'" in capsys.readouterr().err
 
@@ -150,3 +150,48 @@ def test_a_minigrid_task_with_too_many_doors_for_exact_ids_hashes_its_view():
 def test_every_method_trains_a_few_hundred_steps_on_minigrid_with_exact_counts(tmp_path):
     out = tmp_path / "minigrid, ✓"
     assert train_methods("minigrid:DoorKey-5x5", EVERY_METHOD, out, "--count-features", "exact") == set(EVERY_METHOD)
+
+
+def navix_or_skip():
+    return pytest.importorskip("navix")
+
+
+def test_keycorridor_comes_from_navix_and_steps_as_navixs_own():
+    navix = navix_or_skip()
+    env = make_minigrid("KeyCorridorS3R1")
+    own = navix.make("Navix-KeyCorridorS3R1-v0")
+    assert (env.obs_shape, env.num_actions, env.resets_itself) == ((3, 7, 3), 7, False)  # navix's whole grid
+    assert env.default_params.max_steps_in_episode == own.max_steps
+    obs, state = env.reset(jax.random.key(2))
+    timestep = own.reset(jax.random.key(2))
+    np.testing.assert_array_equal(np.asarray(obs), np.asarray(timestep.observation, np.float32))
+    step, own_step = jax.jit(env.step), jax.jit(own.step)
+    for action in random_actions(jax.random.key(3), own.max_steps, env.num_actions):
+        obs, state, reward, terminated, truncated, info = step(jax.random.key(0), state, action)
+        timestep = own_step(timestep, action)
+        np.testing.assert_array_equal(np.asarray(info["compact"]).reshape(3, 7, 3), np.asarray(timestep.observation))
+        assert float(reward) == float(timestep.reward)
+        assert (bool(terminated), bool(truncated)) == (int(timestep.step_type) == 2, int(timestep.step_type) == 1)
+        if int(timestep.step_type) > 0:
+            break
+    assert bool(truncated) or bool(terminated)  # a random walk ends, here or at navix's limit
+
+
+def test_the_one_program_methods_train_a_few_hundred_steps_on_keycorridor(tmp_path):
+    navix_or_skip()
+    assert train_methods("minigrid:KeyCorridorS3R1", ONE_PROGRAM, tmp_path / "keycorridor") == set(ONE_PROGRAM)
+
+
+def test_without_navix_a_keycorridor_names_its_extra(monkeypatch, capsys):
+    real_import = builtins.__import__
+
+    def without_navix(name, *args, **kwargs):
+        if name == "navix" or name.startswith("navix."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_navix)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--env", "minigrid:KeyCorridorS3R3", "--steps", "10", "--no-progress"])
+    assert exit_info.value.code == 2
+    assert "pip install -e '.[navix]'" in capsys.readouterr().err
