@@ -24,7 +24,6 @@ Reaches inside: the trainer's timing helpers (``opiq_jax.benchmark.throughput``)
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
@@ -34,7 +33,7 @@ from typing import Literal
 
 import tyro
 
-from opiq_jax.reporting import portable, source_revision
+from experiments.bench.report import command_line, write_report
 from opiq_jax.store.files import atomic_write_text
 
 SKETCH_COUNTS = {"chain": ("simhash", "exact"), "maze": ("simhash", "exact"), "montezuma": ("simhash",)}
@@ -185,12 +184,8 @@ def main(argv: list[str] | None = None) -> None:
               flush=True)
         atomic_write_text(args.out / "cost.json", json.dumps(dict(device=device, rows=rows), indent=1))
     text = table(rows, device)
-    command = "python -m experiments.bench.learned_count_cost " + " ".join(portable(a) for a in (argv or sys.argv[1:]))
-    atomic_write_text(args.out / "README.md", f"# What the learned count costs\n\n`{command}`\n\n{text}\n")
-    atomic_write_text(args.out / "run_info.json", json.dumps(dict(
-        device=device, jax=jax.__version__, command=command, wall_seconds=round(time.perf_counter() - started),
-        **source_revision(), settings=dataclasses.asdict(args) | {"out": portable(str(args.out))}),
-        indent=1))
+    command = command_line("experiments.bench.learned_count_cost", argv)
+    write_report(args.out, "What the learned count costs", command, text, device, started, args)
     print(text)
 
 

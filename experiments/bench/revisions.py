@@ -22,7 +22,6 @@ Reaches inside: opiq_jax.store.files, for its atomic writes (a call cut short ke
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -35,7 +34,8 @@ from typing import Callable
 import tyro
 
 from experiments.tools.source_tree import importable
-from opiq_jax.reporting import portable, source_revision
+from experiments.bench.report import command_line, write_report
+from opiq_jax.reporting import portable
 from opiq_jax.store.files import atomic_write_text
 
 
@@ -188,12 +188,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"round {number + 1}: {job.label}, {label}: {rounds[-1][job.label][label]}", file=sys.stderr)
                 save()
     text = table(rounds, labels, jobs, device)
-    command = "python -m experiments.bench.revisions " + " ".join(portable(a) for a in (argv or sys.argv[1:]))
-    atomic_write_text(args.out / "README.md", f"# Benchmarks of several source trees\n\n`{command}`\n\n{text}\n")
-    atomic_write_text(args.out / "run_info.json", json.dumps(dict(
-        device=device, jax=jax.__version__, command=command, wall_seconds=round(time.perf_counter() - started),
-        **source_revision(), settings=dataclasses.asdict(args) | {"out": portable(str(args.out))}),
-        indent=1))
+    command = command_line("experiments.bench.revisions", argv)
+    write_report(args.out, "Benchmarks of several source trees", command, text, device, started, args)
     print(text)
 
 

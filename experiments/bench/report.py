@@ -1,0 +1,33 @@
+"""The closing files every benchmark of this folder writes: ``README.md`` (the command and the table) and
+``run_info.json`` (the card, jax, the command, the wall-clock, the revision and the settings), portable paths only.
+
+Reaches inside: opiq_jax.store.files, for its atomic writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from opiq_jax.reporting import portable, source_revision
+from opiq_jax.store.files import atomic_write_text
+
+
+def command_line(module: str, argv: list[str] | None) -> str:
+    """How the report names the call: ``python -m MODULE ARGS``, with this machine's paths left out."""
+    return f"python -m {module} " + " ".join(portable(a) for a in (argv or sys.argv[1:]))
+
+
+def write_report(out: Path, title: str, command: str, text: str, device: str, started: float, settings) -> None:
+    """Writes ``out/README.md`` and ``out/run_info.json``; ``started`` is the ``time.perf_counter()`` of the start
+    and ``settings`` the parsed arguments (a dataclass with an ``out`` field)."""
+    import jax  # the caller has started the backend already; the version names what timed the rows
+
+    atomic_write_text(out / "README.md", f"# {title}\n\n`{command}`\n\n{text}\n")
+    atomic_write_text(out / "run_info.json", json.dumps(dict(
+        device=device, jax=jax.__version__, command=command, wall_seconds=round(time.perf_counter() - started),
+        **source_revision(), settings=dataclasses.asdict(settings) | {"out": portable(str(settings.out))}),
+        indent=1))
