@@ -3,13 +3,13 @@ craftax's own, its time limit a truncation; the methods of one program train a f
 BSP's programs, a compile of Craftax each, are trained on MinAtar and MiniGrid); a name it lacks, the extra missing
 and its option on another environment are one line each."""
 
-import builtins
 
 import jax
 import numpy as np
 import pytest
 
 from opiq_jax.cli import main
+from tests.missing_extras import hide_module
 from tests.suite_runs import ONE_PROGRAM, random_actions, train_methods
 
 
@@ -48,14 +48,7 @@ def test_craftax_classic_is_craftaxs_game_step_for_step_and_its_time_limit_a_tru
 
 
 def test_craftax_without_the_extra_names_it(monkeypatch, capsys):
-    real_import = builtins.__import__
-
-    def without_craftax(name, *args, **kwargs):
-        if name == "craftax" or name.startswith("craftax."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", without_craftax)
+    hide_module(monkeypatch, "craftax")
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--env", "craftax:Classic", "--no-progress"])
     assert exit_info.value.code == 2

@@ -3,7 +3,6 @@ the goal or the step limit and restart, its views step as xminigrid's own, the e
 pocket, doors), ``--env minigrid:NAME`` trains from the API and the command line (navix's KeyCorridor too), and a
 task xminigrid lacks, or the extra missing, is one line."""
 
-import builtins
 import csv
 import json
 
@@ -18,6 +17,7 @@ import opiq_jax  # noqa: E402 (after the skip: the module needs the extra)
 from opiq_jax.cli import main  # noqa: E402
 from opiq_jax.envs.minigrid import door_tiles, make_minigrid, minigrid_tasks  # noqa: E402
 from opiq_jax.registry.environments import static_for_env  # noqa: E402
+from tests.missing_extras import hide_module  # noqa: E402
 from tests.suite_runs import ONE_PROGRAM, random_actions, train_methods  # noqa: E402
 
 FORWARD, TURN_RIGHT, TURN_LEFT = 0, 1, 2  # xminigrid's first three actions
@@ -76,14 +76,7 @@ def test_an_unknown_task_gets_the_closest_names_in_one_line(capsys):
 
 
 def test_without_the_extra_the_command_names_it(monkeypatch, capsys):
-    real_import = builtins.__import__
-
-    def without_xminigrid(name, *args, **kwargs):
-        if name == "xminigrid" or name.startswith("xminigrid."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", without_xminigrid)
+    hide_module(monkeypatch, "xminigrid")
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--env", "minigrid:Unlock", "--steps", "10", "--no-progress"])  # a task of xminigrid's alone
     assert exit_info.value.code == 2
@@ -185,14 +178,7 @@ def test_the_one_program_methods_train_a_few_hundred_steps_on_keycorridor(tmp_pa
 
 
 def test_without_navix_a_keycorridor_names_its_extra(monkeypatch, capsys):
-    real_import = builtins.__import__
-
-    def without_navix(name, *args, **kwargs):
-        if name == "navix" or name.startswith("navix."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", without_navix)
+    hide_module(monkeypatch, "navix")
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--env", "minigrid:KeyCorridorS3R3", "--steps", "10", "--no-progress"])
     assert exit_info.value.code == 2

@@ -3,7 +3,6 @@ TensorBoard's own reader (the ``tracking`` extra writes them, the ``dev`` extra 
 
 from __future__ import annotations
 
-import builtins
 import math
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 
 from opiq_jax.common.errors import UsageError
 from opiq_jax.reporting.tracking import aggregates, make_tracker, run_groups
+from tests.missing_extras import hide_module
 
 pytest.importorskip("tensorboardX")
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
@@ -93,14 +93,7 @@ def test_none_unknown_wrong_shape_and_missing_package(tmp_path, monkeypatch):
         tracker.log_chunk(100, {"loss": np.zeros(3)})
     tracker.close()
 
-    real_import = builtins.__import__
-
-    def without_tensorboardx(name, *args, **kwargs):
-        if name.startswith("tensorboardX"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", without_tensorboardx)
+    hide_module(monkeypatch, "tensorboardX")
     message = r"^--track tensorboard needs the tracking extra: pip install -e '\.\[tracking\]'$"
     with pytest.raises(UsageError, match=message):
         make_tracker("tensorboard", tmp_path, config())
