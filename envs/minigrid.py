@@ -4,8 +4,8 @@
 ...; :func:`minigrid_tasks` lists them). xminigrid 0.9.3, which installs on Python 3.11 and 3.12, gives DoorKey (5x5
 to 16x16), Empty, EmptyRandom, FourRooms, LockedRoom, Memory, Playground, Unlock, UnlockPickUp and
 BlockedUnlockPickUp; it has no KeyCorridor, MultiRoom or ObstructedMaze. A task xminigrid lacks comes from navix
-where it has it (the ``navix`` extra, :mod:`~opiq_jax.envs.navix`: KeyCorridor S3R1 to S6R3, LavaGap, ...); a task
-both give is xminigrid's.
+where it has it (the ``navix`` extra, :mod:`~opiq_jax.envs.navix`: DoorKey-Random, LavaGap, ..., and with navix 4 on
+Python 3.12 KeyCorridor, ObstructedMaze and MultiRoom); a task both give is xminigrid's.
 
 :class:`MiniGridGymnax` puts gymnax's API on an xminigrid environment, and the gymnax adapter does the rest: the
 observation is the agent's 7x7 view, two channels (tile and colour ids) of ``uint8``; ``step`` returns 6 values and
@@ -66,9 +66,11 @@ def task_sources() -> dict[str, str]:
 
 def check_task(task: str) -> None:
     """A one-line ``ValueError`` for a task no installed library gives, with the closest names and the extra of a
-    library not installed."""
+    library not installed, or for a task the installed navix cannot solve."""
     sources = task_sources()
     if task in sources:
+        if sources[task] == "navix":
+            navix.check_solvable(task)
         return
     close = difflib.get_close_matches(task, list(sources), n=3)
     hint = f"did you mean {', '.join(f'minigrid:{c}' for c in close)}?" if close else f"tasks: {', '.join(sources)}"

@@ -151,11 +151,21 @@ def navix_or_skip():
     return pytest.importorskip("navix")
 
 
-def test_keycorridor_comes_from_navix_and_steps_as_navixs_own():
+def navix_version():
+    from opiq_jax.envs.navix import navix_version
+
+    return navix_version()
+
+
+NAVIX_TASK = "DoorKey-Random-5x5"
+"""A task xminigrid lacks, with a door and a key, solvable in every navix release the extra installs."""
+
+
+def test_a_task_xminigrid_lacks_comes_from_navix_and_steps_as_navixs_own():
     navix = navix_or_skip()
-    env = make_minigrid("KeyCorridorS3R1")
-    own = navix.make("Navix-KeyCorridorS3R1-v0")
-    assert (env.obs_shape, env.num_actions, env.resets_itself) == ((3, 7, 3), 7, False)  # navix's whole grid
+    env = make_minigrid(NAVIX_TASK)
+    own = navix.make(f"Navix-{NAVIX_TASK}-v0")
+    assert (env.obs_shape, env.num_actions, env.resets_itself) == (own.observation_space.shape, 7, False)
     assert env.default_params.max_steps_in_episode == own.max_steps
     obs, state = env.reset(jax.random.key(2))
     timestep = own.reset(jax.random.key(2))
@@ -164,7 +174,8 @@ def test_keycorridor_comes_from_navix_and_steps_as_navixs_own():
     for action in random_actions(jax.random.key(3), own.max_steps, env.num_actions):
         obs, state, reward, terminated, truncated, info = step(jax.random.key(0), state, action)
         timestep = own_step(timestep, action)
-        np.testing.assert_array_equal(np.asarray(info["compact"]).reshape(3, 7, 3), np.asarray(timestep.observation))
+        view = np.asarray(info["compact"])[:env.obs_dim]  # the exact id rides after it
+        np.testing.assert_array_equal(view.reshape(own.observation_space.shape), np.asarray(timestep.observation))
         assert float(reward) == float(timestep.reward)
         assert (bool(terminated), bool(truncated)) == (int(timestep.step_type) == 2, int(timestep.step_type) == 1)
         if int(timestep.step_type) > 0:
@@ -172,9 +183,46 @@ def test_keycorridor_comes_from_navix_and_steps_as_navixs_own():
     assert bool(truncated) or bool(terminated)  # a random walk ends, here or at navix's limit
 
 
-def test_the_one_program_methods_train_a_few_hundred_steps_on_keycorridor(tmp_path):
+def test_navix_exact_cell_is_one_id_per_player_pocket_and_open_doors():
     navix_or_skip()
-    assert train_methods("minigrid:KeyCorridorS3R1", ONE_PROGRAM, tmp_path / "keycorridor") == set(ONE_PROGRAM)
+    env = make_minigrid(NAVIX_TASK)  # 5x5 cells, one door, one key
+    assert env.state_cells and env.num_cells == 5 * 5 * 4 * 2 * 2
+    compacts, inner = walk(env, 400, 16, seed=0)
+    cells = np.asarray(jax.vmap(env.cell_id)(compacts))
+    player, doors = inner.entities["player"], inner.entities["door"]
+    keys = np.column_stack([np.asarray(player.position[:, 0]), np.asarray(player.direction),
+                            np.asarray(player.pocket), np.asarray(doors.open) != 0])
+    by_cell, by_key = {}, {}
+    for cell, key in zip(cells.tolist(), map(tuple, keys.tolist())):
+        assert by_cell.setdefault(cell, key) == key  # one state per id
+        assert by_key.setdefault(key, cell) == cell  # one id per state
+    assert len(by_cell) > 30 and 0 <= cells.min() and cells.max() < env.num_cells
+    assert len({k[3] for k in by_key}) == 2 and len({k[4] for k in by_key}) == 2  # the key carried, the door opened
+
+
+def test_a_keycorridor_navix_cannot_solve_is_refused_in_one_line(capsys):
+    navix_or_skip()
+    if navix_version() >= (0, 9, 5):
+        pytest.skip("this navix's KeyCorridor can be solved")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--env", "minigrid:KeyCorridorS3R1", "--steps", "10", "--no-progress"])
+    assert exit_info.value.code == 2
+    assert "KeyCorridor cannot be solved (its doors are wall cells of the grid)" in capsys.readouterr().err
+
+
+def test_a_solvable_keycorridor_lets_the_agent_through_its_doors():
+    navix_or_skip()
+    if navix_version() < (0, 9, 5):
+        pytest.skip("navix before 0.9.5 builds an unsolvable KeyCorridor")
+    env = make_minigrid("KeyCorridorS3R1")
+    _, inner = walk(env, 300, 16, seed=0)
+    assert len({tuple(p) for p in np.asarray(inner.entities["player"].position[:, 0]).tolist()}) > 1
+
+
+def test_the_one_program_methods_train_a_few_hundred_steps_on_a_navix_task(tmp_path):
+    navix_or_skip()
+    out = tmp_path / "navix"
+    assert train_methods(f"minigrid:{NAVIX_TASK}", ONE_PROGRAM, out, "--count-features", "exact") == set(ONE_PROGRAM)
 
 
 def test_without_navix_a_keycorridor_names_its_extra(monkeypatch, capsys):
