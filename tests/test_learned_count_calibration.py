@@ -37,3 +37,25 @@ def test_a_folder_of_another_counting_is_refused(tmp_path):
                    log_every=200, hidden=(8,))
     with pytest.raises(SystemExit, match="not cfn"):
         learned_count_calibration.main(["--results", str(out), "--out", str(tmp_path / "x")])
+
+
+def test_calls_along_a_time_boxed_run_follow_the_count_over_the_run(tmp_path):
+    run, out = tmp_path / "boxed", tmp_path / "over the run, é"
+    train = dict(steps=400, out=run, progress=False, verbose=False, count_features="cfn", cfn_hidden=(16,),
+                 chain_length=8, log_every=200, max_minutes=1e-9)  # each call stops after its first chunk
+
+    def calibrate() -> list[int]:
+        learned_count_calibration.main(["--results", str(run), "--out", str(out)])
+        points = json.loads((out / "history.json").read_text())["points"]
+        assert all(len(p["rank_correlation"]) == len(p["ratio_median"]) == 2 for p in points)
+        return [p["step"] for p in points]
+
+    opiq_jax.train("chain", ["opiq"], 2, **train)
+    assert calibrate() == [200] and calibrate() == [200]  # a second call at one step replaces its point
+    opiq_jax.train("chain", ["opiq"], 2, **train)  # the same call goes on, to the end
+    assert calibrate() == [200, 400]
+    table = (out / "over_the_run.md").read_text()
+    assert "| 200 | 2 |" in table and "| 400 | 2 |" in table
+    assert (out / "over_the_run.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="give this run another --out"):  # another run's history is kept apart
+        learned_count_calibration.main(["--results", str(tmp_path / "other"), "--out", str(out)])

@@ -14,6 +14,12 @@ Over the pairs the replay holds, per run: the rank correlation of ``Ñ`` and ``N
 ``python -m experiments.studies.learned_count_calibration --results DIR --out DIR`` writes ``calibration.json``,
 ``calibration.md``, ``calibration.png`` (``Ñ`` against ``N``, every run, log scales) and ``run_info.json``.
 
+Over the run: each call also adds its checkpoint's step to ``history.json`` in ``--out`` (a second call at the same
+step replaces it) and draws ``over_the_run.png`` and ``over_the_run.md``: each step's rank correlation and median
+``Ñ / N``, the median over runs with their range. Calling it on a run that trains in time-boxed calls
+(``opiq-jax train ... --max-minutes M``, the same command again goes on), after each call, follows the count as it
+learns.
+
 Reaches inside: the runs' replay (``Results.state().state.memory``) and the environment's cell ids (the folder's
 own configuration, ``opiq_jax.host.plan.experiment_from_configs``, made into its environment by the registry), for
 the exact counts the learned one is judged against; nothing else reads them.
@@ -117,6 +123,61 @@ def draw(path: Path, learned: np.ndarray, exact: np.ndarray, title: str) -> None
     plt.close(fig)
 
 
+def read_history(path: Path, folder: str) -> list[dict]:
+    """The points of ``history.json`` so far; refused in one line where they follow another results folder."""
+    points = json.loads(path.read_text())["points"] if path.exists() else []
+    others = sorted({p["results"] for p in points} - {folder})
+    if others:
+        raise SystemExit(f"learned_count_calibration: error: {path.parent} follows {others[0]}, not {folder}; give "
+                         "this run another --out")
+    return points
+
+
+def add_to_history(path: Path, points: list[dict], step: int, folder: str, rows: list[dict]) -> list[dict]:
+    """``points`` with this call's (replacing one at the same step), sorted by step; saved to ``path``."""
+    point = dict(step=step, results=folder, rank_correlation=[r["rank_correlation"] for r in rows],
+                 ratio_median=[r["ratio_median"] for r in rows])
+    points = sorted([p for p in points if p["step"] != step] + [point], key=lambda p: p["step"])
+    atomic_write_text(path, json.dumps(dict(points=points), indent=1))
+    return points
+
+
+def history_table(points: list[dict]) -> str:
+    """Each step's figures over the runs."""
+    lines = ["The learned count against the exact counts of the replay, at each checkpoint judged (the median over "
+             "runs, with the lowest and highest run).", "",
+             "| step | runs | rank correlation | Ñ/N median |", "|---|---|---|---|"]
+    for p in points:
+        corr, ratio = np.array(p["rank_correlation"]), np.array(p["ratio_median"])
+        lines.append(f"| {p['step']:,} | {len(corr)} | {np.median(corr):.3f} ({corr.min():.3f} to {corr.max():.3f}) | "
+                     f"{np.median(ratio):.2f} ({ratio.min():.2f} to {ratio.max():.2f}) |")
+    return "\n".join(lines)
+
+
+def draw_history(path: Path, points: list[dict], title: str) -> None:
+    """Rank correlation and median ``Ñ / N`` against the step: the median over runs and the runs' range."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [p["step"] for p in points]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "rank_correlation", "rank correlation of Ñ and N"),
+                           (axes[1], "ratio_median", "median Ñ / N (1: calibrated)")):
+        values = [np.array(p[key]) for p in points]
+        ax.plot(steps, [np.median(v) for v in values], marker="o", color="tab:blue", label="median over runs")
+        ax.fill_between(steps, [v.min() for v in values], [v.max() for v in values], color="tab:blue", alpha=0.2,
+                        label="lowest to highest run")
+        ax.set(xlabel="environment steps", ylabel=label)
+    axes[1].axhline(1.0, color="black", lw=1)
+    axes[1].set_yscale("log")
+    axes[0].legend(loc="lower right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 @dataclass
 class Args:
     results: Path
@@ -128,6 +189,7 @@ class Args:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = tyro.cli(Args, args=argv)
     started = time.perf_counter()
+    history = read_history(args.out / "history.json", portable(str(args.results)))  # before the work
     results = opiq_jax.load(args.results)
     static = results.config["static"]
     if static.get("count_features") != "cfn":
@@ -145,6 +207,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     atomic_write_text(args.out / "calibration.md", text + "\n")
     draw(args.out / "calibration.png", learned, exact, f"{static['env']}: learned against exact counts, step "
          f"{final.step:,}, {len(rows)} runs")
+    points = add_to_history(args.out / "history.json", history, final.step, portable(str(args.results)), rows)
+    atomic_write_text(args.out / "over_the_run.md", history_table(points) + "\n")
+    draw_history(args.out / "over_the_run.png", points, f"{static['env']}: the learned count over the run")
     command = "python -m experiments.studies.learned_count_calibration " + " ".join(
         portable(a) for a in (argv if argv is not None else sys.argv[1:]))
     atomic_write_text(args.out / "run_info.json", json.dumps(dict(
