@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from . import navix
+from .gymnax_adapter import MAX_STATE_CELLS
 
 PREFIX = "MiniGrid-"
 EXTRA = "pip install -e '.[minigrid]'"
@@ -81,8 +82,6 @@ def check_task(task: str) -> None:
 
 DOOR_STATES = 3
 """A door is locked, closed or open: its tile is one of three consecutive ids from xminigrid's ``DOOR_LOCKED``."""
-MAX_EXACT_CELLS = 1 << 24
-"""The most ids :func:`exact_cell` may take: the id rides after the view in a float32 compact state."""
 
 
 def door_tiles(grid: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -145,7 +144,7 @@ class MiniGridGymnax:
         self.default_params = MiniGridParams(env_params, int(env_params.max_steps))
         self.width = int(env_params.width)
         self.num_doors, cells = exact_cells_of(self.env, env_params)
-        if cells <= MAX_EXACT_CELLS:  # else no state_cell: the adapter hashes the view
+        if cells <= MAX_STATE_CELLS:  # else no state_cell: the adapter hashes the view
             self.num_cells = cells
             self.state_cell = lambda timestep: exact_cell(timestep.state, self.width, self.num_doors)
 

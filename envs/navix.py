@@ -29,14 +29,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from .gymnax_adapter import MAX_STATE_CELLS
+
 EXTRA = "pip install -e '.[navix]'"
 PREFIX, SUFFIX = "Navix-", "-v0"
 TERMINATION, TRUNCATION = 2, 1
 """navix's step types that end an episode (``navix.environments.environment.StepType``)."""
 SOLVABLE_KEYCORRIDOR = (0, 9, 5)
 """The first navix release whose KeyCorridor can be solved (module docstring)."""
-MAX_EXACT_CELLS = 1 << 24
-"""The most ids :func:`exact_cell` may take: the id rides after the view in a float32 compact state."""
 
 
 def navix_tasks() -> tuple[str, ...]:
@@ -112,7 +112,7 @@ class NavixGymnax:
         self.default_params = NavixParams(int(self.env.max_steps))
         height, width, num_doors, num_items = task_layout(self.env)
         cells = height * width * 4 * (num_items + 1) * 2**num_doors
-        if cells <= MAX_EXACT_CELLS:  # else no state_cell: the adapter hashes the view
+        if cells <= MAX_STATE_CELLS:  # else no state_cell: the adapter hashes the view
             self.num_cells = cells
             self.state_cell = lambda timestep: exact_cell(timestep.state, width, num_doors, num_items)
 
