@@ -65,14 +65,15 @@ def task_sources() -> dict[str, str]:
     return sources
 
 
-def check_task(task: str) -> None:
-    """A one-line ``ValueError`` for a task no installed library gives, with the closest names and the extra of a
-    library not installed, or for a task the installed navix cannot solve."""
+def check_task(task: str) -> str:
+    """The library that gives ``task`` ('xminigrid' or 'navix'); a one-line ``ValueError`` for a task no installed
+    library gives, with the closest names and the extra of a library not installed, or for a task the installed navix
+    cannot solve."""
     sources = task_sources()
     if task in sources:
         if sources[task] == "navix":
             navix.check_solvable(task)
-        return
+        return sources[task]
     close = difflib.get_close_matches(task, list(sources), n=3)
     hint = f"did you mean {', '.join(f'minigrid:{c}' for c in close)}?" if close else f"tasks: {', '.join(sources)}"
     missing = [f"xminigrid's need {EXTRA}"] if "xminigrid" not in sources.values() else []
@@ -174,8 +175,7 @@ def make_minigrid(task: str):
     """``minigrid:TASK`` as the trainer's environment: xminigrid's task, else navix's, behind the gymnax adapter."""
     from .gymnax_adapter import GymnaxAdapter
 
-    check_task(task)
-    if task_sources()[task] == "navix":
+    if check_task(task) == "navix":  # lists the installed libraries' tasks once
         env = navix.NavixGymnax(task)
         return GymnaxAdapter(env, env.default_params, name=f"{navix.PREFIX}{task}")
     env = MiniGridGymnax(task)

@@ -1,8 +1,7 @@
 """Craftax's symbolic games through ``--env craftax:NAME`` (the ``craftax`` extra, ``envs/craftax.py``): step for step
 craftax's own, its time limit a truncation; the methods of one program train a few hundred steps (DORA's, RND's and
-BSP's programs, a compile of Craftax each, are trained on MinAtar and MiniGrid); a name it lacks, the extra missing
+BSP's programs, a compile of Craftax each, are trained on MinAtar); a name it lacks, the extra missing
 and its option on another environment are one line each."""
-
 
 import jax
 import numpy as np

@@ -1,7 +1,8 @@
 """MiniGrid's tasks through xminigrid (``envs/minigrid.py``, the ``minigrid`` extra): the adapter's episodes end at
 the goal or the step limit and restart, its views step as xminigrid's own, the exact cell id is one per state (agent,
-pocket, doors), ``--env minigrid:NAME`` trains from the API and the command line (navix's KeyCorridor too), and a
-task xminigrid lacks, or the extra missing, is one line."""
+pocket, doors), ``--env minigrid:NAME`` trains from the API and the command line (navix's tasks too, with their own
+exact ids), a KeyCorridor the installed navix cannot solve is refused, and a task no library gives, or the extra
+missing, is one line."""
 
 import csv
 import json
