@@ -1,15 +1,18 @@
 """The small scripts that compute the documentation's evidence, each run as its command: far-end counts, SimHash
-aliasing, install size."""
+aliasing, install size; and how every script's record names the call."""
 
 import gzip
 import json
 import shutil
+
+import sys
 
 import pytest
 
 from experiments.bench import install_size
 from experiments.paper import chain_far_end
 from experiments.studies import simhash_aliasing
+from experiments.tools.command_line import command_line
 from tests.results_folders import tidy_row, write_folder
 
 
@@ -59,3 +62,13 @@ def test_install_size_counts_what_the_atari_extra_adds(tmp_path):
     assert "envpool" in added and not {"jax", "flax", "numpy"} & set(added)  # the core's are not the extra's
     assert document["total_bytes"] == sum(d["bytes"] for d in added.values()) > 1_000_000
     assert f"| **all {len(added)}** |" in (tmp_path / "install_size.md").read_text()
+
+
+def test_a_record_names_its_call_without_this_machines_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["script", "--from-the-process"])
+    here, elsewhere = tmp_path / "out, \"q\" ✓", "/elsewhere/runs/maze"
+    assert command_line("m", ["--out", str(here), f"--results={elsewhere}", "7"]) == \
+        'python -m m --out out, "q" ✓ --results=maze 7'
+    assert command_line("m", []) == "python -m m"  # called from Python with no arguments: not the process's
+    assert command_line("m", None) == "python -m m --from-the-process"

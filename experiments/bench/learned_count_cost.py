@@ -33,7 +33,8 @@ from typing import Literal
 
 import tyro
 
-from experiments.bench.report import command_line, write_report
+from experiments.bench.report import write_report
+from experiments.tools.command_line import command_line
 from opiq_jax.store.files import atomic_write_text
 
 SKETCH_COUNTS = {"chain": ("simhash", "exact"), "maze": ("simhash", "exact"), "montezuma": ("simhash",)}

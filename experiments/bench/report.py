@@ -8,17 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
 from opiq_jax.reporting import portable, source_revision
 from opiq_jax.store.files import atomic_write_text
-
-
-def command_line(module: str, argv: list[str] | None) -> str:
-    """How the report names the call: ``python -m MODULE ARGS``, with this machine's paths left out."""
-    return f"python -m {module} " + " ".join(portable(a) for a in (argv or sys.argv[1:]))
 
 
 def write_report(out: Path, title: str, command: str, text: str, device: str, started: float, settings) -> None:

@@ -34,7 +34,8 @@ from typing import Callable
 import tyro
 
 from experiments.tools.source_tree import importable
-from experiments.bench.report import command_line, write_report
+from experiments.bench.report import write_report
+from experiments.tools.command_line import command_line
 from opiq_jax.reporting import portable
 from opiq_jax.store.files import atomic_write_text
 

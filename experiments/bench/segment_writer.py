@@ -23,7 +23,6 @@ import os
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -36,7 +35,8 @@ import tyro
 
 from opiq_jax.store import frames as frame_store
 from opiq_jax.store.files import atomic_write_chunks
-from opiq_jax.reporting import portable, source_revision
+from opiq_jax.reporting import source_revision
+from experiments.tools.command_line import command_line
 
 
 @dataclass
@@ -118,8 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "summary.json").write_text(json.dumps({"settings": settings, "rows": rows, "frames_mb": raw_mb},
                                                       indent=1), encoding="utf-8")
     (args.out / "run_info.json").write_text(json.dumps({
-        "command": "python -m experiments.bench.segment_writer " + " ".join(
-            map(portable, sys.argv[1:] if argv is None else argv)), **source_revision(),
+        "command": command_line("experiments.bench.segment_writer", argv), **source_revision(),
         "device": device, "machine": platform.machine(), "date": time.strftime("%Y-%m-%d"),
         "wall_seconds": round(time.monotonic() - started, 1)}, indent=1), encoding="utf-8")
     print("\n".join(lines))

@@ -47,7 +47,8 @@ from typing import Any, Callable, Literal
 
 import tyro
 
-from opiq_jax.reporting import portable, source_revision
+from opiq_jax.reporting import source_revision
+from experiments.tools.command_line import command_line
 
 SAFE_SETTINGS: dict[str, dict[str, str]] = {
     "chain": dict(precision="bfloat16", weight_storage="packed"),
@@ -352,7 +353,7 @@ def write_folder(out: Path, report: dict[str, Any], table: str, extra: str, log:
                  argv: list[str], started: float) -> None:
     """``table.md``, ``README.md``, ``throughput.json`` and ``run_info.json`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m experiments.bench.throughput_table " + " ".join(map(portable, argv))
+    command = command_line("experiments.bench.throughput_table", argv)
     (out / "table.md").write_text(table + "\n")
     (out / "throughput.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     run_info = dict(device=report["device"], jax=report["jax"], torch=report.get("torch"), command=command,

@@ -63,6 +63,7 @@ import tyro
 from opiq_jax import train
 from opiq_jax.envs.maze import MAZE_GOAL, MAZE_SIZE, MAZE_START, Maze
 from opiq_jax.reporting import paper_name, precision_text
+from experiments.tools.command_line import command_line
 
 BASE_METHODS = ("dqn_pc", "opiq")
 # Methods that differ from these only in numbers (HParams), so all share one compiled program; methods
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> dict:
     info.update(
         device=device.device_kind, platform=device.platform, devices=jax.device_count(), jax=jax.__version__,
         host=platform.node(),
-        command="python -m experiments.paper.maze_value_maps " + " ".join(sys.argv[1:] if argv is None else argv),
+        command=command_line("experiments.paper.maze_value_maps", argv),
         methods=[r["method"] for r in final.runs], seed=args.seed, steps=args.steps, step_drawn=step,
         log_every=static["log_every"], count_features=args.count_features,
         buffer_size=static["buffer_size"], total_seconds=sum(info["seconds_per_invocation"]),

@@ -40,6 +40,7 @@ import tyro
 from opiq_jax.reporting.plotting import curves, folder_title, save_curve_figure, summary_table
 from opiq_jax.runs.results_folder import read_metrics
 from opiq_jax.reporting import source_revision
+from experiments.tools.command_line import command_line
 
 HARD_EXPLORATION = ("Venture", "PrivateEye", "Gravitar", "Pitfall", "Freeway", "Solaris")
 """Bellemare et al. (2016)'s hard-exploration games besides Montezuma's Revenge."""
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         started = time.monotonic()
         codes = train_games(args)
         devices = {json.loads(p.read_text())["device"] for p in args.out.glob("*/run_info.json")}
-        call = dict(command=" ".join(["python -m experiments.studies.atari_games", *(argv or sys.argv[1:])]),
+        call = dict(command=command_line("experiments.studies.atari_games", argv),
                     device=", ".join(sorted(devices)), seconds=time.monotonic() - started, exit_codes=codes)
         record_call(args.out / "run_info.json", call)
         if any(codes.values()):

@@ -74,11 +74,12 @@ import tyro
 import opiq_jax
 from opiq_jax import train
 from opiq_jax.common.config import StaticConfig
-from opiq_jax.reporting import portable, source_revision
+from opiq_jax.reporting import source_revision
 from opiq_jax.reporting.plotting import group_styles, line_zorder, paper_name
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from experiments.tools.command_line import command_line
 
 ENV = "gymnax:DeepSea-bsuite"
 FOUND = 0.5  # an episode return above this found the treasure (0.99 if found, <= 0 otherwise)
@@ -375,8 +376,7 @@ def main(argv: list[str] | None = None) -> None:
                 break
         info.update(
             device=device.device_kind, platform=device.platform, devices=jax.device_count(), jax=jax.__version__,
-            host=platform.node(), command="python -m experiments.studies.deepsea " + " ".join(
-                map(portable, sys.argv[1:] if argv is None else argv)), **source_revision(),
+            host=platform.node(), command=command_line("experiments.studies.deepsea", argv), **source_revision(),
             sizes_requested=list(args.sizes), methods=list(args.methods), seeds=args.seeds,
             budget_per_n=args.budget_per_n,
             log_episodes=args.log_episodes, count_features=args.count_features, hidden=list(args.hidden),

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from opiq_jax.registry.environments import environment_spec
 from opiq_jax.reporting import portable, source_revision
 from opiq_jax.reporting.stats import rank_correlation
 from opiq_jax.store.files import atomic_write_text
+from experiments.tools.command_line import command_line
 
 RANGES = ((1, 1), (2, 9), (10, 99), (100, 999), (1000, None))
 """Ranges of the exact count over which the median ratio is reported."""
@@ -210,8 +210,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     points = add_to_history(args.out / "history.json", history, final.step, portable(str(args.results)), rows)
     atomic_write_text(args.out / "over_the_run.md", history_table(points) + "\n")
     draw_history(args.out / "over_the_run.png", points, f"{static['env']}: the learned count over the run")
-    command = "python -m experiments.studies.learned_count_calibration " + " ".join(
-        portable(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = command_line("experiments.studies.learned_count_calibration", argv)
     atomic_write_text(args.out / "run_info.json", json.dumps(dict(
         command=command, seconds=round(time.perf_counter() - started, 1), **source_revision(),
         settings={k: portable(str(v)) for k, v in dataclasses.asdict(args).items()}), indent=1))

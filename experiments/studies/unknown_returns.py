@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,8 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from opiq_jax.reporting import portable, source_revision
+from opiq_jax.reporting import source_revision
+from experiments.tools.command_line import command_line
 
 REPLAY = 1_000_000
 CAP = 4500
@@ -141,8 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         "shares": {str(e): {"ring": r, "random_play": s, "all_at_cap": c} for e, (r, s, c) in shares.items()},
         "trainer_check": check}, indent=1), encoding="utf-8")
     (args.out / "run_info.json").write_text(json.dumps({
-        "command": "python -m experiments.studies.unknown_returns " + " ".join(
-            map(portable, sys.argv[1:] if argv is None else argv)), **source_revision(),
+        "command": command_line("experiments.studies.unknown_returns", argv), **source_revision(),
         "device": f"{platform.machine()} CPU, {os.cpu_count()} cores (no accelerator)",
         "date": time.strftime("%Y-%m-%d"),
         "wall_seconds": round(time.monotonic() - started, 1)}, indent=1), encoding="utf-8")
