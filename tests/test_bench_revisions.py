@@ -1,8 +1,9 @@
 """``python -m experiments.bench.revisions``: the same benchmarks for several source trees, taking turns.
 
 The subprocesses' rates are replaced by fixed numbers here (a real run is a GPU's work); what is checked is that
-every tree runs every job in every round, in turn, that the table keeps each tree's fastest round and its ratio to
-the first tree, that a failed job reads as failed, and that bad ``--trees`` are refused in one line.
+every tree runs every job in every round, in turn and in reverse order every other round, that the table keeps
+each tree's fastest round, its ratio to the first tree and the median of the rounds' paired ratios, that a failed
+job reads as failed, and that bad ``--trees`` are refused in one line.
 """
 
 import json
@@ -29,25 +30,30 @@ def fake_runs(rates: dict[str, list[float | None]]):
 
 def test_trees_take_turns_and_the_table_keeps_the_fastest_round(monkeypatch, tmp_path):
     jobs = revisions.default_jobs(quick=True)
-    run, calls = fake_runs({"old": [100.0, 50.0, 120.0, 40.0], "new": [110.0, None, 90.0, 60.0]})
+    run, calls = fake_runs({"old": [100.0, 50.0, 120.0, 40.0, 80.0, 45.0],
+                            "new": [110.0, None, 90.0, 60.0, 100.0, 54.0]})
     monkeypatch.setattr(revisions, "run_job", run)
     out = tmp_path / "a, \"quoted\" résumé"
-    revisions.main(["--trees", f"old={HERE}", f"new={HERE}", "--rounds", "2", "--quick", "--out", str(out)])
-    per_round = [(job.label, label) for job in jobs for label in ("old", "new")]
-    assert calls == per_round * 2
+    revisions.main(["--trees", f"old={HERE}", f"new={HERE}", "--rounds", "3", "--quick", "--envs", "chain", "maze",
+                    "--out", str(out)])
+    in_turn = [(job.label, label) for job in jobs for label in ("old", "new")]
+    in_reverse = [(job.label, label) for job in jobs for label in ("new", "old")]
+    assert calls == in_turn + in_reverse + in_turn
     text = (out / "README.md").read_text()
     chain, maze = jobs[0].label, jobs[1].label
-    assert f"| {chain} | 120 | 110 | 0.917 |" in text  # old's best is round 2's 120, new's round 1's 110
-    assert f"| {maze} | 50 | 60 | 1.200 |" in text  # new's failed round leaves its other one
+    # the chain: old's best is round 2's 120, new's round 1's 110; the rounds' ratios 110/100, 90/120, 100/80
+    assert f"| {chain} | 120 | 110 | 0.917 | 1.100 (0.750-1.250, 3 rounds) |" in text
+    # the maze: new's failed round 1 leaves two pairs, 60/40 and 54/45
+    assert f"| {maze} | 50 | 60 | 1.200 | 1.350 (1.200-1.500, 2 rounds) |" in text
     saved = json.loads((out / "revisions.json").read_text())
     assert saved["rounds"][0][maze]["new"]["error"] == ["boom"]
-    assert json.loads((out / "run_info.json").read_text())["settings"]["rounds"] == 2
+    assert json.loads((out / "run_info.json").read_text())["settings"]["rounds"] == 3
 
 
 def test_a_job_that_never_ran_reads_failed_and_has_no_ratio():
     jobs = revisions.default_jobs(quick=True)[:1]
     rounds = [{jobs[0].label: {"old": dict(rate=10.0), "new": dict(rate=None)}}]
-    assert f"| {jobs[0].label} | 10 | failed | n/a |" in revisions.table(rounds, ["old", "new"], jobs, "cpu")
+    assert f"| {jobs[0].label} | 10 | failed | n/a | n/a |" in revisions.table(rounds, ["old", "new"], jobs, "cpu")
 
 
 @pytest.mark.parametrize("trees, message", [

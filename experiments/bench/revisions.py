@@ -4,7 +4,8 @@ A change that must not slow the trainer (a refactor, a new contract) is checked 
 it on the same card in the same call: ``opiq-jax bench`` on the chain and the maze, and
 ``experiments/bench/montezuma_bench.py`` on Montezuma's Revenge. Each tree runs each benchmark in a subprocess of
 its own, from its own folder (``PYTHONPATH=TREE``, made importable by :mod:`experiments.tools.source_tree`), and the
-trees take turns within each round, so a drift of the card's clock over the call touches both alike.
+trees take turns within each round, in reverse order every other round, so a drift of the card's clock or its host
+over the call touches both alike. The table gives each tree's best rate and, per round, its ratio to the first tree's.
 
 A tree is a folder holding a revision's ``opiq_jax/``, ``envs/`` and ``experiments/``, for example
 ``git archive REV -- pyproject.toml opiq_jax envs experiments | tar -x -C bench-trees/REV``; ``.`` is this
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -114,21 +116,47 @@ def best_rates(rounds: list[dict], labels: list[str], job: str) -> dict[str, flo
     return {label: best(label) for label in labels}
 
 
+def paired_ratios(rounds: list[dict], label: str, first: str, job: str) -> list[float]:
+    """``label``'s rate over ``first``'s within each round where both ran: the two were timed minutes apart, so a
+    slow stretch of the card or its host touches both, where the best rates may come from different stretches."""
+    pairs = [(r[job][label]["rate"], r[job][first]["rate"]) for r in rounds if job in r and label in r[job]
+             and first in r[job]]
+    return [a / b for a, b in pairs if a is not None and b is not None]
+
+
+def ratio_cells(best: dict[str, float | None], ratios: list[float], label: str, first: str) -> str:
+    """The best rates' ratio, then the paired ratios' median and range (n/a where a tree never ran)."""
+    fastest = "n/a" if None in (best[label], best[first]) else f"{best[label] / best[first]:.3f}"
+    if not ratios:
+        return f"{fastest} | n/a"
+    median = statistics.median(ratios)
+    spread = f" ({min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)" if len(ratios) > 1 else ""
+    return f"{fastest} | {median:.3f}{spread}"
+
+
 def table(rounds: list[dict], labels: list[str], jobs: list[Job], device: str) -> str:
-    """The README table: the best rate of each tree per job and each tree's ratio to the first tree's."""
+    """The README table: the best rate of each tree per job, and per other tree its ratio to the first tree's:
+    of the best rates, and the median of the rounds' paired ratios with their range."""
     first = labels[0]
     head = ["| benchmark | " + " | ".join(f"{label} steps/s" for label in labels) + " | "
-            + " | ".join(f"{label} / {first}" for label in labels[1:]) + " |",
-            "|---|" + "---|" * (2 * len(labels) - 1)]
+            + " | ".join(f"{label} / {first}, best | {label} / {first}, per round" for label in labels[1:]) + " |",
+            "|---|" + "---|" * (len(labels) + 2 * (len(labels) - 1))]
     rows = []
     for job in jobs:
         best = best_rates(rounds, labels, job.label)
         rates = " | ".join("failed" if best[label] is None else f"{best[label]:,.0f}" for label in labels)
-        ratios = " | ".join("n/a" if None in (best[label], best[first]) else f"{best[label] / best[first]:.3f}"
+        ratios = " | ".join(ratio_cells(best, paired_ratios(rounds, label, first, job.label), label, first)
                             for label in labels[1:])
         rows.append(f"| {job.label} | {rates} | {ratios} |")
-    return "\n".join([f"Environment steps per second on {device}, the fastest of {len(rounds)} round(s) per tree "
-                      "(the trees alternate within each round; compiles excluded).", "", *head, *rows])
+    return "\n".join([f"Environment steps per second on {device}, the fastest of {len(rounds)} round(s) per tree; "
+                      "within a round the trees take turns, in reverse order every other round, so that a drift "
+                      "over the call favours neither (compiles excluded). Per round: the median of the rounds' "
+                      "ratios, each of two rates timed minutes apart, and their range.", "", *head, *rows])
+
+
+def turn_order(labels: list[str], number: int) -> list[str]:
+    """The trees' order in round ``number``: as given, then reversed, and so on (A B, B A, A B, ...)."""
+    return labels if number % 2 == 0 else labels[::-1]
 
 
 @dataclass
@@ -136,7 +164,7 @@ class Args:
     trees: tuple[str, ...] = ("before=bench-trees/before", "after=.")
     """LABEL=FOLDER for each source tree, the first being the one the others are compared with."""
     rounds: int = 2
-    """How many times each tree runs every benchmark (alternating); the fastest round counts."""
+    """How many times each tree runs every benchmark (taking turns, the order reversed every other round)."""
     out: Path = Path("results/bench-revisions")
     """Folder for revisions.json, README.md and run_info.json."""
     quick: bool = False
@@ -183,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         rounds.append({})
         for index, job in enumerate(jobs):
             rounds[-1][job.label] = {}
-            for label in labels:
+            for label in turn_order(labels, number):
                 folder = args.out / "raw" / f"round{number}" / f"job{index}-{label}"
                 rounds[-1][job.label][label] = run_job(job, trees[label], folder)
                 print(f"round {number + 1}: {job.label}, {label}: {rounds[-1][job.label][label]}", file=sys.stderr)
