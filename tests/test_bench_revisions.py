@@ -47,6 +47,8 @@ def test_trees_take_turns_and_the_table_keeps_the_fastest_round(monkeypatch, tmp
     assert f"| {maze} | 50 | 60 | 1.200 | 1.350 (1.200-1.500, 2 rounds) |" in text
     saved = json.loads((out / "revisions.json").read_text())
     assert saved["rounds"][0][maze]["new"]["error"] == ["boom"]
+    assert saved["settings"]["trees"][0].startswith("old=") and "/" not in saved["settings"]["trees"][0]  # portable
+    assert saved["settings"]["rounds"] == 3  # kept in the data file too: a call cut short has no run_info.json
     assert json.loads((out / "run_info.json").read_text())["settings"]["rounds"] == 3
 
 

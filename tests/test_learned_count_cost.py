@@ -31,6 +31,7 @@ def test_rows_compared_are_timed_next_to_each_other_and_the_table_gives_ratios(m
     assert "| maze | 2 | SimHash | 1,000 | 500 |  | 0.001 | 0.001 |" in text
     saved = json.loads((out / "cost.json").read_text())
     assert len(saved["rows"]) == 9
+    assert saved["settings"] == json.loads((out / "run_info.json").read_text())["settings"]  # kept if cut short
     info = json.loads((out / "run_info.json").read_text())
     assert info["settings"]["chain_runs"] == [4, 64] and "/" not in info["settings"]["out"]
 

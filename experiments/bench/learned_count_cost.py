@@ -13,9 +13,9 @@ Memory per run is XLA's own figure for the compiled program (arguments, outputs 
 aliased) divided by the runs, beside the training state per run from the shapes (Montezuma: at the paper's 1M-frame
 replay). Rates of the same environment and number of runs are comparable; each row is timed once in this process.
 
-Writes ``--out``: ``cost.json`` (every row, saved after each, so a call cut short keeps what it measured),
-``README.md`` (the table, with each learned-count row's ratio to the sketch's rows) and ``run_info.json`` (the card,
-jax, the command and the revision).
+Writes ``--out``: ``cost.json`` (the settings and every row, saved after each, so a call cut short keeps what it
+measured), ``README.md`` (the table, with each learned-count row's ratio to the sketch's rows) and ``run_info.json``
+(the card, jax, the command and the revision).
 
 Run: ``python -m experiments.bench.learned_count_cost --out DIR``; ``--quick`` is a tiny CPU run of the same code.
 
@@ -33,7 +33,7 @@ from typing import Literal
 
 import tyro
 
-from experiments.bench.report import write_report
+from experiments.bench.report import portable_settings, write_report
 from experiments.tools.command_line import command_line
 from opiq_jax.store.files import atomic_write_text
 
@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
         print(f"{env}, {counts}, {row['runs']} runs: {row.get('steps_per_s') or row['error']}", file=sys.stderr,
               flush=True)
-        atomic_write_text(args.out / "cost.json", json.dumps(dict(device=device, rows=rows), indent=1))
+        atomic_write_text(args.out / "cost.json", json.dumps(dict(
+            device=device, settings=portable_settings(args), rows=rows), indent=1))
     text = table(rows, device)
     command = command_line("experiments.bench.learned_count_cost", argv)
     write_report(args.out, "What the learned count costs", command, text, device, started, args)

@@ -11,9 +11,10 @@ A tree is a folder holding a revision's ``opiq_jax/``, ``envs/`` and ``experimen
 ``git archive REV -- pyproject.toml opiq_jax envs experiments | tar -x -C bench-trees/REV``; ``.`` is this
 working tree.
 
-Writes ``--out``: ``revisions.json`` (every rate of every round, with each subprocess's wall-clock), ``README.md``
-(the table: the best rate per tree over the rounds, and each tree's ratio to the first) and ``run_info.json`` (the
-card, the command, the trees and this tree's revision). Each benchmark's own files are kept under ``raw/``.
+Writes ``--out``: ``revisions.json`` (the settings and every rate of every round, with each subprocess's
+wall-clock), ``README.md`` (the table: the best rate per tree over the rounds, and each tree's ratio to the first)
+and ``run_info.json`` (the card, the command, the trees and this tree's revision). Each benchmark's own files are
+kept under ``raw/``.
 
 Run: ``python -m experiments.bench.revisions --trees before=bench-trees/REV after=. --out DIR``; ``--quick`` is a
 tiny CPU run of the same code (a test).
@@ -36,7 +37,7 @@ from typing import Callable
 import tyro
 
 from experiments.tools.source_tree import importable
-from experiments.bench.report import write_report
+from experiments.bench.report import portable_settings, write_report
 from experiments.tools.command_line import command_line
 from opiq_jax.reporting import portable
 from opiq_jax.store.files import atomic_write_text
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def save() -> None:  # after every job: a call cut short keeps the rates it measured
         atomic_write_text(args.out / "revisions.json", json.dumps(dict(
-            device=device, trees={k: portable(str(v)) for k, v in trees.items()},
+            device=device, settings=portable_settings(args), trees={k: portable(str(v)) for k, v in trees.items()},
             jobs=[dict(label=j.label, command=["python", "-m", *j.module_args]) for j in jobs], rounds=rounds),
             indent=1))
     for number in range(args.rounds):
