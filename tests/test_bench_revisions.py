@@ -81,3 +81,10 @@ def test_envs_leave_the_other_environments_jobs_out(monkeypatch, tmp_path):
     revisions.main(["--trees", f"old={HERE}", f"new={HERE}", "--rounds", "1", "--quick", "--envs", "maze",
                     "--out", str(tmp_path / "m")])
     assert [job for job, _ in calls] == [revisions.default_jobs(quick=True)[1].label] * 2
+
+
+def test_montezuma_runs_a_job_per_pool_size_and_an_empty_pool_is_refused():
+    labels = [job.label for job in revisions.default_jobs(quick=False, montezuma_pools=(16, 64))]
+    assert labels[-2:] == ["Montezuma, 16 environments, OPIQ agent", "Montezuma, 64 environments, OPIQ agent"]
+    with pytest.raises(SystemExit, match="at least one environment"):
+        revisions.main(["--trees", f"old={HERE}", f"new={HERE}", "--montezuma-pools", "0"])

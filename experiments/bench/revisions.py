@@ -85,14 +85,14 @@ def montezuma_job(pool: int, steps: int, buffer_size: int) -> Job:
     return Job(f"Montezuma, {pool} environments, OPIQ agent", args, montezuma_rate("agent"))
 
 
-def default_jobs(quick: bool) -> list[Job]:
-    """The default programs of the chain and the maze in float32 and bfloat16, and Montezuma's agent; ``quick``:
-    a few runs and steps of the chain and the maze, for a CPU test."""
+def default_jobs(quick: bool, montezuma_pools: tuple[int, ...] = (16,)) -> list[Job]:
+    """The default programs of the chain and the maze in float32 and bfloat16, and Montezuma's agent at each pool
+    size; ``quick``: a few runs and steps of the chain and the maze, for a CPU test."""
     if quick:
         return [bench_job("chain", 2, "float32", 20), bench_job("maze", 1, "float32", 10)]
     return [bench_job("chain", 4096, "float32", 1000), bench_job("chain", 4096, "bfloat16", 1000),
             bench_job("maze", 512, "float32", 250), bench_job("maze", 1024, "bfloat16", 250),
-            montezuma_job(16, 1000, 20000)]
+            *(montezuma_job(pool, 1000, 20000) for pool in montezuma_pools)]
 
 
 def run_job(job: Job, tree: Path, folder: Path) -> dict:
@@ -172,6 +172,9 @@ class Args:
     """A few runs and steps of the chain and the maze only (a CPU test of this script)."""
     envs: tuple[str, ...] = ("chain", "maze", "montezuma")
     """The environments whose benchmarks run (the others' are left out, for a short call)."""
+    montezuma_pools: tuple[int, ...] = (16,)
+    """Montezuma's numbers of environments, a job each: at 16 one round's rate can differ from the next by a
+    quarter on a shared host; a larger pool spends less of its step on the host."""
 
 
 def parse_trees(specs: tuple[str, ...]) -> dict[str, Path]:
@@ -195,7 +198,10 @@ def parse_trees(specs: tuple[str, ...]) -> dict[str, Path]:
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv)
     trees = parse_trees(args.trees)
-    jobs = [job for job in default_jobs(args.quick) if job.label.split(",")[0].lower() in args.envs]
+    if not args.montezuma_pools or min(args.montezuma_pools) < 1:
+        raise SystemExit("--montezuma-pools: every pool needs at least one environment")
+    jobs = [job for job in default_jobs(args.quick, args.montezuma_pools)
+            if job.label.split(",")[0].lower() in args.envs]
     labels = list(trees)
     import jax  # after the arguments are checked: a typo costs no backend start
 
