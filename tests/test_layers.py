@@ -335,6 +335,8 @@ HAND_CHECKED: dict[str, dict[str, str]] = {
                         "replaced by fixed rates, and one failing command is run"),
         **dict.fromkeys(("table", "parse_trees"), "a job that never ran and bad --trees are checked on their own"),
     },
+    "test_evidence_scripts.py": {"command_line": "not a script but the helper every script's record names its call "
+                                                 "with: checked alone on the argument lists a main receives"},
     "test_learned_count_cost.py": {
         **dict.fromkeys(("time_trainer",), "a real run is a GPU's minutes: the timer is replaced by fixed rates, and "
                         "one real chain row is timed alone"),
