@@ -31,6 +31,7 @@ BASE = "tests/test_baselines.py::"
 MR = "tests/test_montezuma.py::"
 ENVS = "tests/test_envs.py::"
 LEARNED = "tests/test_learned_counts.py::"
+SUITES = "tests/test_minigrid.py::"
 
 MONTEZUMA_TARGET = V + "test_montezuma_n_step_q_plus_target_with_mixed_monte_carlo_by_hand"
 MONTEZUMA_CLIP = V + "test_montezuma_stores_clipped_rewards_and_reports_unclipped_returns"
@@ -629,6 +630,25 @@ MUTANTS: tuple[Mutant, ...] = (
            "        nonfinite = nonfinite | ~all_finite(run.counts)", "        nonfinite = nonfinite",
            "a learned count gone NaN no longer flags its run",
            (LEARNED + "test_a_learned_count_gone_nonfinite_flags_its_run_even_while_q_is_finite",)),
+    Mutant("minigrid-cell-drops-direction", "envs/minigrid.py",
+           "place = ((row * width + col) * 4 + agent.direction.astype(jnp.int32)) * (NUM_TILES * NUM_COLORS) + pocket",
+           "place = ((row * width + col) * 4) * (NUM_TILES * NUM_COLORS) + pocket",
+           "MiniGrid's exact id leaves out the agent's direction: four agent states share a count",
+           (SUITES + "test_minigrid_exact_cell_is_one_id_per_agent_pocket_and_doors",)),
+    Mutant("minigrid-cell-drops-doors", "envs/minigrid.py",
+           "return place * DOOR_STATES ** num_doors + doors", "return place * DOOR_STATES ** num_doors",
+           "MiniGrid's exact id leaves out the doors: an opened door does not make the states behind it new",
+           (SUITES + "test_minigrid_exact_cell_is_one_id_per_agent_pocket_and_doors",)),
+    Mutant("navix-cell-drops-pocket", "envs/navix.py",
+           "return (place * (num_items + 1) + pocket) * (1 << num_doors) + doors",
+           "return (place * (num_items + 1)) * (1 << num_doors) + doors",
+           "navix's exact id leaves out the pocket: carrying the key is not a new state",
+           (SUITES + "test_navix_exact_cell_is_one_id_per_player_pocket_and_open_doors",)),
+    Mutant("craftax-time-limit-a-termination", "envs/craftax.py",
+           "truncated = done & out_of_time & (state.player_health > 0)", "truncated = done & False",
+           "Craftax's time limit ends an episode as a death does: its last step is not bootstrapped",
+           ("tests/test_craftax.py::test_craftax_classic_is_craftaxs_game_step_for_step_and_its_time_limit_a_"
+            "truncation",)),
     Mutant("overlap-off-by-default", "opiq_jax/common/config.py",
            "overlap: bool = option(True,", "overlap: bool = option(False,",
            "pool environments no longer overlap the update with the emulators' step by default",
