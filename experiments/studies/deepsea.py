@@ -72,6 +72,7 @@ import numpy as np
 import tyro
 
 import opiq_jax
+from experiments.tools.command_line import command_line
 from opiq_jax import train
 from opiq_jax.common.config import StaticConfig
 from opiq_jax.reporting import source_revision
@@ -79,7 +80,6 @@ from opiq_jax.reporting.plotting import group_styles, line_zorder, paper_name
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from experiments.tools.command_line import command_line
 
 ENV = "gymnax:DeepSea-bsuite"
 FOUND = 0.5  # an episode return above this found the treasure (0.99 if found, <= 0 otherwise)
