@@ -7,6 +7,9 @@ job reads as failed, and that bad ``--trees`` are refused in one line.
 """
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,24 @@ def test_montezuma_runs_a_job_per_pool_size_and_an_empty_pool_is_refused():
     assert labels[-2:] == ["Montezuma, 16 environments, OPIQ agent", "Montezuma, 64 environments, OPIQ agent"]
     with pytest.raises(SystemExit, match="at least one environment"):
         revisions.main(["--trees", f"old={HERE}", f"new={HERE}", "--montezuma-pools", "0"])
+
+
+def test_run_as_a_script_it_holds_no_card_and_its_children_allocate_as_the_caller(monkeypatch):
+    """The script only waits while each tree's benchmarks run in children: JAX preallocating 75 % of the card in it
+    left the children of an 80 GB H100 out of memory. Its children get the caller's setting back."""
+    script = ("import os, runpy, sys\n"
+              "sys.argv = ['revisions', '--help']\n"
+              "try:\n"
+              "    runpy.run_module('experiments.bench.revisions', run_name='__main__', alter_sys=True)\n"
+              "except SystemExit:\n"
+              "    print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])\n")
+    environment = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=HERE,
+                          env={**environment, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "false", done.stderr[-2000:]
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # this process's own, as the script sets it
+    monkeypatch.setattr(revisions, "CALLERS_PREALLOCATE", None)
+    child = revisions.child_environment(Path("tree, ✓"))
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in child and child["PYTHONPATH"].startswith("tree, ✓")
+    monkeypatch.setattr(revisions, "CALLERS_PREALLOCATE", "true")
+    assert revisions.child_environment(Path("tree"))["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"

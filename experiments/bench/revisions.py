@@ -34,13 +34,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import tyro
+PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+CALLERS_PREALLOCATE = os.environ.get(PREALLOCATE)
+"""How the caller's JAX allocates, which every benchmark's child gets back (None: JAX's default, 75 % of the card
+at start)."""
+if __name__ == "__main__":
+    # This process starts each tree's benchmarks in a child and waits. Importing opiq_jax starts JAX (gymnax makes
+    # arrays as it is imported), and JAX holding 75 % of the card here left the children of an 80 GB H100 out of
+    # memory. So, run as a script, it allocates only what it uses.
+    os.environ[PREALLOCATE] = "false"
 
-from experiments.tools.source_tree import importable
-from experiments.bench.report import portable_settings, write_report
-from experiments.tools.command_line import command_line
-from opiq_jax.reporting import portable
-from opiq_jax.store.files import atomic_write_text
+import tyro  # noqa: E402
+
+from experiments.tools.source_tree import importable  # noqa: E402
+from experiments.bench.report import portable_settings, write_report  # noqa: E402
+from experiments.tools.command_line import command_line  # noqa: E402
+from opiq_jax.reporting import portable  # noqa: E402
+from opiq_jax.store.files import atomic_write_text  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -95,10 +105,18 @@ def default_jobs(quick: bool, montezuma_pools: tuple[int, ...] = (16,)) -> list[
             *(montezuma_job(pool, 1000, 20000) for pool in montezuma_pools)]
 
 
+def child_environment(tree: Path) -> dict[str, str]:
+    """The environment a benchmark runs in: this process's, with ``tree`` first on the path and JAX allocating as the
+    caller's does (not as this waiting process does)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])))
+    env.pop(PREALLOCATE, None)
+    return env if CALLERS_PREALLOCATE is None else dict(env, **{PREALLOCATE: CALLERS_PREALLOCATE})
+
+
 def run_job(job: Job, tree: Path, folder: Path) -> dict:
     """Runs ``job`` with ``tree``'s code from ``tree``'s folder; returns its rate and wall-clock, or its error."""
     tree = importable(tree.resolve())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])))
+    env = child_environment(tree)
     out_args = ("--out", str(folder.resolve()))
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", *job.module_args, *out_args], cwd=tree, env=env,
