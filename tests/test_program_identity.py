@@ -1,10 +1,11 @@
 """experiments/tools/program_identity.py: lowered programs of two revisions, hashed and compared."""
 
 import importlib.util
+import json
 
 import pytest
 
-from experiments.tools.program_identity import compare, main
+from experiments.tools.program_identity import compare, main, row_text
 
 
 def test_rows_say_which_programs_are_the_same_changed_or_absent():
@@ -34,3 +35,25 @@ def test_a_revision_lowers_to_the_same_programs_in_two_worktrees(tmp_path):
 def test_a_revision_that_is_not_there_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="cannot check out 'no-such-revision'"):
         main(["--against", "no-such-revision", "--envs", "chain", "--precisions", "float32", "--out", str(tmp_path)])
+
+
+def test_compiled_programs_are_counted_by_opcode_where_asked(tmp_path):
+    """``--compiled-ops``: each revision also compiles its programs and counts their instructions by opcode (how a
+    change that only reorders the state's leaves shows the same computation). One revision twice: the same counts,
+    of a program that has instructions."""
+    status = main(["--against", "HEAD", "--after", "HEAD", "--envs", "chain", "--precisions", "float32",
+                   "--methods", "opiq", "--compiled-ops", "--out", str(tmp_path)])
+    table = (tmp_path / "program_identity.md").read_text()
+    assert status == 0 and "1 of 1 compile to the same instructions, counted by opcode." in table, table
+    [row] = json.loads((tmp_path / "program_identity.json").read_text())["rows"]
+    assert row["same_ops"] and row["instructions"][0] == row["instructions"][1] > 100, row
+
+
+def test_rows_say_whether_the_compiled_programs_have_the_same_opcode_counts():
+    ops = {"a": {"add": 2, "while": 1}, "b": {"add": 1}}
+    rows = compare({"a": "1" * 64, "b": "2" * 64}, {"a": "3" * 64, "b": "2" * 64},
+                   ops, {"a": {"while": 1, "add": 2}, "b": {"add": 2}})
+    assert [(r["same"], r["same_ops"], r["instructions"]) for r in rows] == [(False, True, [3, 3]),
+                                                                             (True, False, [1, 2])]
+    assert row_text(rows[0]).endswith("| **no** | yes (3 → 3) |")
+    assert "same_ops" not in compare({"a": "1"}, {"a": "1"})[0]  # counted only where asked

@@ -39,7 +39,8 @@ from experiments.tools.source_tree import importable
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Run inside a revision's tree: one line of JSON, {"env precision program": sha256 of the lowered text}.
+# Run inside a revision's tree: one line of JSON, {"hashes": {"env precision program": sha256 of the lowered text},
+# "ops": {"env precision program": {opcode: instructions of the compiled program}}} (ops only when asked).
 LOWER_PROGRAMS = """
 import hashlib, json, re, sys
 import jax
@@ -86,9 +87,20 @@ def lowerable(program):
     return (*trainer_for(program.static, start_pool(program, 0))[1:], start_shapes(program.static, num_envs))
 
 
+def opcode_counts(compiled_text):
+    # how many instructions of each opcode the compiled (optimised) program holds: '%name = TYPE opcode(...'
+    instruction = re.compile(r"\\s*(?:ROOT\\s+)?\\S+\\s*=\\s*.*?\\s([a-z][a-z0-9-]*)\\(")
+    found = (instruction.match(line) for line in compiled_text.splitlines())
+    counts = {}
+    for match in filter(None, found):
+        counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+    return dict(sorted(counts.items()))
+
+
 envs, precisions, methods = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3].split(",")
 storage = dict(weight_storage=sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] != "default" else {}
-hashes = {}
+count_ops = len(sys.argv) > 5 and sys.argv[5] == "ops"
+hashes, ops = {}, {}
 for env in envs:
     for precision in precisions:
         if env == "montezuma":  # 16 emulators a run, a small replay; DORA works on in-program environments only
@@ -104,7 +116,9 @@ for env in envs:
             text = re.sub(r"EnvPool_[0-9]+_", "EnvPool_", train_chunk.lower(state).as_text())
             text = re.sub(r"handle = [0-9]+ : i64", "handle", text)
             hashes[f"{env} {precision} {name}"] = hashlib.sha256(text.encode()).hexdigest()
-print(json.dumps(hashes))
+            if count_ops:
+                ops[f"{env} {precision} {name}"] = opcode_counts(train_chunk.lower(state).compile().as_text())
+print(json.dumps(dict(hashes=hashes, ops=ops)))
 """
 
 
@@ -125,6 +139,10 @@ class Args:
     """Methods whose programs are lowered (the default: one of each structure, with two in the plain program)."""
     out: Path = Path("results/program_identity")
     """Folder for ``program_identity.md``."""
+    compiled_ops: bool = False
+    """Also compile every program and count its instructions by opcode: two programs whose lowered text differs only
+    in the order of the state's leaves (arguments, results, loop carries) compile to the same counts, a check that
+    the computation is the same where the text cannot be."""
     platform: str = "cpu"
     """Where the programs are lowered (``gpu``: the GPU-only kernels, the maze's Pallas convolutions and the lean
     backward pass, are then what ``auto`` picks and are compared too)."""
@@ -137,11 +155,13 @@ class Args:
     on a machine without the repository's history."""
 
 
-def program_hashes(tree: Path, args: Args) -> dict[str, str]:
-    """The hash of every program's lowered text in the revision checked out at ``tree`` (a process of its own)."""
+def program_hashes(tree: Path, args: Args) -> dict[str, dict]:
+    """``{"hashes": ..., "ops": ...}``: the hash of every program's lowered text in the revision checked out at
+    ``tree`` (a process of its own), and with ``--compiled-ops`` its compiled instructions by opcode."""
     path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)  # the tree's modules first
     env = {**os.environ, "JAX_PLATFORMS": args.platform, "PYTHONPATH": path}
-    argv = [",".join(args.envs), ",".join(args.precisions), ",".join(args.methods), args.weight_storage]
+    argv = [",".join(args.envs), ",".join(args.precisions), ",".join(args.methods), args.weight_storage,
+            "ops" if args.compiled_ops else "text"]
     result = subprocess.run([sys.executable, "-c", LOWER_PROGRAMS, *argv], cwd=tree, env=env, capture_output=True,
                             text=True)
     if result.returncode != 0:
@@ -156,7 +176,7 @@ def device_name(args: Args) -> str:
     return found.stdout.strip() or "unknown device"
 
 
-def hashes_from(tree: Path, args: Args) -> dict[str, str]:
+def hashes_from(tree: Path, args: Args) -> dict[str, dict]:
     """:func:`program_hashes` of the revision in ``tree``, lowered from ``args.same_path`` when given."""
     if args.same_path is None:
         return program_hashes(tree, args)
@@ -167,11 +187,30 @@ def hashes_from(tree: Path, args: Args) -> dict[str, str]:
     return program_hashes(importable(staging), args)
 
 
-def compare(old: dict[str, str], new: dict[str, str]) -> list[dict]:
-    """One row per program of either revision: whether both have it and lower it to the same text."""
-    return [dict(program=name, before=old.get(name, "absent")[:12], after=new.get(name, "absent")[:12],
+def compare(old: dict[str, str], new: dict[str, str], old_ops: dict | None = None,
+            new_ops: dict | None = None) -> list[dict]:
+    """One row per program of either revision: whether both have it and lower it to the same text; with both
+    revisions' opcode counts, also whether they compile to the same counts (``same_ops``) and how many
+    instructions each has."""
+    rows = [dict(program=name, before=old.get(name, "absent")[:12], after=new.get(name, "absent")[:12],
                  same=name in old and name in new and old[name] == new[name])
             for name in dict.fromkeys([*old, *new])]
+    if old_ops is None or new_ops is None:
+        return rows
+    for row in rows:
+        before, after = old_ops.get(row["program"]), new_ops.get(row["program"])
+        row.update(same_ops=before is not None and before == after,
+                   instructions=[None if c is None else sum(c.values()) for c in (before, after)])
+    return rows
+
+
+def row_text(row: dict) -> str:
+    """A table row: the lowered texts' hashes, whether they are the same, and the compiled counts where taken."""
+    text = f"| {row['program']} | {row['before']} | {row['after']} | {'yes' if row['same'] else '**no**'} |"
+    if "same_ops" not in row:
+        return text
+    counts = " → ".join("absent" if n is None else f"{n:,}" for n in row["instructions"])
+    return f"{text} {'yes' if row['same_ops'] else '**no**'} ({counts}) |"
 
 
 def worktree_at(revision: str, folder: Path) -> Path:
@@ -183,7 +222,7 @@ def worktree_at(revision: str, folder: Path) -> Path:
     return importable(tree)
 
 
-def hashes_at(revision: str | None, args: Args) -> dict[str, str]:
+def hashes_at(revision: str | None, args: Args) -> dict[str, dict]:
     """The programs' hashes of ``revision`` (a temporary worktree), or of this working tree for None."""
     if revision is None:
         return hashes_from(ROOT, args)
@@ -200,20 +239,25 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     old = hashes_from(args.before_tree.resolve(), args) if args.before_tree else hashes_at(args.against, args)
     new = hashes_at(args.after, args)
-    rows = compare(old, new)
+    ops = (old["ops"], new["ops"]) if args.compiled_ops else ()
+    rows = compare(old["hashes"], new["hashes"], *ops)
     after = args.after or "this working tree"
     storage = "" if args.weight_storage == "default" else f", weight storage {args.weight_storage}"
     where = "CPU" if args.platform == "cpu" else f"{args.platform.upper()} ({device_name(args)})"
     lines = [f"Lowered programs of {args.against} (before) and {after} (after), {where}{storage}.", "",
-             "| program | before | after | same |", "|---|---|---|---|"]
-    lines += [f"| {r['program']} | {r['before']} | {r['after']} | {'yes' if r['same'] else '**no**'} |" for r in rows]
+             "| program | before | after | same |" + (" compiled: same opcode counts (instructions) |" if ops else ""),
+             "|---|---|---|---|" + ("---|" if ops else "")]
+    lines += [row_text(r) for r in rows]
     differ = sum(not r["same"] for r in rows)
     lines += ["", f"{len(rows) - differ} of {len(rows)} programs the same."]
+    if ops:
+        lines[-1] += (f" {sum(r['same_ops'] for r in rows)} of {len(rows)} compile to the same instructions, "
+                      "counted by opcode.")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "program_identity.md").write_text("\n".join(lines) + "\n")
     record = dict(against=args.against, after=after, platform=args.platform, device=where, envs=list(args.envs),
                   precisions=list(args.precisions), weight_storage=args.weight_storage, methods=list(args.methods),
-                  seconds=round(time.monotonic() - started, 1), rows=rows)
+                  compiled_ops=args.compiled_ops, seconds=round(time.monotonic() - started, 1), rows=rows)
     (args.out / "program_identity.json").write_text(json.dumps(record, indent=1) + "\n")
     print("\n".join(lines))
     return 1 if differ else 0
