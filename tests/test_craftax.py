@@ -7,9 +7,10 @@ import jax
 import numpy as np
 import pytest
 
+from experiments.studies import suites
 from opiq_jax.cli import main
 from tests.missing_extras import hide_module
-from tests.suite_runs import ONE_PROGRAM, random_actions, train_methods
+from tests.suite_runs import ONE_PROGRAM, SUITE_RUN, random_actions, train_methods
 
 
 
@@ -64,6 +65,12 @@ def test_the_methods_of_one_program_train_a_few_hundred_steps_on_craftax(tmp_pat
     craftax_or_skip()
     out = tmp_path / "craftax, ✓"
     assert train_methods("craftax:Classic", ONE_PROGRAM, out, "--craftax-episode-steps", "50") == set(ONE_PROGRAM)
+    # the suites study on the same experiment: it resumes the finished run and reports, in % of the maximum beside
+    summary = suites.main(["--env", "craftax:Classic", "--methods", *ONE_PROGRAM, *SUITE_RUN, "--out", str(out),
+                           "--craftax-episode-steps", "50"])
+    assert {t["method"] for t in summary["score"]} == set(ONE_PROGRAM)
+    assert all(0 <= t["median_percent"] <= 100 for t in summary["score"])
+    assert "% of the maximum" in (out / "summary.md").read_text()
 
 
 def test_a_game_craftax_lacks_gets_the_closest_in_one_line(capsys):

@@ -322,8 +322,12 @@ HAND_CHECKED: dict[str, dict[str, str]] = {
     "test_algorithm_properties.py": dict.fromkeys(("cited_folders", "citing_pages", "index_text"),
                                                   "a cited sub-folder is checked against what the index tool makes "
                                                   "of a made-up tree of folders"),
-    "test_program_identity.py": {"compare": "two revisions that differ would lower every program twice more: the "
-                                            "rows of a change are checked on made-up hashes"},
+    "test_program_identity.py": {
+        **dict.fromkeys(("compare", "row_text"), "two revisions that differ would lower every program twice more: "
+                        "the rows of a change are checked on made-up hashes and opcode counts"),
+        "program_hashes": "compiling in two worktrees costs twice a revision's programs: --compiled-ops is checked "
+                          "on one tree's chain program in one process",
+    },
     "test_montezuma_bench.py": {"table": "a sound run has no compile in its timed windows: the table's note for one "
                                          "is checked on made-up rows"},
     "test_multi_gpu_scaling.py": {"count_collectives": "the chain's programs on two CPU devices hold no collective: "
@@ -334,6 +338,8 @@ HAND_CHECKED: dict[str, dict[str, str]] = {
         **dict.fromkeys(("run_job", "Job", "default_jobs"), "a real job is a GPU's minutes: the subprocesses are "
                         "replaced by fixed rates, and one failing command is run"),
         **dict.fromkeys(("table", "parse_trees"), "a job that never ran and bad --trees are checked on their own"),
+        "child_environment": "the card the waiting process would hold exists only on a GPU machine: what its children "
+                             "get is checked on its own",
     },
     "test_evidence_scripts.py": {"command_line": "not a script but the helper every script's record names its call "
                                                  "with: checked alone on the argument lists a main receives"},
@@ -343,6 +349,9 @@ HAND_CHECKED: dict[str, dict[str, str]] = {
         **dict.fromkeys(("plan", "count_name", "table"), "Montezuma's plan needs EnvPool and its minutes, and an "
                         "out-of-memory row cannot be made to happen in a test run: both are checked on their own"),
     },
+    "test_suites_study.py": {"suite_score": "a success or an achievement cannot be made to happen in a test run's "
+                                            "few hundred steps: the scores are checked on made-up metrics (the "
+                                            "command runs in test_minigrid.py and test_craftax.py)"},
     "test_throughput_table.py": {
         **dict.fromkeys(("FrameCounts", "Replay", "SimHashCounts"),
                         "torch is not in the test install: the PyTorch loop's NumPy pieces are checked alone"),

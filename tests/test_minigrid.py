@@ -15,11 +15,12 @@ import pytest
 pytest.importorskip("xminigrid")
 
 import opiq_jax  # noqa: E402 (after the skip: the module needs the extra)
+from experiments.studies import suites  # noqa: E402
 from opiq_jax.cli import main  # noqa: E402
 from opiq_jax.envs.minigrid import door_tiles, make_minigrid, minigrid_tasks  # noqa: E402
 from opiq_jax.registry.environments import static_for_env  # noqa: E402
 from tests.missing_extras import hide_module  # noqa: E402
-from tests.suite_runs import ONE_PROGRAM, random_actions, train_methods  # noqa: E402
+from tests.suite_runs import ONE_PROGRAM, SUITE_RUN, random_actions, train_methods  # noqa: E402
 
 FORWARD, TURN_RIGHT, TURN_LEFT = 0, 1, 2  # xminigrid's first three actions
 
@@ -146,6 +147,14 @@ def test_the_one_program_methods_train_a_few_hundred_steps_on_minigrid_with_exac
     # CI's 15 minutes here
     out = tmp_path / "minigrid, ✓"
     assert train_methods("minigrid:DoorKey-5x5", ONE_PROGRAM, out, "--count-features", "exact") == set(ONE_PROGRAM)
+    # the suites study on the same experiment: it resumes the finished run and reports, the success rate beside
+    summary = suites.main(["--env", "minigrid:DoorKey-5x5", "--methods", *ONE_PROGRAM, *SUITE_RUN, "--out", str(out),
+                           "--count-features", "exact"])
+    assert {t["method"] for t in summary["score"]} == set(ONE_PROGRAM)
+    assert all(0 <= t["success_rate"] <= 1 and t["seeds"] == 1 for t in summary["score"])
+    assert "success rate of the final greedy episode" in (out / "summary.md").read_text()
+    assert (out / "suite_states_visited.png").is_file() and "minigrid, ✓" in json.loads(
+        (out / "run_info.json").read_text())["command"]
 
 
 def navix_or_skip():

@@ -113,10 +113,19 @@ def default_text(option) -> str | None:
 HYPERPARAMETERS = frozenset(opiq_jax.options("hyperparameters"))
 OPTION_FIELDS = option_fields()
 OPTION_NAMES = tuple(name for name, *_ in OPTION_FIELDS)
-Args = dataclasses.make_dataclass(
-    "Args", [(n, Annotated[t, tyro.conf.arg(help=h)], dataclasses.field(default=d)) for n, t, d, h in OWN_FIELDS]
-    + OPTION_FIELDS)
-Args.__doc__ = __doc__.split("\n\n")[0]
+
+
+def script_args(own_fields: list[tuple[str, Any, Any, str]], doc: str) -> type:
+    """A script's arguments: its own fields ``(name, type, default, help)``, then every option of ``opiq_jax.train``
+    (:data:`OPTION_FIELDS`); ``doc``'s first paragraph is the command's description."""
+    args = dataclasses.make_dataclass(
+        "Args", [(n, Annotated[t, tyro.conf.arg(help=h)], dataclasses.field(default=d)) for n, t, d, h in own_fields]
+        + OPTION_FIELDS)
+    args.__doc__ = doc.split("\n\n")[0]
+    return args
+
+
+Args = script_args(OWN_FIELDS, __doc__)
 
 
 def options_given(args) -> dict[str, Any]:
