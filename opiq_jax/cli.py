@@ -158,8 +158,8 @@ class Sweep:
     settings of each method by the area under the median curve (the paper's selection protocol)."""
 
     preset: tyro.conf.Positional[str]
-    """A shipped preset (chain_opiq, chain_baselines, maze_opiq, maze_baselines) or the path of a JSON file
-    written like them (see opiq_jax/host/presets/)."""
+    """A shipped preset (chain_opiq, chain_baselines, maze_opiq, maze_baselines; OPIQ's grid on the suites:
+    minigrid_opiq, craftax_opiq) or the path of a JSON file written like them (see opiq_jax/host/presets/)."""
     out: str | None = None
     """Results folder (default results/sweep-<preset>); an interrupted sweep resumes where it stopped, with the
     batches it planned first (its plan.json)."""

@@ -34,6 +34,12 @@ def test_shipped_presets_expand_to_the_paper_grids():
         "dqn": 3, "dqn_pc": 5, "dqn_bias_pc": 3, "dqn_rsubtract_pc": 3, "opiq_no_ob": 4, "opiq_no_pc": 16,
         "dqn_rnd": 6, "dqn_dora": 1, "dqn_dora_oa": 1, "bsp": 6}
     assert "beta_bsp=30" in per_method["bsp"] and len(maze_baselines) == 48 * 8
+    for suite, env in (("minigrid", "minigrid:DoorKey-16x16"), ("craftax", "craftax:Classic")):
+        preset = load_preset(f"{suite}_opiq")
+        runs = expand(preset)
+        assert preset.env == env and len(runs) == 24 * 4 and {r.method for r in runs} == {"opiq"}
+        assert {frozenset(label_values(r.setting)) for r in runs} == {frozenset({"m", "c_action", "c_bootstrap",
+                                                                                 "beta"})}
 
 
 def label_values(setting: str) -> dict[str, float]:
