@@ -19,13 +19,11 @@ measured), ``README.md`` (the table, with each learned-count row's ratio to the 
 
 Run: ``python -m experiments.bench.learned_count_cost --out DIR``; ``--quick`` is a tiny CPU run of the same code.
 
-Reaches inside: the trainer's timing helpers (``opiq_jax.benchmark.throughput``) and ``opiq_jax.store.files``.
+Reaches inside: the trainer's timing helpers (``opiq_jax.benchmark.throughput``).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +31,8 @@ from typing import Literal
 
 import tyro
 
-from experiments.bench.report import portable_settings, write_report
+from experiments.bench.report import compiles_note, keep_row, write_report
 from experiments.tools.command_line import command_line
-from opiq_jax.store.files import atomic_write_text
 
 SKETCH_COUNTS = {"chain": ("simhash", "exact"), "maze": ("simhash", "exact"), "montezuma": ("simhash",)}
 """The hashed counts each environment is timed with beside the learned one (Montezuma's default counts its frame
@@ -158,10 +155,7 @@ def table(rows: list[dict], device: str) -> str:
         lines.append(f"| {r['env']} | {r['runs']} | {count_name(r['env'], r['counts'])} | {r['steps_per_s']:,.0f} "
                      f"| {r['steps_per_s'] / r['runs']:,.0f} | {ratio_text(r, rows)} | "
                      f"{gib(r['program_bytes_per_run'])} | {gib(r['state_bytes_per_run'])} |")
-    timed = [r for r in rows if r.get("compiles_timed")]
-    if timed:  # a window with a compile in it is too slow: say which
-        lines += ["", "XLA compiles inside a timed window (those rates are too low): "
-                  + "; ".join(f"{r['env']} {r['counts']} at {r['runs']} runs" for r in timed) + "."]
+    lines += compiles_note([f"{r['env']} {r['counts']} at {r['runs']} runs" for r in rows if r.get("compiles_timed")])
     return "\n".join(lines)
 
 
@@ -180,11 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     for env, counts, runs in plan(args):
         row = (time_montezuma(counts, args) if env == "montezuma"
                else time_trainer(env, counts, runs, args.steps_for(env)))
-        rows.append(row)
-        print(f"{env}, {counts}, {row['runs']} runs: {row.get('steps_per_s') or row['error']}", file=sys.stderr,
-              flush=True)
-        atomic_write_text(args.out / "cost.json", json.dumps(dict(
-            device=device, settings=portable_settings(args), rows=rows), indent=1))
+        keep_row(args.out / "cost.json", device, args, rows, row, f"{env}, {counts}, {row['runs']} runs")
     text = table(rows, device)
     command = command_line("experiments.bench.learned_count_cost", argv)
     write_report(args.out, "What the learned count costs", command, text, device, started, args)

@@ -8,11 +8,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
 from opiq_jax.reporting import portable, source_revision
 from opiq_jax.store.files import atomic_write_text
+
+
+def keep_row(path: Path, device: str, settings, rows: list[dict], row: dict, name: str) -> None:
+    """Appends ``row`` to ``rows``, says it on stderr (``name``, then its rate or its error), and saves every row so
+    far with the card and the settings into ``path``: a call cut short keeps what it measured."""
+    rows.append(row)
+    print(f"{name}: {row.get('steps_per_s') or row['error']}", file=sys.stderr, flush=True)
+    atomic_write_text(path, json.dumps(dict(device=device, settings=portable_settings(settings), rows=rows), indent=1))
+
+
+def compiles_note(timed: list[str]) -> list[str]:
+    """The lines a table ends with where timed windows (``timed``: each named) held an XLA compile, whose rates are
+    then too low; none where none did."""
+    if not timed:
+        return []
+    return ["", "XLA compiles inside a timed window (those rates are too low): " + "; ".join(timed) + "."]
 
 
 def portable_settings(settings) -> dict:

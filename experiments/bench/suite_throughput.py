@@ -30,17 +30,14 @@ trainer does, and the trainer's timing helpers (``opiq_jax.benchmark.throughput`
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import tyro
 
-from experiments.bench.report import portable_settings, write_report
+from experiments.bench.report import compiles_note, keep_row, write_report
 from experiments.tools.command_line import command_line
-from opiq_jax.store.files import atomic_write_text
 
 SUITE_TASKS = ("minigrid:DoorKey-16x16", "craftax:Classic", "minatar:Breakout")
 """One task of each suite: MiniGrid's hard DoorKey, Craftax-Classic and a MinAtar game."""
@@ -129,10 +126,7 @@ def table(rows: list[dict], device: str) -> str:
         raw, trainer = rate(rows, env, "raw", envs), rate(rows, env, "trainer", envs)
         ratio = "n/a" if None in (raw, trainer) else f"{trainer / raw:.3f}"
         lines.append(f"| {env} | {envs} | {cell(raw)} | {cell(trainer)} | {ratio} |")
-    timed = [r for r in rows if r.get("compiles_timed")]
-    if timed:  # a window with a compile in it is too slow: say which
-        lines += ["", "XLA compiles inside a timed window (those rates are too low): "
-                  + "; ".join(f"{r['env']} {r['kind']} at {r['envs']}" for r in timed) + "."]
+    lines += compiles_note([f"{r['env']} {r['kind']} at {r['envs']}" for r in rows if r.get("compiles_timed")])
     return "\n".join(lines)
 
 
@@ -157,11 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     for env in args.envs:
         for envs in args.runs:
             for row in (time_raw(env, envs, args.steps), time_trainer(env, envs, args)):
-                rows.append(row)
-                print(f"{env}, {row['kind']}, {envs}: {row.get('steps_per_s') or row['error']}", file=sys.stderr,
-                      flush=True)
-                atomic_write_text(args.out / "suite_throughput.json", json.dumps(dict(
-                    device=device, settings=portable_settings(args), rows=rows), indent=1))
+                keep_row(args.out / "suite_throughput.json", device, args, rows, row, f"{env}, {row['kind']}, {envs}")
     text = table(rows, device)
     write_report(args.out, "The suites: the trainer beside raw stepping", command_line(
         "experiments.bench.suite_throughput", argv), text, device, started, args)
