@@ -503,7 +503,7 @@ def git_repository(folder: Path) -> Path:
     return folder
 
 
-def test_source_revision_names_the_commit_and_the_changed_tracked_files(tmp_path):
+def test_source_revision_names_the_commit_the_changed_tracked_files_and_new_code(tmp_path):
     repo = git_repository(tmp_path / "repo")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     (repo / "results").mkdir()
@@ -511,6 +511,15 @@ def test_source_revision_names_the_commit_and_the_changed_tracked_files(tmp_path
     assert source_revision(repo) == {"revision": head, "tree_clean": True}
     (repo / "code.py").write_text("x = 2\n")
     assert source_revision(repo) == {"revision": head, "tree_clean": False, "uncommitted": ["code.py"]}
+    (repo / "code.py").write_text("x = 1\n")
+    (repo / "study, ✓").mkdir()
+    (repo / "study, ✓" / "new.py").write_text("y = 1\n")  # a module not yet added runs as much as changed code
+    asked_inside = source_revision(repo / "study, ✓")  # the package's folder asks, not the repository's top
+    assert asked_inside == {"revision": head, "tree_clean": False, "uncommitted": ["study, ✓/new.py"]}
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "mv", "code.py", "code \"renamed\".py"], cwd=repo, check=True)
+    assert source_revision(repo)["uncommitted"] == ["code \"renamed\".py", "results/run_info.json",
+                                                    "study, ✓/new.py"]  # added: tracked now, a results file too
     outside = tmp_path / "installed"
     outside.mkdir()
     assert source_revision(outside) == {"revision": None, "tree_clean": None,

@@ -2,8 +2,9 @@
 
 A number is only as good as the code that made it: every record says which commit that code was at and whether
 its tracked files differed from the commit (``tree_clean``), naming those that did by their path in the
-repository. Untracked files are not counted: a results folder written inside the checkout is one. Outside a git
-checkout (an installed package) the revision is unknown and says so.
+repository. Of the untracked files, only Python files count: a new module runs as much as a changed one, where a
+results folder written inside the checkout does not. Outside a git checkout (an installed package) the revision is
+unknown and says so.
 
 A record names no absolute path of the machine that wrote it (a folder is committed and read elsewhere):
 :func:`portable` writes a command's path arguments relative to the working directory, or by their name.
@@ -17,6 +18,9 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 GIT_SECONDS = 30.0
+UNTRACKED_CODE = ":/*.py"
+"""The untracked files a record counts as uncommitted (a git pathspec from the repository's top, ignored files aside):
+Python files, the code a run may have imported before it was committed."""
 
 
 def _git(*args: str, cwd: Path) -> str | None:
@@ -28,14 +32,30 @@ def _git(*args: str, cwd: Path) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def changed_paths(status: str) -> list[str]:
+    """The paths of ``git status --porcelain -z`` (NUL-separated, so that a comma, a quote or unicode in a name comes
+    through as it is): each entry's path, without the former name a rename or copy adds after it."""
+    entries, paths = iter(status.split("\0")), []
+    for entry in entries:
+        if not entry:
+            continue
+        paths.append(entry[3:])
+        if entry[0] in "RC":  # a rename or copy: its next entry is the path it came from
+            next(entries, None)
+    return paths
+
+
 def source_revision(source: Path = PACKAGE_DIR) -> dict:
     """``revision`` (the commit's full hash), ``tree_clean`` and, when not clean, ``uncommitted`` (the changed
-    tracked files, relative to the repository) of the checkout holding ``source``; both None outside a checkout."""
+    tracked files and the untracked Python files, relative to the repository) of the checkout holding ``source``;
+    both None outside a checkout."""
     head = _git("rev-parse", "HEAD", cwd=source)
-    status = _git("status", "--porcelain", "--untracked-files=no", cwd=source) if head else None
-    if head is None or status is None:
+    status = _git("status", "--porcelain", "-z", "--untracked-files=no", cwd=source) if head else None
+    untracked = _git("ls-files", "-z", "--others", "--exclude-standard", "--full-name", "--", UNTRACKED_CODE,
+                     cwd=source)
+    if head is None or status is None or untracked is None:
         return dict(revision=None, tree_clean=None, revision_note="not run from a git checkout")
-    changed = sorted(line[3:] for line in status.splitlines() if line.strip())
+    changed = sorted(changed_paths(status) + [path for path in untracked.split("\0") if path])
     record: dict = dict(revision=head.strip(), tree_clean=not changed)
     if changed:
         record["uncommitted"] = changed
