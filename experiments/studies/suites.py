@@ -48,11 +48,10 @@ from experiments.tools.command_line import command_line  # noqa: E402
 from opiq_jax.reporting import (  # noqa: E402
     curves,
     folder_title,
-    iqm,
     markdown_table,
     save_curve_figure,
     source_revision,
-    stratified_bootstrap_ci,
+    summarise,
     summary_table,
 )
 
@@ -98,14 +97,6 @@ def final_values(rows: list[dict], metric: str) -> dict[str, np.ndarray]:
     return {label: c["values"][:, -1] for label, c in curves(rows, metric).items()}
 
 
-def iqm_with_interval(values: np.ndarray) -> tuple[float, float, float]:
-    """The IQM of the finite values and its 95 % stratified-bootstrap interval; NaNs where none is finite."""
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return (float("nan"),) * 3
-    return stratified_bootstrap_ci(finite, iqm)
-
-
 def suite_score(suite: str, env: str, rows: list[dict]) -> list[dict]:
     """The suite's own score per method, from the seeds' final greedy test returns:
 
@@ -118,15 +109,15 @@ def suite_score(suite: str, env: str, rows: list[dict]) -> list[dict]:
         return []
     table = []
     for method, values in final_values(rows, "test_return").items():
-        finite = values[np.isfinite(values)]
         if suite == "minigrid":
+            finite = values[np.isfinite(values)]
             table.append(dict(method=method, seeds=int(finite.size),
                               success_rate=float(np.mean(finite > 0)) if finite.size else float("nan")))
             continue
-        percent = 100 * finite / CRAFTAX_MAX_RETURN[env.split(":", 1)[1]]
-        point, low, high = iqm_with_interval(percent)
-        table.append(dict(method=method, seeds=int(finite.size), median_percent=float(np.median(percent)),
-                          iqm_percent=point, iqm_percent_low=low, iqm_percent_high=high))
+        percent = summarise(100 * values / CRAFTAX_MAX_RETURN[env.split(":", 1)[1]])  # NaN seeds left out
+        table.append(dict(method=method, seeds=percent["n"], median_percent=percent["median"],
+                          iqm_percent=percent["iqm"], iqm_percent_low=percent["iqm_low"],
+                          iqm_percent_high=percent["iqm_high"]))
     return table
 
 
