@@ -24,8 +24,8 @@ keeps what it measured), ``README.md`` (the table) and ``run_info.json`` (the ca
 Run: ``python -m experiments.bench.suite_throughput --out DIR``. Any environment the trainer steps in its program
 can be named (``--envs chain gymnax:CartPole-v1``).
 
-Reaches inside: the registry (``environment_spec(...).make``, ``static_for_env``), to build each environment as the
-trainer does, and the trainer's timing helpers (``opiq_jax.benchmark.throughput``).
+Reaches inside: the registry (``static_for_env``) and the plain baseline's ``make_env``, to build each environment as
+the trainer does, and the trainer's timing helpers (``opiq_jax.benchmark.throughput``).
 """
 
 from __future__ import annotations
@@ -62,10 +62,11 @@ def time_raw(env_name: str, num_envs: int, steps: int) -> dict:
     memory."""
     import jax
 
+    from opiq_jax.benchmark.plain import make_env
     from opiq_jax.benchmark.throughput import is_out_of_memory, timed_repeats
-    from opiq_jax.registry.environments import environment_spec, static_for_env
+    from opiq_jax.registry.environments import static_for_env
 
-    env = environment_spec(env_name).make(static_for_env(env_name))
+    env = make_env(static_for_env(env_name))
     params = env.default_params
     step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
