@@ -113,11 +113,12 @@ for env in envs:
             init, train_chunk, start = lowerable(program)
             state = jax.eval_shape(init, *run_keys_for(program), stack_hparams(program.hparams()), *start)
             # a pool's emulators are named by their addresses in this process: the same program in another
-            text = re.sub(r"EnvPool_[0-9]+_", "EnvPool_", train_chunk.lower(state).as_text())
+            lowered = train_chunk.lower(state)
+            text = re.sub(r"EnvPool_[0-9]+_", "EnvPool_", lowered.as_text())
             text = re.sub(r"handle = [0-9]+ : i64", "handle", text)
             hashes[f"{env} {precision} {name}"] = hashlib.sha256(text.encode()).hexdigest()
             if count_ops:
-                ops[f"{env} {precision} {name}"] = opcode_counts(train_chunk.lower(state).compile().as_text())
+                ops[f"{env} {precision} {name}"] = opcode_counts(lowered.compile().as_text())
 print(json.dumps(dict(hashes=hashes, ops=ops)))
 """
 
