@@ -52,7 +52,7 @@ def source_revision(source: Path = PACKAGE_DIR) -> dict:
     head = _git("rev-parse", "HEAD", cwd=source)
     status = _git("status", "--porcelain", "-z", "--untracked-files=no", cwd=source) if head else None
     untracked = _git("ls-files", "-z", "--others", "--exclude-standard", "--full-name", "--", UNTRACKED_CODE,
-                     cwd=source)
+                     cwd=source) if head else None
     if head is None or status is None or untracked is None:
         return dict(revision=None, tree_clean=None, revision_note="not run from a git checkout")
     changed = sorted(changed_paths(status) + [path for path in untracked.split("\0") if path])
