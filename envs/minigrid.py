@@ -69,6 +69,11 @@ def check_task(task: str) -> str:
     """The library that gives ``task`` ('xminigrid' or 'navix'); a one-line ``ValueError`` for a task no installed
     library gives, with the closest names and the extra of a library not installed, or for a task the installed navix
     cannot solve."""
+    try:  # xminigrid's tasks come first, so one of them is found without importing navix (seconds of JAX work)
+        if task in minigrid_tasks():
+            return "xminigrid"
+    except ImportError:
+        pass
     sources = task_sources()
     if task in sources:
         if sources[task] == "navix":
