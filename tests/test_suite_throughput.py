@@ -35,3 +35,20 @@ def test_bad_arguments_are_refused_in_one_line(argv, message, tmp_path):
     with pytest.raises(SystemExit, match=message) as refused:
         suite_throughput.main([*argv, "--out", str(tmp_path / "out")])
     assert "\n" not in str(refused.value)
+
+
+def test_a_row_that_runs_out_of_memory_is_kept_as_such_and_any_other_error_propagates():
+    """The wide rows of a bench may not fit the card: that is a row of the table, where any other failure is a bug."""
+    from experiments.bench.report import unless_out_of_memory
+
+    def exhausted() -> dict:
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4.2GiB")
+
+    def broken() -> dict:
+        raise ValueError("a shape that does not broadcast")
+
+    assert unless_out_of_memory(lambda: dict(steps_per_s=5.0), env="chain", envs=2) == dict(
+        env="chain", envs=2, steps_per_s=5.0, error=None)
+    assert unless_out_of_memory(exhausted, env="chain", envs=512) == dict(env="chain", envs=512, error="out of memory")
+    with pytest.raises(ValueError, match="broadcast"):
+        unless_out_of_memory(broken, env="chain", envs=2)

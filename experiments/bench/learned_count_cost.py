@@ -31,7 +31,7 @@ from typing import Literal
 
 import tyro
 
-from experiments.bench.report import compiles_note, keep_row, write_report
+from experiments.bench.report import compiles_note, keep_row, unless_out_of_memory, write_report
 from experiments.tools.command_line import command_line
 
 SKETCH_COUNTS = {"chain": ("simhash", "exact"), "maze": ("simhash", "exact"), "montezuma": ("simhash",)}
@@ -84,18 +84,17 @@ class Args:
 def time_trainer(env: str, counts: str, runs: int, steps: int) -> dict:
     """The compiled trainer on ``env`` at ``runs`` runs counting ``counts``: its rate and memory, or its error."""
     from opiq_jax.benchmark.options import Bench
-    from opiq_jax.benchmark.throughput import is_out_of_memory, measure_trainer
+    from opiq_jax.benchmark.throughput import measure_trainer
 
     static = Bench(envs=(env,), count_features=counts, steps_per_measure=steps).static_for(env)
-    try:
+
+    def measure() -> dict:
         m = measure_trainer(static, runs)
-    except Exception as error:  # XlaRuntimeError and friends
-        if not is_out_of_memory(error):
-            raise
-        return dict(env=env, counts=counts, runs=runs, error="out of memory")
-    return dict(env=env, counts=counts, runs=runs, steps_per_s=m.steps_per_s, compile_s=m.compile_s,
-                compiles_timed=m.compiles_timed, program_bytes_per_run=per_run(m.program_bytes, runs),
-                state_bytes_per_run=per_run(m.state_bytes, runs), error=None)
+        return dict(steps_per_s=m.steps_per_s, compile_s=m.compile_s, compiles_timed=m.compiles_timed,
+                    program_bytes_per_run=per_run(m.program_bytes, runs),
+                    state_bytes_per_run=per_run(m.state_bytes, runs))
+
+    return unless_out_of_memory(measure, env=env, counts=counts, runs=runs)
 
 
 def time_montezuma(counts: str, args: Args) -> dict:

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from opiq_jax.reporting import portable, source_revision
 from opiq_jax.store.files import atomic_write_text
@@ -22,6 +23,19 @@ def keep_row(path: Path, device: str, settings, rows: list[dict], row: dict, nam
     rows.append(row)
     print(f"{name}: {row.get('steps_per_s') or row['error']}", file=sys.stderr, flush=True)
     atomic_write_text(path, json.dumps(dict(device=device, settings=portable_settings(settings), rows=rows), indent=1))
+
+
+def unless_out_of_memory(measure: Callable[[], dict], **row) -> dict:
+    """``row`` with what ``measure()`` returns and ``error=None``, or with ``error="out of memory"`` where the card ran
+    out (a wide row that does not fit is a result, not a crash); any other error propagates."""
+    from opiq_jax.benchmark.throughput import is_out_of_memory
+
+    try:
+        return {**row, **measure(), "error": None}
+    except Exception as error:  # XlaRuntimeError and friends
+        if not is_out_of_memory(error):
+            raise
+        return {**row, "error": "out of memory"}
 
 
 def compiles_note(timed: list[str]) -> list[str]:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import tyro
 
-from experiments.bench.report import compiles_note, keep_row, write_report
+from experiments.bench.report import compiles_note, keep_row, unless_out_of_memory, write_report
 from experiments.tools.command_line import command_line
 
 SUITE_TASKS = ("minigrid:DoorKey-16x16", "craftax:Classic", "minatar:Breakout")
@@ -63,7 +63,7 @@ def time_raw(env_name: str, num_envs: int, steps: int) -> dict:
     import jax
 
     from opiq_jax.benchmark.plain import make_env
-    from opiq_jax.benchmark.throughput import is_out_of_memory, timed_repeats
+    from opiq_jax.benchmark.throughput import timed_repeats
     from opiq_jax.registry.environments import static_for_env
 
     env = make_env(static_for_env(env_name))
@@ -81,33 +81,28 @@ def time_raw(env_name: str, num_envs: int, steps: int) -> dict:
         carry, rewards = jax.lax.scan(one, carry, None, length=steps)
         return carry, rewards.sum()
 
-    try:
+    def measure() -> dict:
         _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(0), num_envs), params)
         carry = jax.block_until_ready(advance((state, jax.random.key(1)))[0])  # the compile, untimed
         _, seconds, compiles = timed_repeats(lambda c: advance(c)[0], carry, 2)
-    except Exception as error:  # XlaRuntimeError and friends
-        if not is_out_of_memory(error):
-            raise
-        return dict(env=env_name, kind="raw", envs=num_envs, error="out of memory")
-    return dict(env=env_name, kind="raw", envs=num_envs, steps_per_s=num_envs * steps / min(seconds),
-                compiles_timed=compiles, error=None)
+        return dict(steps_per_s=num_envs * steps / min(seconds), compiles_timed=compiles)
+
+    return unless_out_of_memory(measure, env=env_name, kind="raw", envs=num_envs)
 
 
 def time_trainer(env_name: str, num_envs: int, args: Args) -> dict:
     """OPIQ's trainer on ``env_name``, ``num_envs`` runs of one environment each: the rate, or the error of running
     out of memory."""
-    from opiq_jax.benchmark.throughput import is_out_of_memory, measure_trainer
+    from opiq_jax.benchmark.throughput import measure_trainer
     from opiq_jax.registry.environments import static_for_env
 
     static = static_for_env(env_name, total_steps=2 * args.steps, log_every=args.steps, buffer_size=args.buffer_size)
-    try:
+
+    def measure() -> dict:
         m = measure_trainer(static, num_envs)
-    except Exception as error:
-        if not is_out_of_memory(error):
-            raise
-        return dict(env=env_name, kind="trainer", envs=num_envs, error="out of memory")
-    return dict(env=env_name, kind="trainer", envs=num_envs, steps_per_s=m.steps_per_s,
-                compiles_timed=m.compiles_timed, program_bytes=m.program_bytes, error=None)
+        return dict(steps_per_s=m.steps_per_s, compiles_timed=m.compiles_timed, program_bytes=m.program_bytes)
+
+    return unless_out_of_memory(measure, env=env_name, kind="trainer", envs=num_envs)
 
 
 def rate(rows: list[dict], env: str, kind: str, envs: int) -> float | None:
