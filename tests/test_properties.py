@@ -83,10 +83,13 @@ def test_the_targets_read_the_target_network_never_the_online_one():
     assert np.all(np.abs(np.asarray(target_moved) - np.asarray(base)) > 1e-3)
 
 
-@pytest.mark.parametrize("step, epsilon", [(0, 1.0), (250, 0.75), (500, 0.5), (1000, 0.0), (3000, 0.0)])
-def test_the_share_of_exploratory_actions_follows_the_epsilon_schedule(step, epsilon):
+EPSILON_SCHEDULE = ((0, 1.0), (250, 0.75), (500, 0.5), (1000, 0.0), (3000, 0.0))  # (step, epsilon) by hand
+
+
+def test_the_share_of_exploratory_actions_follows_the_epsilon_schedule():
     """Counted in the actions themselves: with two actions, a uniformly random one differs from the greedy one half
-    of the time, so a share epsilon / 2 of the actions is not greedy at every step of the schedule."""
+    of the time, so a share epsilon / 2 of the actions is not greedy at every step of the schedule (one compiled
+    choice, called at each step: the step is an argument of the program)."""
     trainer, _, run = one_run("dqn")
     run = run.replace(hparams={**run.hparams, "epsilon_start": jnp.float32(1.0), "epsilon_end": jnp.float32(0.0),
                                "epsilon_decay_steps": jnp.float32(1000.0)})
@@ -98,9 +101,12 @@ def test_the_share_of_exploratory_actions_follows_the_epsilon_schedule(step, eps
     greedy = int(jnp.argmax(jax.jit(values)(run)[0]))
     draws = 4000
     runs = jax.vmap(lambda k: run.replace(key=k))(jax.random.split(jax.random.key(7), draws))
-    _, decision = jax.jit(jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None)))(runs, jnp.int32(step))
-    share = float(np.mean(np.asarray(decision.actions)[:, 0] != greedy))
-    assert share == pytest.approx(epsilon / 2, abs=0.03)
+    choose = jax.jit(jax.vmap(functools.partial(choose_actions, agent), in_axes=(0, None)))
+    shares = {}
+    for step, _ in EPSILON_SCHEDULE:
+        _, decision = choose(runs, jnp.int32(step))
+        shares[step] = float(np.mean(np.asarray(decision.actions)[:, 0] != greedy))
+    assert shares == pytest.approx({step: epsilon / 2 for step, epsilon in EPSILON_SCHEDULE}, abs=0.03)
 
 
 PAPER_ATARI = {  # Machado et al. (2018), as the paper runs Montezuma: a written copy, not the module's table
