@@ -53,15 +53,22 @@ def minigrid_tasks() -> tuple[str, ...]:
     return tuple(name.removeprefix(PREFIX) for name in names if name.startswith(PREFIX))
 
 
+def installed_minigrid_tasks() -> tuple[str, ...] | None:
+    """:func:`minigrid_tasks`, or ``None`` where xminigrid is not installed."""
+    try:
+        return minigrid_tasks()
+    except ImportError:
+        return None
+
+
 def task_sources() -> dict[str, str]:
     """Every task ``minigrid:NAME`` names, with the library that gives it: xminigrid's, then navix's for the tasks
     xminigrid lacks (KeyCorridor), of those installed; a one-line ``ImportError`` naming the extras if neither is."""
     sources = dict.fromkeys(navix.navix_tasks(), "navix")
-    try:
-        sources.update(dict.fromkeys(minigrid_tasks(), "xminigrid"))
-    except ImportError:
-        if not sources:
-            raise ImportError(f"--env minigrid:NAME needs xminigrid: {EXTRA} (KeyCorridor: {navix.EXTRA})") from None
+    tasks = installed_minigrid_tasks()
+    if tasks is None and not sources:
+        raise ImportError(f"--env minigrid:NAME needs xminigrid: {EXTRA} (KeyCorridor: {navix.EXTRA})")
+    sources.update(dict.fromkeys(tasks or (), "xminigrid"))
     return sources
 
 
@@ -69,11 +76,8 @@ def check_task(task: str) -> str:
     """The library that gives ``task`` ('xminigrid' or 'navix'); a one-line ``ValueError`` for a task no installed
     library gives, with the closest names and the extra of a library not installed, or for a task the installed navix
     cannot solve."""
-    try:  # xminigrid's tasks come first, so one of them is found without importing navix (seconds of JAX work)
-        if task in minigrid_tasks():
-            return "xminigrid"
-    except ImportError:
-        pass
+    if task in (installed_minigrid_tasks() or ()):  # xminigrid's come first: found without importing navix (seconds)
+        return "xminigrid"
     sources = task_sources()
     if task in sources:
         if sources[task] == "navix":
