@@ -57,11 +57,13 @@ def test_the_goal_ends_an_episode_as_a_termination_with_xminigrids_reward():
 
 
 def test_minigrid_trains_from_the_api_with_the_mazes_settings(tmp_path):
-    static = static_for_env("minigrid:Empty-5x5")
+    static = static_for_env("minigrid:DoorKey-5x5")
     assert (static.n_step, static.buffer_size, static.simhash_bits) == (3, 250_000, 128)
     out = tmp_path / "minigrid, ✓"
-    results = opiq_jax.train(env="minigrid:Empty-5x5", methods=["opiq"], seeds=2, steps=600, log_every=300,
-                             buffer_size=600, out=out, progress=False, verbose=False)
+    # the experiment the command line trains below (its program compiled once for both)
+    results = opiq_jax.train(env="minigrid:DoorKey-5x5", methods=list(ONE_PROGRAM), seeds=1, steps=200,
+                             log_every=100, buffer_size=400, count_features="exact", out=out, progress=False,
+                             verbose=False)
     assert results.finished
     config = json.loads((out / "config.json").read_text())
     assert config["resolved"]["network"] == "mlp"  # the 7x7 view read whole
@@ -86,26 +88,32 @@ def test_without_the_extra_the_command_names_it(monkeypatch, capsys):
 
 
 def walk(env, steps: int, runs: int, seed: int):
-    """``runs`` random walks of ``steps`` steps through the adapter: every state reached, as its compact state and
-    the xminigrid state it came from."""
-    keys = jax.random.split(jax.random.key(seed), runs)
-    _, states = jax.vmap(env.reset)(keys)
+    """``runs`` random walks of ``steps`` steps through the adapter: every state reached, as its compact state, its
+    cell id and the xminigrid state it came from (one compiled program: eager, the resets alone took 150 compiles)."""
 
-    def body(states, key):
-        k_act, k_step = jax.random.split(key)
-        actions = jax.random.randint(k_act, (runs,), 0, env.num_actions)
-        _, states, *_ = jax.vmap(env.step)(jax.random.split(k_step, runs), states, actions)
-        return states, (states.compact, states.env_state.state)
+    @jax.jit
+    def walks(reset_key, walk_key):
+        _, states = jax.vmap(env.reset)(jax.random.split(reset_key, runs))
 
-    _, (compacts, inner) = jax.lax.scan(body, states, jax.random.split(jax.random.key(seed + 1), steps))
-    return compacts.reshape(steps * runs, -1), jax.tree.map(lambda x: x.reshape(steps * runs, *x.shape[2:]), inner)
+        def body(states, key):
+            k_act, k_step = jax.random.split(key)
+            actions = jax.random.randint(k_act, (runs,), 0, env.num_actions)
+            _, states, *_ = jax.vmap(env.step)(jax.random.split(k_step, runs), states, actions)
+            return states, (states.compact, states.env_state.state)
+
+        _, (compacts, inner) = jax.lax.scan(body, states, jax.random.split(walk_key, steps))
+        compacts = compacts.reshape(steps * runs, -1)
+        inner = jax.tree.map(lambda x: x.reshape(steps * runs, *x.shape[2:]), inner)
+        return compacts, jax.vmap(env.cell_id)(compacts), inner
+
+    return walks(jax.random.key(seed), jax.random.key(seed + 1))
 
 
 def test_minigrid_exact_cell_is_one_id_per_agent_pocket_and_doors():
     env = make_minigrid("DoorKey-5x5")
     assert env.state_cells and env.num_cells == 5 * 5 * 4 * 13 * 12 * 3
-    compacts, inner = walk(env, 400, 16, seed=0)
-    cells = np.asarray(jax.vmap(env.cell_id)(compacts))
+    _, cells, inner = walk(env, 400, 16, seed=0)
+    cells = np.asarray(cells)
     door_state = jax.vmap(lambda grid: jnp.sum(jnp.where(*door_tiles(grid), 0)))(inner.grid)  # one door here
     doors = np.asarray(door_state)
     keys = np.column_stack([np.asarray(inner.agent.position), np.asarray(inner.agent.direction),
@@ -177,8 +185,8 @@ def test_a_task_xminigrid_lacks_comes_from_navix_and_steps_as_navixs_own():
     own = navix.make(f"Navix-{NAVIX_TASK}-v0")
     assert (env.obs_shape, env.num_actions, env.resets_itself) == (own.observation_space.shape, 7, False)
     assert env.default_params.max_steps_in_episode == own.max_steps
-    obs, state = env.reset(jax.random.key(2))
-    timestep = own.reset(jax.random.key(2))
+    obs, state = jax.jit(env.reset)(jax.random.key(2))  # compiled: eager, the two resets took 90 compiles
+    timestep = jax.jit(own.reset)(jax.random.key(2))
     np.testing.assert_array_equal(np.asarray(obs), np.asarray(timestep.observation, np.float32))
     step, own_step = jax.jit(env.step), jax.jit(own.step)
     for action in random_actions(jax.random.key(3), own.max_steps, env.num_actions):
@@ -197,8 +205,8 @@ def test_navix_exact_cell_is_one_id_per_player_pocket_and_open_doors():
     navix_or_skip()
     env = make_minigrid(NAVIX_TASK)  # 5x5 cells, one door, one key
     assert env.state_cells and env.num_cells == 5 * 5 * 4 * 2 * 2
-    compacts, inner = walk(env, 400, 16, seed=0)
-    cells = np.asarray(jax.vmap(env.cell_id)(compacts))
+    _, cells, inner = walk(env, 400, 16, seed=0)
+    cells = np.asarray(cells)
     player, doors = inner.entities["player"], inner.entities["door"]
     keys = np.column_stack([np.asarray(player.position[:, 0]), np.asarray(player.direction),
                             np.asarray(player.pocket), np.asarray(doors.open) != 0])
@@ -225,7 +233,7 @@ def test_a_solvable_keycorridor_lets_the_agent_through_its_doors():
     if navix_version() < (0, 9, 5):
         pytest.skip("navix before 0.9.5 builds an unsolvable KeyCorridor")
     env = make_minigrid("KeyCorridorS3R1")
-    _, inner = walk(env, 300, 16, seed=0)
+    _, _, inner = walk(env, 300, 16, seed=0)
     assert len({tuple(p) for p in np.asarray(inner.entities["player"].position[:, 0]).tolist()}) > 1
 
 
