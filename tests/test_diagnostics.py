@@ -113,16 +113,29 @@ def with_valid_rows(batch, rows):
     return batch
 
 
+def diagnosed_update(agent, run, key, rows):
+    """One update's diagnostics on a sampled batch whose valid rows are ``rows``; with them the batch's first actions,
+    count columns and known returns, its targets, and Q(s_t, .) from the network applied by hand. One compiled
+    program: op by op, the first test to sample made about 300 small compiles."""
+
+    @jax.jit
+    def update(run, key):
+        batch = with_valid_rows(sample_batch(agent, run, key), rows)
+        targets, _ = targets_for(agent, run, batch)
+        run = run.replace(stats=run.stats.replace(diagnostics=Diagnostics.zeros()))
+        diag = sampled_diagnostics(agent, run, batch, targets, sampled_values(agent, run, batch))
+        taken = dict(actions=batch.actions[:, 0], columns=batch.step_columns[:, 0], mc_known=batch.mc_known)
+        return taken, targets, diag, agent.q_network.apply(agent.forward_params(run), batch.obs)
+
+    return update(run, key)
+
+
 def test_largest_td_error_and_q_of_an_update_by_hand(trained_chunk):
     """Over the valid rows only: max |y - Q(s_t, a_t)| and max |Q(s_t, .)|, Q from the network applied by hand."""
     trainer, run, _ = trained_chunk
-    agent = trainer.agent
-    batch = with_valid_rows(sample_batch(agent, run, jax.random.key(7)), [1, 4])
-    targets, _ = targets_for(agent, run, batch)
-    run = run.replace(stats=run.stats.replace(diagnostics=Diagnostics.zeros()))
-    diag = sampled_diagnostics(agent, run, batch, targets, sampled_values(agent, run, batch))
-    q = np.asarray(agent.q_network.apply(agent.forward_params(run), batch.obs))  # [B, A]
-    taken = q[np.arange(q.shape[0]), np.asarray(batch.actions[:, 0])]
+    batch, targets, diag, q = diagnosed_update(trainer.agent, run, jax.random.key(7), [1, 4])
+    q = np.asarray(q)  # [B, A]
+    taken = q[np.arange(q.shape[0]), np.asarray(batch["actions"])]
     errors = np.abs(taken - np.asarray(targets[:, 0]))
     assert float(diag.td_error_max) == pytest.approx(errors[[1, 4]].max(), rel=1e-5)
     assert float(diag.q_abs_max) == pytest.approx(np.abs(q[[1, 4]]).max(), rel=1e-5)
@@ -131,16 +144,12 @@ def test_largest_td_error_and_q_of_an_update_by_hand(trained_chunk):
 
 def test_sampled_bonus_and_unknown_share_by_hand(trained_chunk):
     trainer, run, _ = trained_chunk
-    agent = trainer.agent
-    batch = with_valid_rows(sample_batch(agent, run, jax.random.key(11)), [0, 2, 5])
-    targets, _ = targets_for(agent, run, batch)
-    run = run.replace(stats=run.stats.replace(diagnostics=Diagnostics.zeros()))
-    diag = sampled_diagnostics(agent, run, batch, targets, sampled_values(agent, run, batch))
+    batch, _, diag, _ = diagnosed_update(trainer.agent, run, jax.random.key(11), [0, 2, 5])
     n = np.asarray(jax.vmap(lambda cols, a: counts.query(run.counts.sketch, cols, a))(
-        batch.step_columns[:, 0], batch.actions[:, 0]))
+        batch["columns"], batch["actions"]))
     bonus = HP["c_action"] / (n + 1.0) ** HP["m"]
     assert float(diag.sampled_bonus_sum) == pytest.approx(bonus[[0, 2, 5]].mean(), rel=1e-5)
-    unknown = ~np.asarray(batch.mc_known)
+    unknown = ~np.asarray(batch["mc_known"])
     assert float(diag.unknown_return_sum) == pytest.approx(unknown[[0, 2, 5]].mean())
 
 
