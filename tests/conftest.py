@@ -59,14 +59,15 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # out in order as workers free up; by default it orders them by their number of tests, which left modules of one
 # or two slow tests (test_montezuma_resume.py, test_multi_gpu_scaling.py) for the end, run by one worker while
 # the other idled. Longest first, the last modules are short ones and both workers finish close together.
-# Ordered by their seconds in a cold run on the 2-core CPU machine; modules not named run after these.
+# Ordered by their seconds in a cold run on the 2-core CPU machine (at 08020a1); modules not named run after these.
 SLOWEST_FIRST = (
-    "test_faults.py", "test_runner.py", "test_api.py", "test_pool_path.py", "test_maze_torso.py",
-    "test_baselines.py", "test_program_processes.py", "test_montezuma.py", "test_precision.py", "test_trainer.py",
-    "test_montezuma_resume.py", "test_values.py", "test_sweep.py", "test_gymnax.py", "test_multi_gpu_scaling.py",
-    "test_schedules.py", "test_tabular.py", "test_bench.py", "test_maze_value_maps.py", "test_primitives.py",
-    "test_program_identity.py",
-    "test_mutation_sample.py", "test_regression_illustration.py",
+    "test_faults.py", "test_minigrid.py", "test_craftax.py", "test_frame_checkpoints.py", "test_runner.py",
+    "test_api.py", "test_bad_inputs.py", "test_minatar.py", "test_learned_counts.py", "test_montezuma_bench.py",
+    "test_pool_path.py", "test_schedules.py", "test_baselines.py", "test_program_processes.py", "test_atari.py",
+    "test_maze_torso.py", "test_montezuma_resume.py", "test_diagnostics.py", "test_montezuma.py",
+    "test_algorithm_properties.py", "test_program.py", "test_mlp_backward.py", "test_device_pools.py",
+    "test_program_identity.py", "test_extension.py", "test_properties.py", "test_atari_games.py",
+    "test_contract_extension.py", "test_montezuma_defaults.py", "test_trainer.py",
 )
 
 
