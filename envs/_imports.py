@@ -1,12 +1,12 @@
 """Imports that gymnax makes for rendering alone, deferred to their first use.
 
-gymnax's package imports every environment it ships, and its Pong imports seaborn (with scipy and pandas: about
-0.8 s of the 2-core CPU's 2.9 s to import the command line) only to colour its frames. Nothing here renders. So
-while gymnax is imported, ``seaborn`` is a stand-in module that imports the real one the first time anything reads
-from it; afterwards the stand-in leaves ``sys.modules``, so that any later ``import seaborn`` is the real one.
+gymnax's package imports every environment it ships, and some import their renderers' libraries only to draw
+frames: Pong imports seaborn (with scipy and pandas: about 0.8 s of the 2-core CPU's 2.9 s to import the command
+line), and Catch, Pong and three more import ``matplotlib.pyplot`` (about 0.3 s of the 2 s left). Nothing here
+renders. So while gymnax is imported, each of those modules is a stand-in that imports the real one the first time
+anything reads from it; afterwards the stand-in leaves ``sys.modules``, so that any later import is the real one.
 (The standard library's ``LazyLoader`` does not help here: Python 3.11's import statement reads the lazy module's
-``__spec__``, which loads it.)
-"""
+``__spec__``, which loads it.)"""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 import types
 from collections.abc import Iterator
 
-DEFERRED = ("seaborn",)
+DEFERRED = ("seaborn", "matplotlib.pyplot")
 
 
 class DeferredModule(types.ModuleType):

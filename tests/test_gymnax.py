@@ -4,6 +4,9 @@ finding DeepSea's treasure where epsilon-greedy DQN does not. Two trainer compil
 
 import csv
 import math
+import os
+import subprocess
+import sys
 
 import gymnax
 import jax
@@ -203,3 +206,24 @@ def test_runs_get_their_own_deep_sea_mapping_shared_across_methods(deep_sea_hist
     dqn = [i for i, r in enumerate(experiment.runs) if r.method == "dqn"]
     assert len({m.tobytes() for m in mappings[opiq]}) == SEEDS
     np.testing.assert_array_equal(mappings[opiq], mappings[dqn])  # seed i: the same sea for every method
+
+
+IMPORTS_WHAT = """
+import sys
+import opiq_jax.cli
+from gymnax.environments.bsuite import catch
+real = lambda name: type(sys.modules.get(name)).__name__ == "module"
+before = [real("seaborn"), real("matplotlib.pyplot")]
+figure = catch.plt.figure  # gymnax's Catch reads its renderer: the real pyplot
+import matplotlib.pyplot
+print(before, real("matplotlib.pyplot"), figure is matplotlib.pyplot.figure)
+"""
+
+
+def test_the_command_line_imports_gymnax_without_its_renderers_until_one_is_read():
+    """gymnax imports seaborn and pyplot to draw frames (envs/_imports.py): the command line, which draws none,
+    starts without them, and a gymnax module that reads its stand-in gets the real module."""
+    run = subprocess.run([sys.executable, "-c", IMPORTS_WHAT], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["[False,", "False]", "True", "True"]
