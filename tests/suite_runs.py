@@ -14,8 +14,14 @@ ONE_PROGRAM = tuple(m for m in METHODS if program_name(program_parts([m])) == "p
 """The methods that differ only in numbers: one compiled program (DORA, RND and BSP add one each)."""
 
 
-SUITE_RUN = ("--seeds", "1", "--steps", "200", "--log-every", "100", "--buffer-size", "400", "--no-progress")
-"""How :func:`train_methods` runs: what another command repeats to find the same experiment in its folder."""
+SUITE_OPTIONS = dict(seeds=1, steps=200, log_every=100, buffer_size=400)
+"""How :func:`train_methods` runs, as the API takes it: a test that trains the same experiment through the API
+shares its compiled program."""
+
+SUITE_RUN = (*(arg for name, value in SUITE_OPTIONS.items() for arg in (f"--{name.replace('_', '-')}", str(value))),
+             "--no-progress")
+""":data:`SUITE_OPTIONS` on the command line: what another command repeats to find the same experiment in its
+folder."""
 
 
 def train_methods(env: str, methods: tuple[str, ...], out: Path, *extra: str) -> set[str]:

@@ -20,7 +20,7 @@ from opiq_jax.cli import main  # noqa: E402
 from opiq_jax.envs.minigrid import door_tiles, make_minigrid, minigrid_tasks  # noqa: E402
 from opiq_jax.registry.environments import static_for_env  # noqa: E402
 from tests.missing_extras import hide_module  # noqa: E402
-from tests.suite_runs import ONE_PROGRAM, SUITE_RUN, random_actions, train_methods  # noqa: E402
+from tests.suite_runs import ONE_PROGRAM, SUITE_OPTIONS, SUITE_RUN, random_actions, train_methods  # noqa: E402
 
 FORWARD, TURN_RIGHT, TURN_LEFT = 0, 1, 2  # xminigrid's first three actions
 
@@ -61,9 +61,8 @@ def test_minigrid_trains_from_the_api_with_the_mazes_settings(tmp_path):
     assert (static.n_step, static.buffer_size, static.simhash_bits) == (3, 250_000, 128)
     out = tmp_path / "minigrid, ✓"
     # the experiment the command line trains below (its program compiled once for both)
-    results = opiq_jax.train(env="minigrid:DoorKey-5x5", methods=list(ONE_PROGRAM), seeds=1, steps=200,
-                             log_every=100, buffer_size=400, count_features="exact", out=out, progress=False,
-                             verbose=False)
+    results = opiq_jax.train(env="minigrid:DoorKey-5x5", methods=list(ONE_PROGRAM), **SUITE_OPTIONS,
+                             count_features="exact", out=out, progress=False, verbose=False)
     assert results.finished
     config = json.loads((out / "config.json").read_text())
     assert config["resolved"]["network"] == "mlp"  # the 7x7 view read whole
@@ -88,8 +87,8 @@ def test_without_the_extra_the_command_names_it(monkeypatch, capsys):
 
 
 def walk(env, steps: int, runs: int, seed: int):
-    """``runs`` random walks of ``steps`` steps through the adapter: every state reached, as its compact state, its
-    cell id and the xminigrid state it came from (one compiled program: eager, the resets alone took 150 compiles)."""
+    """``runs`` random walks of ``steps`` steps through the adapter: every state reached, as its cell id and the
+    library's state it came from (one compiled program: eager, the resets alone took 150 compiles)."""
 
     @jax.jit
     def walks(reset_key, walk_key):
@@ -102,9 +101,8 @@ def walk(env, steps: int, runs: int, seed: int):
             return states, (states.compact, states.env_state.state)
 
         _, (compacts, inner) = jax.lax.scan(body, states, jax.random.split(walk_key, steps))
-        compacts = compacts.reshape(steps * runs, -1)
         inner = jax.tree.map(lambda x: x.reshape(steps * runs, *x.shape[2:]), inner)
-        return compacts, jax.vmap(env.cell_id)(compacts), inner
+        return jax.vmap(env.cell_id)(compacts.reshape(steps * runs, -1)), inner
 
     return walks(jax.random.key(seed), jax.random.key(seed + 1))
 
@@ -112,7 +110,7 @@ def walk(env, steps: int, runs: int, seed: int):
 def test_minigrid_exact_cell_is_one_id_per_agent_pocket_and_doors():
     env = make_minigrid("DoorKey-5x5")
     assert env.state_cells and env.num_cells == 5 * 5 * 4 * 13 * 12 * 3
-    _, cells, inner = walk(env, 400, 16, seed=0)
+    cells, inner = walk(env, 400, 16, seed=0)
     cells = np.asarray(cells)
     door_state = jax.vmap(lambda grid: jnp.sum(jnp.where(*door_tiles(grid), 0)))(inner.grid)  # one door here
     doors = np.asarray(door_state)
@@ -205,7 +203,7 @@ def test_navix_exact_cell_is_one_id_per_player_pocket_and_open_doors():
     navix_or_skip()
     env = make_minigrid(NAVIX_TASK)  # 5x5 cells, one door, one key
     assert env.state_cells and env.num_cells == 5 * 5 * 4 * 2 * 2
-    _, cells, inner = walk(env, 400, 16, seed=0)
+    cells, inner = walk(env, 400, 16, seed=0)
     cells = np.asarray(cells)
     player, doors = inner.entities["player"], inner.entities["door"]
     keys = np.column_stack([np.asarray(player.position[:, 0]), np.asarray(player.direction),
@@ -233,7 +231,7 @@ def test_a_solvable_keycorridor_lets_the_agent_through_its_doors():
     if navix_version() < (0, 9, 5):
         pytest.skip("navix before 0.9.5 builds an unsolvable KeyCorridor")
     env = make_minigrid("KeyCorridorS3R1")
-    _, _, inner = walk(env, 300, 16, seed=0)
+    _, inner = walk(env, 300, 16, seed=0)
     assert len({tuple(p) for p in np.asarray(inner.entities["player"].position[:, 0]).tolist()}) > 1
 
 
