@@ -354,6 +354,22 @@ def test_a_state_large_for_the_machine_is_announced_with_its_size_and_the_option
         memory.check_fits(static, 3)
 
 
+def test_the_host_memory_a_cpu_run_may_take_counts_the_page_cache_the_kernel_gives_back(tmp_path):
+    """CI refused a 0.7 GiB lowering on a host with gigabytes in its page cache and 0.4 GiB in free pages: the
+    check reads ``MemAvailable``, not the free pages, and falls back to them only where there is no such line."""
+    from opiq_jax.runs import memory
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:          400000 kB\nMemAvailable:   "
+                       "18000000 kB\nCached:         17000000 kB\n")
+    assert memory.available_host_bytes(str(meminfo)) == 18_000_000 * 1024
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:          400000 kB\n")  # a kernel before 3.14
+    pages = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    assert abs(memory.available_host_bytes(str(meminfo)) - pages) < 2**30  # the free pages, read a moment apart
+    assert memory.available_host_bytes(str(tmp_path / "absent")) > 0
+    assert memory.meminfo_field("MemAvailable: 12 kB\nMemAvailableX: 99 kB", "MemAvailableX") == 99
+
+
 def test_programs_trained_one_after_another_free_the_device_memory_of_the_one_before(tmp_path, monkeypatch):
     """The second program (RND's) starts with the first one's training state gone from the device: its replay
     of 20,000 steps per run is no longer among the live arrays."""

@@ -45,12 +45,40 @@ def _state_bytes_per_run(static: StaticConfig, parts: tuple) -> int:
 
 
 def available_device_bytes() -> int:
-    """Free memory of the first local device (host RAM for the CPU backend)."""
+    """Free memory of the first local device (for the CPU backend, the host's available RAM:
+    :func:`available_host_bytes`)."""
     device = jax.local_devices()[0]
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats and "bytes_limit" in stats:
         return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)) * jax.local_device_count()
+    return available_host_bytes()
+
+
+MEMINFO = "/proc/meminfo"
+
+
+def available_host_bytes(meminfo: str = MEMINFO) -> int:
+    """The host RAM a new allocation can take: Linux's ``MemAvailable``, which counts the page cache the kernel gives
+    back on demand. The free pages alone (``SC_AVPHYS_PAGES``, the fallback where there is no such line) leave that
+    cache out, so on a machine that has just read many files they can be a fraction of a GiB while gigabytes are
+    there to take, and the check would refuse a run that fits."""
+    try:
+        with open(meminfo) as f:
+            kib = meminfo_field(f.read(), "MemAvailable")
+    except OSError:
+        kib = None
+    if kib is not None:
+        return kib * 1024
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def meminfo_field(text: str, name: str) -> int | None:
+    """The value in kiB of the line ``name:   N kB`` of ``/proc/meminfo``'s ``text``, or None without one."""
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key.strip() == name and rest.split() and rest.split()[0].isdigit():
+            return int(rest.split()[0])
+    return None
 
 
 MEMORY_HEADROOM = DEFAULT_MEMORY_HEADROOM  # the helpers' default; an environment declares its own (memory_headroom)
