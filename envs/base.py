@@ -16,7 +16,9 @@ Required, beyond gymnax's ``reset``/``step``/``action_space``/``observation_spac
 * ``step(...)``'s ``info`` carries ``"compact"`` and ``"cell_id"``: the compact state reached and its
   cell, *before* any auto-reset (what a truncated episode bootstraps from);
 * ``compact_state(state)``, ``obs_from_compact(compact, params)``, ``cell_id(compact)`` and
-  ``start_compact(params)``.
+  ``start_compact(params)``;
+* ``step_in_episode(...)`` where a reset is costly: a step without the auto-reset, for an episode whose
+  values after its end are never read (the default is ``step``).
 
 Optional capabilities are declared, never guessed:
 
@@ -76,6 +78,14 @@ class CompactEnvironment(environment.Environment, abc.ABC):
     @abc.abstractmethod
     def start_compact(self, params) -> jax.Array:
         """The compact state of a reset (where ``q_start`` is measured)."""
+
+    def step_in_episode(self, key: jax.Array, state, action, params):
+        """``(obs, state, reward, terminated, truncated)``: one step of an episode played to its end and no further
+        (the greedy test episode), the same as ``step``'s until the episode ends; after that its values are
+        never read, so an environment may skip the reset there. The default is ``step`` itself; an environment
+        whose reset is costly (Craftax generates a world) overrides it with a step that does not reset."""
+        obs, state, reward, terminated, truncated, _ = self.step(key, state, action, params)
+        return obs, state, reward, terminated, truncated
 
     def all_compacts(self) -> jax.Array:
         """``int32[num_cells, compact_dim]``: every cell's compact state (only with ``has_cell_table``)."""

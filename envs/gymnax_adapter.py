@@ -335,18 +335,36 @@ class GymnaxAdapter(CompactEnvironment):
             info,
         )
 
-    def _step_then_reset(self, key: jax.Array, state: AdapterState, action: jax.Array, params):
-        """An environment that does not reset on its own: its step, then its reset where the episode ended. Returns
-        the observation after any reset, the step's own observation (before it), the state after any reset, the
-        step's own state, then reward, terminated, truncated and info."""
-        key_step, key_reset = jax.random.split(key)
-        out = self.env.step(key_step, state.env_state, action, params)
+    def step_in_episode(self, key: jax.Array, state: AdapterState, action, params=None):
+        """:meth:`step` without its reset where the wrapped environment does not reset itself (base class: for the
+        test episode). The step draws on the same half of ``key`` as :meth:`step`'s, so the episode is the same."""
+        params = self._default_params if params is None else params
+        action = jnp.asarray(action, jnp.int32)
+        if self.resets_itself:
+            return super().step_in_episode(key, state, action, params)
+        obs, env_state, reward, terminated, truncated, _ = self._own_step(jax.random.split(key)[0], state, action,
+                                                                          params)
+        compact = self.flatten(obs, env_state)
+        return (self.obs_from_compact(compact, params), AdapterState(env_state, compact),
+                jnp.asarray(reward, jnp.float32), terminated, truncated)
+
+    def _own_step(self, key: jax.Array, state: AdapterState, action: jax.Array, params):
+        """The wrapped environment's step, in either convention, as ``(obs, env_state, reward, terminated,
+        truncated, info)`` with boolean ends."""
+        out = self.env.step(key, state.env_state, action, params)
         if self.step_values == 5:
             obs, env_state, reward, done, info = out
             terminated, truncated = _split_done(done, info)
         else:
             obs, env_state, reward, terminated, truncated, info = out
-        terminated, truncated = jnp.asarray(terminated, bool), jnp.asarray(truncated, bool)
+        return obs, env_state, reward, jnp.asarray(terminated, bool), jnp.asarray(truncated, bool), info
+
+    def _step_then_reset(self, key: jax.Array, state: AdapterState, action: jax.Array, params):
+        """An environment that does not reset on its own: its step, then its reset where the episode ended. Returns
+        the observation after any reset, the step's own observation (before it), the state after any reset, the
+        step's own state, then reward, terminated, truncated and info."""
+        key_step, key_reset = jax.random.split(key)
+        obs, env_state, reward, terminated, truncated, info = self._own_step(key_step, state, action, params)
         obs_re, state_re = self.env.reset(key_reset, params)
 
         def after_reset(reset, stepped):

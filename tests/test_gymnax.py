@@ -227,3 +227,61 @@ def test_the_command_line_imports_gymnax_without_its_renderers_until_one_is_read
                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["[False,", "False]", "True", "True"]
+
+
+class CartPoleWithoutReset:
+    """CartPole as an environment that does not reset itself (as Craftax and MiniGrid come): its ``step_env``
+    as ``step``; counts the resets traced."""
+
+    def __init__(self):
+        self.env, self.default_params, self.resets = gymnax.make("CartPole-v1")[0], gymnax.make("CartPole-v1")[1], 0
+
+    def reset(self, key, params):
+        self.resets += 1
+        return self.env.reset_env(key, params)
+
+    def step(self, key, state, action, params):
+        obs, state, reward, done, info = self.env.step_env(key, state, action, params)
+        return obs, state, reward, done, {**info, "truncated": self.env.is_truncated(state, params)}
+
+    def action_space(self, params=None):
+        return self.env.action_space(params)
+
+
+def test_the_test_episode_steps_without_a_reset_and_returns_what_the_resetting_step_gives():
+    """The greedy test episode never reads what follows its end, so its steps skip the reset (Craftax: a world
+    generated per step): the episode's values up to its end are ``step``'s, and its return the same."""
+    from types import SimpleNamespace
+
+    from opiq_jax.contracts.compact import CompactStepping
+    from opiq_jax.envs.gymnax_adapter import GymnaxAdapter
+
+    raw = CartPoleWithoutReset()
+    env = GymnaxAdapter(raw, name="CartPoleWithoutReset")
+    params, horizon = env.default_params, 60
+    assert not env.resets_itself
+    greedy = lambda obs: (obs[2] > 0).astype(jnp.int32)  # noqa: E731  push the way the pole leans: ends in ~40 steps
+
+    def played(step, key):
+        obs, state = env.reset(jax.random.key(1), params)
+        values = []
+        for k in jax.random.split(key, horizon):
+            obs, state, reward, terminated, truncated = step(k, state, greedy(obs), params)[:5]
+            values.append((np.asarray(obs), float(reward), bool(terminated), bool(truncated)))
+        return values
+
+    with_reset, without = played(env.step, jax.random.key(2)), played(env.step_in_episode, jax.random.key(2))
+    end = next(t for t, v in enumerate(with_reset) if v[2] or v[3])
+    assert 5 < end < horizon - 5  # the episode ends inside the horizon: the steps after it differ
+    for a, b in zip(with_reset[:end], without[:end]):
+        np.testing.assert_array_equal(a[0], b[0])
+    assert [v[1:] for v in with_reset[:end + 1]] == [v[1:] for v in without[:end + 1]]  # reward and ends
+    assert not np.array_equal(with_reset[end][0], without[end][0])  # a reset's start, the pole past its limit
+
+    raw.resets = 0
+    stepping = SimpleNamespace(env=env, horizon=horizon)
+    run = SimpleNamespace(env=SimpleNamespace(params=params))
+    keys = jax.random.key(1), jax.random.key(2)
+    total = jax.jit(lambda a, b: CompactStepping.test_return(stepping, run, greedy, a, b))(*keys)
+    assert raw.resets == 1  # the episode's own reset; none in its steps
+    assert float(total) == sum(v[1] for v in with_reset[:end + 1]) == end + 1

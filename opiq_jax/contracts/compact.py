@@ -144,13 +144,15 @@ class CompactStepping(Stepping):
         return self.env.obs_from_compact(start, run.env.params), start
 
     def test_return(self, run: Any, greedy_action, reset_key: jax.Array, steps_key: jax.Array) -> jax.Array:
-        """The return of one episode acting with ``greedy_action(obs)``, run to the horizon with keys of its own."""
+        """The return of one episode acting with ``greedy_action(obs)``, run to the horizon with keys of its own.
+        Its steps do not reset (``step_in_episode``): what follows the episode's end counts for nothing."""
         obs, env_state = self.env.reset(reset_key, run.env.params)
 
         def body(carry, k):
             obs, env_state, total, alive = carry
             action = greedy_action(obs)
-            obs, env_state, reward, terminated, truncated, _ = self.env.step(k, env_state, action, run.env.params)
+            obs, env_state, reward, terminated, truncated = self.env.step_in_episode(k, env_state, action,
+                                                                                     run.env.params)
             total = total + jnp.where(alive, reward, 0.0)
             alive = alive & ~(terminated | truncated)
             return (obs, env_state, total, alive), None
