@@ -9,11 +9,12 @@ from experiments.tools import timeboxed_run
 
 TINY_CHAIN = ("--env", "chain", "--chain-length", "5", "--method", "dqn", "--seeds", "2", "--hidden", "8",
               "--buffer-size", "200", "--batch-size", "8")
+FAST_POLL = ("--budget-seconds", "300", "--poll-seconds", "0.5")  # a finished or stopped trainer is seen at once
 
 
 def test_a_run_ends_at_its_last_chunk_and_records_what_ran(tmp_path):
     out = tmp_path / "odd, 'quoted' folder é"
-    timeboxed_run.main(["--out", str(out), "--budget-seconds", "300", "--", *TINY_CHAIN,
+    timeboxed_run.main(["--out", str(out), *FAST_POLL, "--", *TINY_CHAIN,
                         "--steps", "2000", "--log-every", "1000"])
     record = json.loads((out / "timeboxed.json").read_text(encoding="utf-8"))
     assert record["stopped"] == "last chunk written" and record["last_step"] == 2000 and record["runs"] == 2
@@ -33,8 +34,17 @@ def test_a_stop_file_ends_the_run_and_refused_options_still_leave_a_record(tmp_p
     out = tmp_path / "stopped"
     (tmp_path / "stopped.stop").touch()  # DIR.stop beside the folder, as the module's docstring says
     # Far more steps than a fast machine trains before the first poll, which must find the stop file, not the end.
-    timeboxed_run.main(["--out", str(out), "--budget-seconds", "300", "--", *TINY_CHAIN, "--steps", "10000000"])
+    timeboxed_run.main(["--out", str(out), *FAST_POLL, "--", *TINY_CHAIN, "--steps", "10000000"])
     assert json.loads((out / "timeboxed.json").read_text())["stopped"] == "asked to stop"
     refused = tmp_path / "refused"
-    timeboxed_run.main(["--out", str(refused), "--budget-seconds", "300", "--", "--env", "chain", "--steps", "0"])
+    timeboxed_run.main(["--out", str(refused), *FAST_POLL, "--", "--env", "chain", "--steps", "0"])
     assert json.loads((refused / "timeboxed.json").read_text())["stopped"].startswith("trainer exited with")
+
+
+def test_a_poll_interval_that_is_not_above_0_is_refused_before_the_trainer_starts(tmp_path):
+    import pytest
+
+    with pytest.raises(SystemExit, match="--poll-seconds must be above 0, got 0.0"):
+        timeboxed_run.main(["--out", str(tmp_path / "x"), "--budget-seconds", "300", "--poll-seconds", "0", "--",
+                            *TINY_CHAIN])
+    assert not (tmp_path / "x").exists()

@@ -37,6 +37,7 @@ from opiq_jax.store.metrics import rows_without_checkpoint
 from opiq_jax.reporting import portable, source_revision
 
 POLL_SECONDS = 5.0
+"""How often the metrics are read, by default: a chunk's rows are in at most this long before the record has them."""
 
 
 def stop_file(out: Path) -> Path:
@@ -51,6 +52,8 @@ class Args:
     """The results folder (passed to ``opiq-jax train --out``)."""
     budget_seconds: float
     """Stop the trainer (SIGKILL, no checkpoint) this many seconds after it started."""
+    poll_seconds: float = POLL_SECONDS
+    """Seconds between two reads of the metrics (and of the stop file)."""
     train: tuple[str, ...] = field(default_factory=tuple)
     """``opiq-jax train`` options, given after ``--`` (all but ``--out`` and ``--checkpoint-every``)."""
 
@@ -86,7 +89,7 @@ def watch(trainer: subprocess.Popen, args: Args, record: dict) -> None:
     """Polls the metrics until the last chunk's rows are in, the trainer exits, or the budget ends."""
     started, goal = time.monotonic(), total_steps(args.train)
     while True:
-        time.sleep(POLL_SECONDS)
+        time.sleep(args.poll_seconds)
         step = chunks_written(args.out)
         elapsed = time.monotonic() - started
         if step and (not record["chunks"] or record["chunks"][-1][0] != step):
@@ -116,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     args.train = tuple(argv[split + 1:])
     if any(flag in args.train for flag in ("--out", "--checkpoint-every")):
         raise SystemExit("timeboxed_run sets --out and --checkpoint-every itself")
+    if not args.poll_seconds > 0:
+        raise SystemExit(f"timeboxed_run: --poll-seconds must be above 0, got {args.poll_seconds}")
     command = [sys.executable, "-m", "opiq_jax", "train", *args.train, "--out", str(args.out),
                "--checkpoint-every", str(10 * args.budget_seconds + 3600), "--no-plot", "--no-progress"]
     shown = ["python", *[portable(a) for a in command[1:]]]
