@@ -338,10 +338,10 @@ class GymnaxAdapter(CompactEnvironment):
     def step_in_episode(self, key: jax.Array, state: AdapterState, action, params=None):
         """:meth:`step` without its reset where the wrapped environment does not reset itself (base class: for the
         test episode). The step draws on the same half of ``key`` as :meth:`step`'s, so the episode is the same."""
+        if self.resets_itself:  # its own step resets: nothing to skip
+            return super().step_in_episode(key, state, action, params)
         params = self._default_params if params is None else params
         action = jnp.asarray(action, jnp.int32)
-        if self.resets_itself:
-            return super().step_in_episode(key, state, action, params)
         obs, env_state, reward, terminated, truncated, _ = self._own_step(jax.random.split(key)[0], state, action,
                                                                           params)
         compact = self.flatten(obs, env_state)

@@ -234,7 +234,7 @@ class CartPoleWithoutReset:
     as ``step``; counts the resets traced."""
 
     def __init__(self):
-        self.env, self.default_params, self.resets = gymnax.make("CartPole-v1")[0], gymnax.make("CartPole-v1")[1], 0
+        (self.env, self.default_params), self.resets = gymnax.make("CartPole-v1"), 0
 
     def reset(self, key, params):
         self.resets += 1

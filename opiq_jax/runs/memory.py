@@ -76,8 +76,9 @@ def meminfo_field(text: str, name: str) -> int | None:
     """The value in kiB of the line ``name:   N kB`` of ``/proc/meminfo``'s ``text``, or None without one."""
     for line in text.splitlines():
         key, _, rest = line.partition(":")
-        if key.strip() == name and rest.split() and rest.split()[0].isdigit():
-            return int(rest.split()[0])
+        value = rest.split()[:1]
+        if key.strip() == name and value and value[0].isdigit():
+            return int(value[0])
     return None
 
 
